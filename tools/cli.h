@@ -1,0 +1,22 @@
+/* What the CLI's subcommands share: the command table entry and exit codes. */
+#ifndef STRATA_TOOLS_CLI_H
+#define STRATA_TOOLS_CLI_H
+
+#include <stdbool.h>
+
+/* Exit codes: 0 success, 1 the work failed, 2 the user's input (arguments, config) is wrong. */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+} cli_command;
+
+/* True when argv holds --help or -h. */
+bool cli_wants_help(int argc, char **argv);
+
+int cmd_info(int argc, char **argv);
+int cmd_config(int argc, char **argv);
+
+#endif
