@@ -18,5 +18,7 @@ bool cli_wants_help(int argc, char **argv);
 
 int cmd_info(int argc, char **argv);
 int cmd_config(int argc, char **argv);
+int cmd_nvme_bench(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -8,6 +8,9 @@
 static const cli_command commands[] = {
     {"info", "show version, build options, CPU, NUMA and device backends", cmd_info},
     {"config", "check a configuration file and print it resolved (`strata config check FILE`)", cmd_config},
+    {"nvme-bench", "measure NVMe bandwidth over block size x queue depth x threads; write the best aio block",
+     cmd_nvme_bench},
+    {"bench", "kernel and pipeline benchmarks (`strata bench adam`)", cmd_bench},
 };
 
 static void usage(FILE *out)
