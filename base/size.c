@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 static const struct {
@@ -23,11 +24,13 @@ bool size_parse(const char *text, size_t *out)
         return false;
     while (isspace((unsigned char)*text))
         text++;
-    if (!isdigit((unsigned char)*text) && *text != '.')
+    /* Plain decimal only: strtod alone would also take hex, exponents, "inf" and "nan". */
+    size_t digits = strspn(text, "0123456789.");
+    if (digits == 0 || memchr(text, '.', digits) != memrchr(text, '.', digits))
         return false;
     char *end;
     double value = strtod(text, &end);
-    if (end == text || !isfinite(value) || value < 0)
+    if (end != text + digits || !isfinite(value))
         return false;
     while (isspace((unsigned char)*end))
         end++;

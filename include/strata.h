@@ -243,12 +243,267 @@ STRATA_API strata_backend_kind strata_engine_backend(const strata_engine *engine
  * the same engine (or thread). */
 STRATA_API const char *strata_last_error(const strata_engine *engine);
 
+/* ------------------------------------------------------------------ model registry
+ *
+ * A trainer describes its model once: modules (the unit it fetches, e.g. a layer) holding
+ * parameters. strata_engine_finalize() lays the state out in flat per-rank partitions, places
+ * every state class in its tier and writes the initial values there. Then, each step:
+ *     forward:  fetch(m) -> use param_data -> release(m)            for each module in order
+ *     backward: fetch(m) -> write grad_data -> grads_ready(m) -> release(m)   in reverse order
+ *     step()
+ * strata decides where state lives and when it moves; the trainer only says what it is about to use.
+ */
+
+typedef uint32_t strata_module_id;
+typedef uint32_t strata_param_id;
+#define STRATA_INVALID_ID UINT32_MAX
+
+/* Writes the initial fp32 values of elements [offset, offset + count) of param into out.
+ * Called during strata_engine_finalize(), chunk by chunk in ascending offset, from the calling
+ * thread; a model larger than RAM is written straight into its tier. A non-OK return aborts finalize. */
+typedef strata_status (*strata_init_fn)(void *ctx, strata_param_id param, size_t offset, size_t count,
+                                        float *out);
+
+/* Adds a module; name (copied, at most 127 bytes) appears in messages and traces.
+ * STRATA_ESTATE after finalize; STRATA_EINVAL for an empty or duplicate name. */
+STRATA_API strata_status strata_module_add(strata_engine *engine, const char *name, strata_module_id *out);
+
+/* Adds a parameter of numel (> 0) elements to module. init may be NULL (zeros). name as above,
+ * unique within its module. STRATA_ESTATE after finalize; STRATA_ENOTFOUND for an unknown module. */
+STRATA_API strata_status strata_param_add(strata_engine *engine, strata_module_id module, const char *name,
+                                          size_t numel, strata_init_fn init, void *init_ctx,
+                                          strata_param_id *out);
+
+/* Lays out the partitions, checks that the budgets hold the plan (STRATA_EBUDGET with what is
+ * needed, what is allowed and which knob to change), allocates every tier and writes the initial
+ * state through the init callbacks. Once only (STRATA_ESTATE after). */
+STRATA_API strata_status strata_engine_finalize(strata_engine *engine);
+
+/* Declares the order in which one step fetches modules (forward then backward, repeats allowed).
+ * Optional: without it the order of the first step is recorded and used from the second on. */
+STRATA_API strata_status strata_module_order(strata_engine *engine, const strata_module_id *order, size_t count);
+
+/* ------------------------------------------------------------------ the training step */
+
+/* Makes module's parameters resident on the device and ordered before the trainer's next compute
+ * (on the host backend: readable when this returns). Time spent waiting here is a stall in the stats.
+ * Modules that come next in the order are already being fetched. STRATA_ENOTFOUND for an unknown
+ * module, STRATA_ESTATE before finalize or when module is already held, STRATA_EBUDGET when the
+ * device budget cannot hold it with the modules still held. */
+STRATA_API strata_status strata_fetch(strata_engine *engine, strata_module_id module);
+
+/* The device pointer of a fetched module's parameter (param_dtype elements), or NULL when its module
+ * is not held (strata_last_error says why). Valid until strata_release of its module. */
+STRATA_API void *strata_param_data(strata_engine *engine, strata_param_id param);
+
+/* The device gradient buffer of a fetched module's parameter (param_dtype elements, zero on first
+ * use in a step): the trainer writes (or adds) the gradient there before strata_grads_ready. */
+STRATA_API void *strata_grad_data(strata_engine *engine, strata_param_id param);
+
+/* Says the trainer is done with module's parameters (and has queued nothing more that reads them).
+ * STRATA_ESTATE when it is not held (a double release). */
+STRATA_API strata_status strata_release(strata_engine *engine, strata_module_id module);
+
+/* Hands module's gradients to strata: they are copied off the device on their own stream and
+ * accumulated (fp32) into the gradient store across micro-batches; the device buffers are freed.
+ * The module must be held and its gradient buffers taken with strata_grad_data (STRATA_ESTATE otherwise). */
+STRATA_API strata_status strata_grads_ready(strata_engine *engine, strata_module_id module);
+
+typedef struct strata_step_args {
+    double lr;                 /* this step's learning rate; 0 = the configured one */
+} strata_step_args;
+
+typedef struct strata_step_result {
+    int64_t step;              /* optimizer steps taken so far (skipped ones not counted) */
+    bool skipped;              /* fp16 overflow: nothing was updated */
+    bool delayed;              /* this step's update runs in the background (delayed_update) */
+    double grad_norm;          /* global L2 norm of the (unscaled) gradients, when clipping or fp16 computed it; else -1 */
+    double loss_scale;         /* the loss scale to use for the next step (1 without fp16) */
+} strata_step_result;
+
+/* Runs the optimizer over all accumulated gradients and zeroes them. With delayed_update (after the
+ * warm-up steps) the update runs on strata's optimizer thread and this returns at once; the result of
+ * a delayed step describes the previous step's update. args and result may be NULL.
+ * STRATA_ESTATE while the trainer still holds modules. */
+STRATA_API strata_status strata_step(strata_engine *engine, const strata_step_args *args, strata_step_result *result);
+
+/* The loss scale the trainer should multiply its loss by (1 unless fp16 is enabled). */
+STRATA_API double strata_loss_scale(const strata_engine *engine);
+
+/* Waits until no update and no transfer is in flight (e.g. before reading weights). */
+STRATA_API strata_status strata_sync(strata_engine *engine);
+
+/* Copies elements [offset, offset + count) of param's fp32 master weights into out, from whatever
+ * tier holds them (after strata_sync). For tests, export and inspection. */
+STRATA_API strata_status strata_param_read_master(strata_engine *engine, strata_param_id param, size_t offset,
+                                                  size_t count, float *out);
+
+/* ------------------------------------------------------------------ statistics */
+
+typedef struct strata_stats {
+    uint64_t steps, skipped_steps;
+    uint64_t fetches;               /* strata_fetch calls */
+    uint64_t prefetch_hits;         /* fetches that found the module resident or in flight */
+    uint64_t stall_ns;              /* time the trainer waited inside strata_fetch */
+    uint64_t step_ns;               /* time the trainer spent inside strata_step */
+    uint64_t adam_ns;               /* CPU Adam busy time */
+    uint64_t step_io_wait_ns;       /* time the optimizer waited for NVMe inside steps */
+    uint64_t nvme_to_host_bytes, host_to_device_bytes, device_to_host_bytes, host_to_nvme_bytes;
+    size_t device_peak_bytes, host_peak_bytes, nvme_peak_bytes;
+    size_t device_budget_bytes, host_budget_bytes;
+} strata_stats;
+
+/* Fills out with the counters since the engine was created. */
+STRATA_API strata_status strata_stats_get(strata_engine *engine, strata_stats *out);
+
 /* ================================================================== NVMe: strata_aio (issue 3) */
 /* STRATA-AIO-BEGIN */
+/*
+ * strata_aio: the NVMe I/O engine on its own, usable without an engine (like DeepNVMe's aio
+ * handle). io_uring rings, one I/O thread each (aio.intra_op_parallelism), requests cut into
+ * aio.block_size pieces with up to aio.queue_depth in flight per ring. Files are opened with
+ * O_DIRECT unless aio.direct is false; where the filesystem refuses it (tmpfs) strata warns once
+ * and uses buffered I/O, unless aio.direct is true. Every completion is checked: errors name the
+ * file, offset, length and errno; short transfers are finished; reading beyond the end of a file
+ * is an error, never zero-filled data. The engine's swap space runs on the same code.
+ *
+ * A handle and its files are driven from one thread (use one handle per thread).
+ */
+typedef struct strata_aio strata_aio;
+typedef struct strata_aio_file strata_aio_file;
+
+/* strata_aio_open() flags. */
+#define STRATA_AIO_READ     1u /* open for reading; the file must exist */
+#define STRATA_AIO_WRITE    2u /* open for reading and writing; created with mode 0600 when missing */
+#define STRATA_AIO_TRUNCATE 4u /* with STRATA_AIO_WRITE: cut the file to 0 bytes */
+
+/* Fills cfg with the aio defaults (block_size 1 MiB, queue_depth 32, intra_op_parallelism 1,
+ * single_submit false, overlap_events true, direct AUTO, sqpoll OFF). Thread-safe. */
+STRATA_API strata_status strata_aio_config_init(strata_aio_config *cfg);
+
+/* Creates a handle with its rings and I/O threads; cfg NULL means the defaults.
+ * STRATA_ECONFIG names a setting out of range; STRATA_EUNSUPPORTED when io_uring is unavailable
+ * (or sqpoll is ON and refused). *out is NULL on failure (detail: strata_aio_last_error(NULL)). */
+STRATA_API strata_status strata_aio_create(const strata_aio_config *cfg, strata_aio **out);
+
+/* Waits for every request in flight, then frees the handle. Files and buffers still open are
+ * closed and freed. NULL is a no-op. */
+STRATA_API void strata_aio_destroy(strata_aio *aio);
+
+/* The message of aio's last failed call ("" when none); NULL gives the calling thread's last
+ * handle-less failure (e.g. of strata_aio_create). */
+STRATA_API const char *strata_aio_last_error(const strata_aio *aio);
+
+/* Opens path with STRATA_AIO_* flags. *out is NULL on failure (STRATA_ENOTFOUND, STRATA_EIO,
+ * STRATA_EUNSUPPORTED when aio.direct is ON and O_DIRECT is refused). */
+STRATA_API strata_status strata_aio_open(strata_aio *aio, const char *path, unsigned flags, strata_aio_file **out);
+
+/* Closes file. STRATA_EBUSY (and nothing closed) while the handle has requests in flight:
+ * call strata_aio_wait() first. NULL file is a no-op. */
+STRATA_API strata_status strata_aio_close(strata_aio *aio, strata_aio_file *file);
+
+/* True when file uses O_DIRECT: buffers, offsets and lengths must then be multiples of 4096. */
+STRATA_API bool strata_aio_file_is_direct(const strata_aio_file *file);
+
+/* Queue a read into / write from the caller's buffer at offset; return at once. The buffer
+ * must stay valid and untouched until strata_aio_wait() returns. On a direct file an unaligned
+ * buffer, offset or length is STRATA_EINVAL naming it, checked before anything is queued. */
+STRATA_API strata_status strata_aio_read(strata_aio *aio, strata_aio_file *file, void *buf, size_t bytes,
+                                        uint64_t offset);
+STRATA_API strata_status strata_aio_write(strata_aio *aio, strata_aio_file *file, const void *buf, size_t bytes,
+                                         uint64_t offset);
+
+/* Waits for every queued request of the handle. Returns the first failure among them
+ * (STRATA_EIO, STRATA_ENOSPC, ...; the message names file, offset, length and errno), else OK. */
+STRATA_API strata_status strata_aio_wait(strata_aio *aio);
+
+/* Synchronous read / write: queue one request and wait for it alone. */
+STRATA_API strata_status strata_aio_pread(strata_aio *aio, strata_aio_file *file, void *buf, size_t bytes,
+                                         uint64_t offset);
+STRATA_API strata_status strata_aio_pwrite(strata_aio *aio, strata_aio_file *file, const void *buf, size_t bytes,
+                                          uint64_t offset);
+
+/* A zeroed, 4 KiB-aligned buffer of at least bytes, locked in RAM and registered with the
+ * handle's rings when the kernel and RLIMIT_MEMLOCK allow (best effort). Free it with
+ * strata_aio_buffer_free() on the same handle, after its I/O has finished. */
+STRATA_API strata_status strata_aio_buffer_alloc(strata_aio *aio, size_t bytes, void **out);
+STRATA_API void strata_aio_buffer_free(strata_aio *aio, void *buf);
 /* STRATA-AIO-END */
 
 /* ================================================================== CPU Adam: strata_adam (issue 4) */
 /* STRATA-ADAM-BEGIN */
+/*
+ * The CPU Adam on caller arrays, usable without an engine (what DeepSpeedCPUAdam is used for).
+ * One pass per element: reads the fp32 master weights, both moments and the gradient, writes them
+ * back plus a low-precision copy of the parameters. The formula is PyTorch's torch.optim.AdamW
+ * (decoupled decay) or torch.optim.Adam (L2 decay), fp32 throughout; results agree with PyTorch to
+ * rounding (strata fuses each multiply-add), and are bit-identical between strata's ISA variants.
+ * The kernel (scalar, AVX2, AVX-512) is chosen once per process; STRATA_ISA=ref|avx2|avx512 forces one.
+ */
+
+/* Hyperparameters. Doubles, as Python passes them; each derived scalar is rounded to fp32 once. */
+typedef struct strata_adam_hparams {
+    strata_optimizer_kind kind;   /* ADAMW (decoupled decay) or ADAM (L2 added to the gradient) */
+    double lr;                    /* >= 0 */
+    double beta1, beta2;          /* [0, 1) */
+    double eps;                   /* >= 0 */
+    double weight_decay;          /* >= 0 */
+    bool bias_correction;
+} strata_adam_hparams;
+
+/* The arrays of one update; element i of each belongs to parameter element i. Arrays of one call
+ * must not overlap, except that param may be master itself when param_dtype is FP32. */
+typedef struct strata_adam_tensors {
+    float *master;                /* fp32 master weights, updated in place */
+    float *exp_avg;               /* first moment, in place */
+    float *exp_avg_sq;            /* second moment, in place */
+    const void *grad;             /* the gradient as stored (times loss scale, before clipping) */
+    strata_dtype grad_dtype;      /* FP32, BF16 or FP16 */
+    void *param;                  /* receives the updated parameters in param_dtype; NULL with NONE */
+    strata_dtype param_dtype;     /* FP32, BF16, FP16 or NONE; rounding is to nearest even */
+    size_t numel;
+} strata_adam_tensors;
+
+/* Called when elements [offset, offset + numel) of the parameter copy are final, from the worker
+ * thread that finished them (so concurrently with other tiles: it must be thread-safe). Tiles come
+ * roughly in ascending order, cover every element exactly once and never split a cache line. */
+typedef void (*strata_adam_tile_fn)(size_t offset, size_t numel, void *user);
+
+/* The per-call settings of one step. Zero-initialise, then set step (and what you need). */
+typedef struct strata_adam_step_args {
+    int64_t step;                 /* this update's step count, from 1 (bias correction uses it) */
+    double grad_scale;            /* gradients are multiplied by this: 1/loss_scale * clip coefficient;
+                                     0 means 1 */
+    int threads;                  /* OpenMP threads for this call; 0 = the cores this process may use */
+    bool skip_nonfinite;          /* run the gradient pre-pass first and write nothing when a gradient
+                                     is inf or NaN (fp16 overflow); the result says so */
+    strata_adam_tile_fn on_tile;  /* optional per-tile completion callback */
+    void *on_tile_user;
+    size_t tile_numel;            /* elements per tile; 0 = strata's choice; rounded up to 1024 */
+} strata_adam_step_args;
+
+typedef struct strata_adam_step_result {
+    bool skipped;                 /* skip_nonfinite found an inf/NaN: nothing was written */
+    double grad_sumsq;            /* the pre-pass's sum of squares when it ran, else 0 */
+} strata_adam_step_result;
+
+/* Runs one Adam/AdamW update over t's arrays with the caller's thread count (no global OpenMP
+ * setting is changed; worker threads are bound to cores for the call and unbound after).
+ * result may be NULL. STRATA_EINVAL names the first bad field and its allowed range;
+ * STRATA_EUNSUPPORTED when STRATA_ISA forces an ISA this CPU lacks. Detail: strata_last_error(NULL).
+ * Thread-safe for calls on disjoint arrays. */
+STRATA_API strata_status strata_adam_step(const strata_adam_hparams *hp, const strata_adam_tensors *t,
+                                          const strata_adam_step_args *args, strata_adam_step_result *result);
+
+/* The gradient pre-pass: one read of grad that returns the sum of squares of the stored values (for the
+ * global norm used by clipping; accumulated in fp32 blocks and a double total) and whether any value is
+ * inf or NaN. threads as in strata_adam_step. Same errors; thread-safe. */
+STRATA_API strata_status strata_adam_grad_stats(const void *grad, strata_dtype grad_dtype, size_t numel,
+                                                int threads, double *sumsq, bool *nonfinite);
+
+/* The kernel in use ("ref", "avx2" or "avx512"), or NULL when STRATA_ISA forces one this CPU lacks
+ * (strata_last_error(NULL) says why). Thread-safe. */
+STRATA_API const char *strata_adam_isa(void);
 /* STRATA-ADAM-END */
 
 #ifdef __cplusplus

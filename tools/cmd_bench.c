@@ -1,4 +1,498 @@
-/* Placeholder until this command is written (being written now; replaced before commit). */
+/*
+ * `strata bench <what>`: kernel and pipeline benchmarks. Each entry of the table below is one benchmark;
+ * `adam` measures the CPU Adam against the same-shape roofline in the same process.
+ *
+ * bench adam: for each size x (gradient dtype, parameter dtype) x thread count it times, interleaved,
+ * the Adam step, the gradient pre-pass and the roofline of Adam's exact access pattern (regular and
+ * streaming stores; the faster counts), keeps the best of --reps runs of each, and reports ms/step,
+ * parameters/s, the bytes one step moves (counted exactly for the dtypes), GB/s and Adam's share of
+ * the roofline — with and without the pre-pass. A #wrong column checks a sample of every row against
+ * the scalar reference, bit for bit.
+ */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "base/size.h"
+#include "base/util.h"
+#include "build_info.h"
+#include "cpu_adam/adam.h"
+#include "cpu_adam/convert.h"
+#include "cpu_adam/driver.h"
+#include "strata.h"
 #include "tools/cli.h"
-int cmd_bench(int argc, char **argv) { (void)argc; fprintf(stderr, "strata %s: not built yet\n", argv[0]); return CLI_EXIT_FAIL; }
+
+/* ------------------------------------------------------------------ bench adam */
+
+typedef struct combo {
+    strata_dtype grad, param;
+} combo;
+
+/* The headline combination: fp32 master/m/v, bf16 gradients, bf16 parameter copy. */
+static const combo headline = {STRATA_DTYPE_BF16, STRATA_DTYPE_BF16};
+
+typedef struct adam_opts {
+    size_t sizes[16];
+    int size_count;
+    size_t full_max;          /* sizes above this run the headline combination only */
+    int threads[8];
+    int thread_count;
+    combo combos[12];
+    int combo_count;
+    bool combos_given;
+    int reps;
+    bool json;
+    uint64_t seed;
+    const adam_ops *ops;
+    strata_adam_hparams hp;
+} adam_opts;
+
+typedef struct row {
+    size_t n;
+    combo c;
+    int threads;
+    double adam_s, roof_s, pre_s;  /* best of reps */
+    bool roof_streaming;
+    size_t bytes;
+    size_t wrong, checked;
+} row;
+
+static void adam_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: strata bench adam [options]\n"
+            "  --sizes LIST      element counts (default 16M,64M,256M,1G; K/M/G are powers of 1024)\n"
+            "  --full-max N      sizes above N run only bf16 grad -> bf16 param (default 256M)\n"
+            "  --combos LIST     all | GRAD:PARAM,... with GRAD in fp32,bf16,fp16 and PARAM in fp32,bf16,fp16,none\n"
+            "  --threads LIST    OpenMP thread counts (default 1,<cores>)\n"
+            "  --reps N          timed repetitions per row; the best counts (default 3)\n"
+            "  --optimizer NAME  adamw (default) or adam\n"
+            "  --seed N          data seed (default 1)\n"
+            "  --json            one JSON document on stdout (the header goes to stderr)\n"
+            "STRATA_ISA=ref|avx2|avx512 forces the kernel.\n");
+}
+
+static bool parse_dtype(const char *s, size_t len, strata_dtype *out)
+{
+    static const strata_dtype all[] = {STRATA_DTYPE_FP32, STRATA_DTYPE_BF16, STRATA_DTYPE_FP16, STRATA_DTYPE_NONE};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++) {
+        const char *name = adam_dtype_name(all[i]);
+        if (strlen(name) == len && strncmp(s, name, len) == 0) {
+            *out = all[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool parse_combos(const char *list, adam_opts *o)
+{
+    o->combo_count = 0;
+    if (strcmp(list, "all") == 0) {
+        for (int g = 0; g < 3; g++)
+            for (int p = 0; p < 4; p++)
+                o->combos[o->combo_count++] = (combo){(strata_dtype)g, (strata_dtype)p};
+        return true;
+    }
+    for (const char *s = list; *s;) {
+        const char *colon = strchr(s, ':'), *end = strchr(s, ',');
+        if (!end)
+            end = s + strlen(s);
+        combo c;
+        if (!colon || colon > end || o->combo_count == (int)ARRAY_LEN(o->combos) ||
+            !parse_dtype(s, (size_t)(colon - s), &c.grad) || c.grad == STRATA_DTYPE_NONE ||
+            !parse_dtype(colon + 1, (size_t)(end - colon - 1), &c.param))
+            return false;
+        o->combos[o->combo_count++] = c;
+        s = *end ? end + 1 : end;
+    }
+    return o->combo_count > 0;
+}
+
+static bool parse_sizes(const char *list, adam_opts *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    o->size_count = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->size_count == (int)ARRAY_LEN(o->sizes) || !size_parse(tok, &o->sizes[o->size_count]) ||
+            o->sizes[o->size_count] == 0)
+            return false;
+        o->size_count++;
+    }
+    return o->size_count > 0;
+}
+
+static bool parse_threads(const char *list, adam_opts *o)
+{
+    o->thread_count = 0;
+    for (const char *s = list; *s;) {
+        char *end;
+        long t = strtol(s, &end, 10);
+        if (end == s || t < 1 || t > 4096 || o->thread_count == (int)ARRAY_LEN(o->threads) || (*end && *end != ','))
+            return false;
+        o->threads[o->thread_count++] = (int)t;
+        s = *end ? end + 1 : end;
+    }
+    return o->thread_count > 0;
+}
+
+static int parse_adam_opts(int argc, char **argv, adam_opts *o)
+{
+    int cores = adam_default_threads();
+    *o = (adam_opts){.full_max = (size_t)256 << 20, .reps = 3, .seed = 1,
+                     .hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true}};
+    parse_sizes("16M,64M,256M,1G", o);
+    parse_combos("all", o);
+    o->threads[o->thread_count++] = 1;
+    if (cores > 1)
+        o->threads[o->thread_count++] = cores;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (strcmp(a, "--json") == 0) {
+            o->json = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "strata bench adam: %s needs a value (see --help)\n", a);
+            return CLI_EXIT_USAGE;
+        }
+        if (strcmp(a, "--sizes") == 0)
+            ok = parse_sizes(v, o);
+        else if (strcmp(a, "--full-max") == 0)
+            ok = size_parse(v, &o->full_max);
+        else if (strcmp(a, "--combos") == 0)
+            ok = parse_combos(v, o), o->combos_given = true;
+        else if (strcmp(a, "--threads") == 0)
+            ok = parse_threads(v, o);
+        else if (strcmp(a, "--reps") == 0)
+            ok = (o->reps = atoi(v)) >= 1 && o->reps <= 1000;
+        else if (strcmp(a, "--seed") == 0)
+            o->seed = strtoull(v, NULL, 0);
+        else if (strcmp(a, "--optimizer") == 0)
+            ok = strcmp(v, "adamw") == 0 || strcmp(v, "adam") == 0,
+            o->hp.kind = strcmp(v, "adam") == 0 ? STRATA_OPTIMIZER_ADAM : STRATA_OPTIMIZER_ADAMW;
+        else {
+            fprintf(stderr, "strata bench adam: unknown option \"%s\"; allowed: --sizes --full-max --combos --threads "
+                    "--reps --optimizer --seed --json\n", a);
+            return CLI_EXIT_USAGE;
+        }
+        if (!ok) {
+            fprintf(stderr, "strata bench adam: %s \"%s\" is not valid (see --help)\n", a, v);
+            return CLI_EXIT_USAGE;
+        }
+        i++;
+    }
+    if (adam_ops_default(&o->ops) != STRATA_OK) {
+        fprintf(stderr, "strata bench adam: %s\n", strata_last_error(NULL));
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* Large arrays on 2 MiB boundaries with transparent huge pages asked for: fewer TLB misses while
+ * streaming, and every tile starts on a page. */
+static void *big_alloc(size_t bytes)
+{
+    bytes = align_up(bytes ? bytes : 1, (size_t)2 << 20);
+    void *p = aligned_alloc((size_t)2 << 20, bytes);
+    if (p)
+        madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+}
+
+static size_t mem_available_bytes(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    size_t kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib * 1024;
+}
+
+static float hash_unit(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (float)(x >> 40) * 0x1p-24f * 2.0f - 1.0f; /* [-1, 1) */
+}
+
+typedef struct bufs {
+    float *master, *m, *v;
+    void *grad, *param;
+} bufs;
+
+static void fill_state(const bufs *b, size_t n, uint64_t seed, int threads)
+{
+#pragma omp parallel for schedule(static, 1 << 16) num_threads(threads)
+    for (size_t i = 0; i < n; i++) {
+        b->master[i] = 0.05f * hash_unit(seed ^ (i * 3));
+        b->m[i] = 1e-4f * hash_unit(seed ^ (i * 3 + 1));
+        b->v[i] = 1e-8f * (1.5f + hash_unit(seed ^ (i * 3 + 2)));
+    }
+}
+
+static void fill_grad(const bufs *b, size_t n, strata_dtype gd, uint64_t seed, int threads)
+{
+#pragma omp parallel for schedule(static, 1 << 16) num_threads(threads)
+    for (size_t i = 0; i < n; i++) {
+        float g = 1e-3f * hash_unit(~seed ^ i);
+        if (gd == STRATA_DTYPE_FP32)
+            ((float *)b->grad)[i] = g;
+        else if (gd == STRATA_DTYPE_BF16)
+            ((uint16_t *)b->grad)[i] = cvt_f32_to_bf16(g);
+        else
+            ((uint16_t *)b->grad)[i] = cvt_f32_to_fp16(g);
+    }
+}
+
+/* One more step, checked bit for bit against the scalar reference on three windows (start, middle,
+ * end — the end window includes the unaligned tail). Returns the elements compared; *wrong counts
+ * elements where master, m, v or the parameter copy differ (any two NaNs count as equal). */
+static size_t check_sample(adam_job *job, size_t *wrong)
+{
+    enum { W = 4099 };
+    size_t n = job->numel, starts[3] = {0, n / 2 > 37 ? n / 2 - 37 : 0, n > W ? n - W : 0};
+    size_t gb = adam_dtype_bytes(job->arrays.grad_dtype), pb = adam_dtype_bytes(job->arrays.param_dtype);
+    static float sm[3][W], sv[3][W], sp[3][W], sparam[3][W];
+    static unsigned char sg[3][W * 4];
+    size_t len = MIN((size_t)W, n);
+    for (int w = 0; w < 3; w++) {
+        memcpy(sp[w], job->arrays.master + starts[w], len * 4);
+        memcpy(sm[w], job->arrays.exp_avg + starts[w], len * 4);
+        memcpy(sv[w], job->arrays.exp_avg_sq + starts[w], len * 4);
+        memcpy(sg[w], (const char *)job->arrays.grad + starts[w] * gb, len * gb);
+    }
+    adam_run_step(job);
+    *wrong = 0;
+    for (int w = 0; w < 3; w++) {
+        adam_arrays ref = {sp[w], sm[w], sv[w], sg[w], pb ? sparam[w] : NULL, job->arrays.grad_dtype,
+                           job->arrays.param_dtype};
+        adam_step_ref(&job->consts, &ref, 0, len);
+        for (size_t i = 0; i < len; i++) {
+            size_t at = starts[w] + i;
+            bool same = cvt_f32_bits(sp[w][i]) == cvt_f32_bits(job->arrays.master[at]) &&
+                        cvt_f32_bits(sm[w][i]) == cvt_f32_bits(job->arrays.exp_avg[at]) &&
+                        cvt_f32_bits(sv[w][i]) == cvt_f32_bits(job->arrays.exp_avg_sq[at]) &&
+                        (!pb || memcmp((char *)sparam[w] + i * pb, (char *)job->arrays.param + at * pb, pb) == 0);
+            bool nan = isnan(sp[w][i]) && isnan(job->arrays.master[at]);
+            *wrong += !same && !nan;
+        }
+    }
+    return 3 * len;
+}
+
+static double seconds_since(uint64_t t0)
+{
+    return (double)(now_ns() - t0) * 1e-9;
+}
+
+static void run_row(const adam_opts *o, const bufs *b, row *r, int64_t *step)
+{
+    adam_job job = {.ops = o->ops, .numel = r->n, .threads = r->threads,
+                    .arrays = {b->master, b->m, b->v, b->grad, r->c.param == STRATA_DTYPE_NONE ? NULL : b->param,
+                               r->c.grad, r->c.param}};
+    /* The whole update of a sub-group: unscale (1/loss scale) and clip folded into one gradient scale. */
+    double grad_scale = 0.8 / 1024.0;
+    r->adam_s = r->roof_s = r->pre_s = INFINITY;
+    for (int rep = -1; rep < o->reps; rep++) { /* rep -1 warms up pages, caches and threads */
+        double t_reg, t_nt, t_adam, t_pre;
+        uint64_t t0 = now_ns();
+        adam_run_roofline(&job, false);
+        t_reg = seconds_since(t0);
+        t0 = now_ns();
+        adam_run_roofline(&job, true);
+        t_nt = seconds_since(t0);
+        adam_consts_init(&job.consts, &o->hp, ++*step, grad_scale);
+        t0 = now_ns();
+        adam_run_step(&job);
+        t_adam = seconds_since(t0);
+        adam_gradstats gs;
+        t0 = now_ns();
+        adam_run_gradstats(o->ops, b->grad, r->c.grad, r->n, r->threads, &gs);
+        t_pre = seconds_since(t0);
+        if (rep < 0)
+            continue;
+        r->adam_s = MIN(r->adam_s, t_adam);
+        r->pre_s = MIN(r->pre_s, t_pre);
+        if (MIN(t_reg, t_nt) < r->roof_s) {
+            r->roof_s = MIN(t_reg, t_nt);
+            r->roof_streaming = t_nt < t_reg;
+        }
+    }
+    adam_consts_init(&job.consts, &o->hp, ++*step, grad_scale);
+    r->checked = check_sample(&job, &r->wrong);
+    r->bytes = r->n * (3 * 4 + adam_dtype_bytes(r->c.grad) + 3 * 4 + adam_dtype_bytes(r->c.param));
+}
+
+static void print_header(FILE *out, const adam_opts *o)
+{
+    char model[256] = "unknown", line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "model name : %255[^\n]", model) == 1)
+            break;
+    if (f)
+        fclose(f);
+    char mem[32];
+    fprintf(out, "# machine: %s, %d cores for this process, %s available\n", model, adam_default_threads(),
+            size_format(mem_available_bytes(), mem, sizeof mem));
+    fprintf(out, "# build: strata %s, %s, %s\n", strata_version(), STRATA_BUILD_TYPE, STRATA_BUILD_COMPILER);
+    fprintf(out, "# config: kernel %s, %s lr=%g betas=(%g,%g) eps=%g wd=%g bias_correction=%d, grad_scale=0.8/1024,"
+            " reps %d (best counts), sizes above %zu elements: bf16:bf16 only%s, seed %llu\n",
+            o->ops->name, o->hp.kind == STRATA_OPTIMIZER_ADAM ? "adam" : "adamw", o->hp.lr, o->hp.beta1, o->hp.beta2,
+            o->hp.eps, o->hp.weight_decay, o->hp.bias_correction, o->reps, o->full_max,
+            o->combos_given ? " (or as --combos says)" : "", (unsigned long long)o->seed);
+    fprintf(out, "# bytes = master+m+v read and written (24 B) + grad read + param written, per element.\n"
+                 "# roof = Adam's access pattern without arithmetic (faster of regular/streaming stores);"
+                 " ratio = roof_ms/adam_ms; +pre also counts the gradient pre-pass.\n");
+}
+
+static void print_row_text(const row *r, bool first)
+{
+    if (first)
+        printf("%7s %4s %5s %3s %9s %9s %8s %9s %9s %8s %8s %6s %4s %6s %6s\n", "Melem", "grad", "param", "thr",
+               "adam_ms", "roof_ms", "pre_ms", "Mparam/s", "MB/step", "adamGB/s", "roofGB/s", "ratio", "st",
+               "+pre", "#wrong");
+    printf("%7.1f %4s %5s %3d %9.2f %9.2f %8.2f %9.0f %9.0f %8.2f %8.2f %6.3f %4s %6.3f %6zu\n", (double)r->n / (1 << 20),
+           adam_dtype_name(r->c.grad), adam_dtype_name(r->c.param), r->threads, r->adam_s * 1e3, r->roof_s * 1e3,
+           r->pre_s * 1e3, r->n / r->adam_s * 1e-6, r->bytes / 1e6, r->bytes / r->adam_s * 1e-9,
+           r->bytes / r->roof_s * 1e-9, r->roof_s / r->adam_s, r->roof_streaming ? "nt" : "reg",
+           r->roof_s / (r->adam_s + r->pre_s), r->wrong);
+    fflush(stdout);
+}
+
+static void print_row_json(const row *r, bool first)
+{
+    printf("%s\n    {\"numel\": %zu, \"grad\": \"%s\", \"param\": \"%s\", \"threads\": %d, \"adam_ms\": %.4f, "
+           "\"roofline_ms\": %.4f, \"roofline_stores\": \"%s\", \"prepass_ms\": %.4f, \"params_per_s\": %.6g, "
+           "\"bytes\": %zu, \"adam_gbps\": %.4f, \"roofline_gbps\": %.4f, \"ratio\": %.4f, "
+           "\"ratio_with_prepass\": %.4f, \"checked\": %zu, \"wrong\": %zu}",
+           first ? "" : ",", r->n, adam_dtype_name(r->c.grad), adam_dtype_name(r->c.param), r->threads,
+           r->adam_s * 1e3, r->roof_s * 1e3, r->roof_streaming ? "streaming" : "regular", r->pre_s * 1e3,
+           r->n / r->adam_s, r->bytes, r->bytes / r->adam_s * 1e-9, r->bytes / r->roof_s * 1e-9,
+           r->roof_s / r->adam_s, r->roof_s / (r->adam_s + r->pre_s), r->checked, r->wrong);
+    fflush(stdout);
+}
+
+static bool runs_at(const adam_opts *o, size_t n, combo c)
+{
+    return n <= o->full_max || o->combos_given || (c.grad == headline.grad && c.param == headline.param);
+}
+
+static int bench_adam(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        adam_usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    adam_opts o;
+    int rc = parse_adam_opts(argc, argv, &o);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    print_header(o.json ? stderr : stdout, &o);
+    if (o.json)
+        printf("{\"kernel\": \"%s\", \"rows\": [", o.ops->name);
+    int max_threads = 1, rows = 0;
+    size_t total_wrong = 0;
+    for (int t = 0; t < o.thread_count; t++)
+        max_threads = MAX(max_threads, o.threads[t]);
+    for (int s = 0; s < o.size_count; s++) {
+        size_t n = o.sizes[s], gmax = 0, pmax = 0;
+        for (int c = 0; c < o.combo_count; c++)
+            if (runs_at(&o, n, o.combos[c])) {
+                gmax = MAX(gmax, adam_dtype_bytes(o.combos[c].grad));
+                pmax = MAX(pmax, adam_dtype_bytes(o.combos[c].param));
+            }
+        if (!gmax)
+            continue;
+        size_t need = n * (12 + gmax + pmax), avail = mem_available_bytes();
+        char a[32], b[32];
+        if (need + ((size_t)1 << 30) > avail) {
+            fprintf(stderr, "# %zu elements skipped: needs %s, %s available (keep 1 GiB spare)\n", n,
+                    size_format(need, a, sizeof a), size_format(avail, b, sizeof b));
+            continue;
+        }
+        bufs buf = {big_alloc(n * 4), big_alloc(n * 4), big_alloc(n * 4), big_alloc(n * gmax),
+                    pmax ? big_alloc(n * pmax) : NULL};
+        if (!buf.master || !buf.m || !buf.v || !buf.grad || (pmax && !buf.param)) {
+            fprintf(stderr, "strata bench adam: could not allocate %s for %zu elements\n",
+                    size_format(need, a, sizeof a), n);
+            free(buf.master), free(buf.m), free(buf.v), free(buf.grad), free(buf.param);
+            return CLI_EXIT_FAIL;
+        }
+        fill_state(&buf, n, o.seed, max_threads);
+        int64_t step = 0;
+        for (int c = 0; c < o.combo_count; c++) {
+            if (!runs_at(&o, n, o.combos[c]))
+                continue;
+            fill_grad(&buf, n, o.combos[c].grad, o.seed, max_threads);
+            for (int t = 0; t < o.thread_count; t++) {
+                row r = {.n = n, .c = o.combos[c], .threads = o.threads[t]};
+                run_row(&o, &buf, &r, &step);
+                total_wrong += r.wrong;
+                if (o.json)
+                    print_row_json(&r, rows == 0);
+                else
+                    print_row_text(&r, rows == 0);
+                rows++;
+            }
+        }
+        free(buf.master), free(buf.m), free(buf.v), free(buf.grad), free(buf.param);
+    }
+    if (o.json)
+        printf("\n], \"wrong\": %zu}\n", total_wrong);
+    if (total_wrong) {
+        fprintf(stderr, "strata bench adam: %zu sampled elements differ from the scalar reference\n", total_wrong);
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ the table */
+
+typedef struct bench_entry {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the benchmark's name */
+} bench_entry;
+
+static const bench_entry benches[] = {
+    {"adam", "CPU Adam (every dtype pair) against the same-shape memory roofline", bench_adam},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: strata bench <what> [options]\n\nbenchmarks:\n");
+    for (size_t i = 0; i < ARRAY_LEN(benches); i++)
+        fprintf(out, "  %-8s %s\n", benches[i].name, benches[i].summary);
+    fprintf(out, "\n`strata bench <what> --help` shows its options.\n");
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(benches); i++)
+        if (strcmp(argv[1], benches[i].name) == 0)
+            return benches[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "strata bench: unknown benchmark \"%s\"; allowed:", argv[1]);
+    for (size_t i = 0; i < ARRAY_LEN(benches); i++)
+        fprintf(stderr, " %s", benches[i].name);
+    fprintf(stderr, "\n");
+    return CLI_EXIT_USAGE;
+}

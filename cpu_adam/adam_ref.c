@@ -1,0 +1,136 @@
+/*
+ * The scalar reference: the specification of strata's Adam and the oracle of every test.
+ *
+ * Per element, in this order (PyTorch 1.13 torch.optim.AdamW / torch.optim.Adam, foreach or not):
+ *
+ *   g     = grad * grad_scale                      unscale and clip in one multiply
+ *   g     = fma(p, weight_decay, g)                Adam only, when weight_decay != 0 (L2 decay)
+ *   m     = fma(g, 1 - beta1, m * beta1)           exp_avg.mul_(beta1).add_(g, alpha=1-beta1)
+ *   v     = fma(g * (1 - beta2), g, v * beta2)     exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1-beta2)
+ *   denom = sqrt(v) / sqrt(1 - beta2^t) + eps      (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+ *   p     = p * decay                              param.mul_(1 - lr * weight_decay)  (AdamW; decay = 1 for Adam)
+ *   p     = p + (-step_size * m) / denom           param.addcdiv_(m, denom, value=-step_size),
+ *                                                  step_size = lr / (1 - beta1^t)
+ *   param = round_to_nearest_even(p)               the low-precision copy (convert.h)
+ *
+ * The multiply-adds are fused exactly where PyTorch's CPU kernels fuse them (its vectorised add with
+ * alpha and addcmul are FMAs; the decay is a separate mul_), and written out as fma or kept rounded with
+ * ADAM_KEEP_ROUNDED, so no compiler can contract them one way here and another way in a SIMD file:
+ * every variant is bit-identical to this one, and on this machine to PyTorch 1.13 as well
+ * (benchmarks/adam_vs_torch.py checks it). sqrt and division are exact IEEE operations in every
+ * variant; nothing uses an approximate reciprocal.
+ */
+#include <math.h>
+
+#include "cpu_adam/adam.h"
+#include "cpu_adam/convert.h"
+
+void adam_consts_init(adam_consts *c, const strata_adam_hparams *hp, int64_t step, double grad_scale)
+{
+    /* PyTorch computes these in Python doubles and rounds each to fp32 when it meets an fp32 tensor. */
+    double bc1 = hp->bias_correction ? 1.0 - pow(hp->beta1, (double)step) : 1.0;
+    double bc2 = hp->bias_correction ? 1.0 - pow(hp->beta2, (double)step) : 1.0;
+    bool adamw = hp->kind == STRATA_OPTIMIZER_ADAMW;
+
+    c->grad_scale = (float)grad_scale;
+    c->beta1 = (float)hp->beta1;
+    c->one_minus_beta1 = (float)(1.0 - hp->beta1);
+    c->beta2 = (float)hp->beta2;
+    c->one_minus_beta2 = (float)(1.0 - hp->beta2);
+    c->eps = (float)hp->eps;
+    c->bc2_sqrt = (float)sqrt(bc2);
+    c->neg_step = (float)-(hp->lr / bc1);
+    c->decay = adamw ? (float)(1.0 - hp->lr * hp->weight_decay) : 1.0f;
+    c->use_l2 = !adamw && hp->weight_decay != 0.0;
+    c->l2 = c->use_l2 ? (float)hp->weight_decay : 0.0f;
+}
+
+size_t adam_dtype_bytes(strata_dtype dtype)
+{
+    switch (dtype) {
+    case STRATA_DTYPE_FP32: return 4;
+    case STRATA_DTYPE_BF16:
+    case STRATA_DTYPE_FP16: return 2;
+    default: return 0;
+    }
+}
+
+const char *adam_dtype_name(strata_dtype dtype)
+{
+    switch (dtype) {
+    case STRATA_DTYPE_FP32: return "fp32";
+    case STRATA_DTYPE_BF16: return "bf16";
+    case STRATA_DTYPE_FP16: return "fp16";
+    case STRATA_DTYPE_NONE: return "none";
+    }
+    return "?";
+}
+
+static float load_grad(const void *grad, strata_dtype dtype, size_t i)
+{
+    switch (dtype) {
+    case STRATA_DTYPE_BF16: return cvt_bf16_to_f32(((const uint16_t *)grad)[i]);
+    case STRATA_DTYPE_FP16: return cvt_fp16_to_f32(((const uint16_t *)grad)[i]);
+    default: return ((const float *)grad)[i];
+    }
+}
+
+static void store_param(void *param, strata_dtype dtype, size_t i, float p)
+{
+    switch (dtype) {
+    case STRATA_DTYPE_FP32: ((float *)param)[i] = p; break;
+    case STRATA_DTYPE_BF16: ((uint16_t *)param)[i] = cvt_f32_to_bf16(p); break;
+    case STRATA_DTYPE_FP16: ((uint16_t *)param)[i] = cvt_f32_to_fp16(p); break;
+    default: break;
+    }
+}
+
+void adam_step_ref(const adam_consts *c, const adam_arrays *a, size_t begin, size_t end)
+{
+    for (size_t i = begin; i < end; i++) {
+        float p = a->master[i];
+        float g = load_grad(a->grad, a->grad_dtype, i) * c->grad_scale;
+        if (c->use_l2)
+            g = fmaf(p, c->l2, g);
+        float m = fmaf(g, c->one_minus_beta1, a->exp_avg[i] * c->beta1);
+        float v = fmaf(g * c->one_minus_beta2, g, a->exp_avg_sq[i] * c->beta2);
+        float denom = sqrtf(v) / c->bc2_sqrt + c->eps;
+        p = p * c->decay;
+        ADAM_KEEP_ROUNDED(p);
+        p = p + (c->neg_step * m) / denom;
+        a->master[i] = p;
+        a->exp_avg[i] = m;
+        a->exp_avg_sq[i] = v;
+        store_param(a->param, a->param_dtype, i, p);
+    }
+}
+
+void adam_gradstats_ref(const void *grad, strata_dtype dtype, size_t begin, size_t end, adam_gradstats *out)
+{
+    double sum = 0.0;
+    bool bad = false;
+    for (size_t i = begin; i < end; i++) {
+        float g = load_grad(grad, dtype, i);
+        bad |= !isfinite(g);
+        sum += (double)(g * g);
+    }
+    out->sumsq += sum;
+    out->nonfinite |= bad;
+}
+
+/* The roofline in scalar form (so that STRATA_ISA=ref has one, and for the SIMD files' tails): read master,
+ * m, v and the gradient, write the same values back and the parameter copy of master. volatile keeps the
+ * compiler from dropping stores of unchanged values; the compare keeps the gradient load. */
+void adam_roofline_ref(const adam_arrays *a, size_t begin, size_t end, bool streaming)
+{
+    (void)streaming;
+    volatile float *pm = a->master, *mm = a->exp_avg, *vm = a->exp_avg_sq;
+    for (size_t i = begin; i < end; i++) {
+        float p = pm[i], m = mm[i], v = vm[i];
+        float g = load_grad(a->grad, a->grad_dtype, i);
+        pm[i] = p;
+        mm[i] = m;
+        vm[i] = v;
+        store_param(a->param, a->param_dtype, i, g == g ? p : g);
+    }
+}

@@ -1,0 +1,159 @@
+/* The OpenMP driver: tiles, round-robin static split, hwloc binding, completion callbacks (see driver.h). */
+#include "cpu_adam/driver.h"
+
+#include <hwloc.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/util.h"
+
+static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
+static hwloc_topology_t topo;
+static int core_count;
+
+static void load_topology(void)
+{
+    if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0) {
+        LOG_WARN(LOG_ADAM, "hwloc could not read the CPU topology; Adam threads will not be bound to cores");
+        topo = NULL;
+        return;
+    }
+    core_count = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+}
+
+int adam_default_threads(void)
+{
+    pthread_once(&topo_once, load_topology);
+    if (core_count > 0)
+        return core_count;
+    int n = omp_get_num_procs();
+    return n > 0 ? n : 1;
+}
+
+size_t adam_tile_numel(size_t numel, int threads, size_t requested)
+{
+    if (requested)
+        return align_up(requested, ADAM_TILE_ALIGN);
+    /* Small arrays: one tile per thread, so every thread gets work. */
+    size_t per_thread = align_up((numel + (size_t)threads - 1) / (size_t)threads, ADAM_TILE_ALIGN);
+    return MIN(ADAM_TILE_DEFAULT, MAX(per_thread, ADAM_TILE_ALIGN));
+}
+
+/* Binds the calling thread to core `index` (modulo the core count) and saves its old binding in *saved. */
+static void bind_thread(int index, hwloc_bitmap_t *saved)
+{
+    *saved = NULL;
+    if (!topo || core_count <= 0)
+        return;
+    hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)(index % core_count));
+    hwloc_bitmap_t old = hwloc_bitmap_alloc();
+    if (!core || !old || hwloc_get_cpubind(topo, old, HWLOC_CPUBIND_THREAD) != 0) {
+        hwloc_bitmap_free(old);
+        return;
+    }
+    if (hwloc_set_cpubind(topo, core->cpuset, HWLOC_CPUBIND_THREAD) != 0) {
+        LOG_ONCE(STRATA_LOG_INFO, LOG_ADAM, "hwloc could not bind an Adam thread to a core; running unbound");
+        hwloc_bitmap_free(old);
+        return;
+    }
+    *saved = old;
+}
+
+static void unbind_thread(hwloc_bitmap_t saved)
+{
+    if (!saved)
+        return;
+    hwloc_set_cpubind(topo, saved, HWLOC_CPUBIND_THREAD);
+    hwloc_bitmap_free(saved);
+}
+
+/* What one kind of work does to one tile. */
+typedef enum work_kind { WORK_STEP, WORK_GRADSTATS, WORK_ROOFLINE } work_kind;
+
+/* Per-thread partial sums on their own cache lines. */
+typedef struct padded_stats {
+    adam_gradstats s;
+    char pad[64 - sizeof(adam_gradstats) % 64];
+} padded_stats;
+
+typedef struct work {
+    work_kind kind;
+    const adam_job *job;
+    bool streaming;
+    const void *grad;
+    strata_dtype grad_dtype;
+    padded_stats *partial;
+} work;
+
+static void run_tiles(const work *w, size_t numel, int threads, size_t tile)
+{
+    size_t tiles = (numel + tile - 1) / tile;
+    pthread_once(&topo_once, load_topology);
+#pragma omp parallel num_threads(threads)
+    {
+        hwloc_bitmap_t saved;
+        int t = omp_get_thread_num();
+        bind_thread(t, &saved);
+#pragma omp for schedule(static, 1)
+        for (size_t k = 0; k < tiles; k++) {
+            size_t begin = k * tile, end = MIN(numel, begin + tile);
+            const adam_job *job = w->job;
+            switch (w->kind) {
+            case WORK_STEP:
+                job->ops->step(&job->consts, &job->arrays, begin, end);
+                if (job->on_tile)
+                    job->on_tile(begin, end - begin, job->on_tile_user);
+                break;
+            case WORK_GRADSTATS:
+                job->ops->gradstats(w->grad, w->grad_dtype, begin, end, &w->partial[t].s);
+                break;
+            case WORK_ROOFLINE:
+                job->ops->roofline(&job->arrays, begin, end, w->streaming);
+                break;
+            }
+        }
+        unbind_thread(saved);
+    }
+}
+
+strata_status adam_run_step(const adam_job *job)
+{
+    if (job->numel == 0)
+        return STRATA_OK;
+    work w = {.kind = WORK_STEP, .job = job};
+    run_tiles(&w, job->numel, job->threads, adam_tile_numel(job->numel, job->threads, job->tile_numel));
+    return STRATA_OK;
+}
+
+strata_status adam_run_roofline(const adam_job *job, bool streaming)
+{
+    if (job->numel == 0)
+        return STRATA_OK;
+    work w = {.kind = WORK_ROOFLINE, .job = job, .streaming = streaming};
+    run_tiles(&w, job->numel, job->threads, adam_tile_numel(job->numel, job->threads, job->tile_numel));
+    return STRATA_OK;
+}
+
+strata_status adam_run_gradstats(const adam_ops *ops, const void *grad, strata_dtype dtype, size_t numel,
+                                 int threads, adam_gradstats *out)
+{
+    out->sumsq = 0.0;
+    out->nonfinite = false;
+    if (numel == 0)
+        return STRATA_OK;
+    padded_stats *partial = calloc((size_t)threads, sizeof *partial);
+    if (!partial)
+        return err_set(STRATA_ENOMEM, "adam: no memory for %d per-thread sums", threads);
+    adam_job job = {.ops = ops, .numel = numel, .threads = threads};
+    work w = {.kind = WORK_GRADSTATS, .job = &job, .grad = grad, .grad_dtype = dtype, .partial = partial};
+    run_tiles(&w, numel, threads, adam_tile_numel(numel, threads, 0));
+    for (int t = 0; t < threads; t++) {
+        out->sumsq += partial[t].s.sumsq;
+        out->nonfinite |= partial[t].s.nonfinite;
+    }
+    free(partial);
+    return STRATA_OK;
+}

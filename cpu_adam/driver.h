@@ -1,0 +1,51 @@
+/*
+ * The OpenMP driver of CPU Adam: runs a kernel over an array range with the caller's thread count,
+ * in tiles, and reports each finished tile. This is the interface the engine's optimizer thread uses on
+ * a sub-group in pinned RAM (strata_adam_step() is a thin public wrapper around it).
+ *
+ * Work split: the range is cut into tiles of tile_numel elements (a multiple of ADAM_TILE_ALIGN, so a
+ * tile never splits a cache line of any array, and tiles of fp32 arrays start on page boundaries when
+ * the arrays do). Tiles are dealt round-robin (OpenMP static schedule, chunk 1), so thread t takes
+ * tiles t, t+T, t+2T, ...: the split is fixed (results never depend on timing) and tiles finish
+ * roughly in ascending order, which lets the engine copy tile 0 to the device while later ones compute.
+ * Threads are bound to distinct cores (hwloc) for the call and get their old binding back after it.
+ */
+#ifndef STRATA_CPU_ADAM_DRIVER_H
+#define STRATA_CPU_ADAM_DRIVER_H
+
+#include "cpu_adam/adam.h"
+
+/* Elements: 1024 fp32 = 4 KiB, 1024 bf16 = 2 KiB; a multiple of every kernel's vector width. */
+#define ADAM_TILE_ALIGN ((size_t)1024)
+/* The default tile: 1 Mi elements (2 MiB of bf16 parameters per completion callback). */
+#define ADAM_TILE_DEFAULT ((size_t)1 << 20)
+
+typedef struct adam_job {
+    const adam_ops *ops;
+    adam_consts consts;
+    adam_arrays arrays;
+    size_t numel;
+    int threads;                  /* > 0 */
+    size_t tile_numel;            /* 0 = default; rounded up to ADAM_TILE_ALIGN */
+    strata_adam_tile_fn on_tile;  /* may be NULL; called from worker threads, concurrently */
+    void *on_tile_user;
+} adam_job;
+
+/* One Adam step over job->arrays[0, numel). */
+strata_status adam_run_step(const adam_job *job);
+
+/* The gradient pre-pass over grad[0, numel) with threads threads. The sum is deterministic for a given
+ * thread count (per-thread partials are added in thread order). */
+strata_status adam_run_gradstats(const adam_ops *ops, const void *grad, strata_dtype dtype, size_t numel,
+                                 int threads, adam_gradstats *out);
+
+/* The same-shape roofline over job->arrays (consts and callback unused). */
+strata_status adam_run_roofline(const adam_job *job, bool streaming);
+
+/* The thread count used for 0: the cores this process may run on (hwloc), at least 1. */
+int adam_default_threads(void);
+
+/* The tile size a job uses (tile_numel rounded, or the default shrunk so every thread gets work). */
+size_t adam_tile_numel(size_t numel, int threads, size_t requested);
+
+#endif

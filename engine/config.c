@@ -1,0 +1,145 @@
+/* Defaults and whole-config validation. The key table lives in config_schema.c, the JSON walk in config_json.c. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/config_report.h"
+#include "engine/config_schema.h"
+#include "engine/config_validate.h"
+
+STRATA_API strata_status strata_config_init(strata_config *cfg)
+{
+    if (!cfg)
+        return err_set(STRATA_EINVAL, "strata_config_init: cfg is NULL");
+    memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = (uint32_t)sizeof *cfg;
+
+    /* Stage 3 is what offloading parameters needs; with one rank it partitions trivially. */
+    cfg->zero_stage = 3;
+    cfg->offload_param = (strata_offload_config){
+        .device = STRATA_TIER_DEVICE, .buffer_count = 5, .buffer_size = 100000000, .max_in_cpu = 1000000000,
+        .pin_memory = true, .ratio = 1.0};
+    cfg->offload_optimizer = (strata_offload_config){
+        .device = STRATA_TIER_DEVICE, .buffer_count = 4, .pin_memory = true, .pipeline_read = true,
+        .pipeline_write = true, .ratio = 1.0};
+    /* DeepSpeed defaults to 1e9; a smaller sub-group keeps the pinned working set of the NVMe
+     * pipeline (3 sub-groups of fp32 master, m, v in flight) within a few GiB. */
+    cfg->sub_group_size = 100000000;
+    cfg->prefetch_bucket_size = 50000000;
+    cfg->max_live_parameters = 1000000000;
+    cfg->param_persistence_threshold = 100000;
+
+    cfg->aio = (strata_aio_config){
+        .block_size = 1u << 20, .queue_depth = 32, .intra_op_parallelism = 1, .single_submit = false,
+        .overlap_events = true, .direct = STRATA_SWITCH_AUTO, .sqpoll = STRATA_SWITCH_OFF};
+
+    cfg->optimizer = STRATA_OPTIMIZER_ADAMW;
+    cfg->lr = 1e-3f;
+    cfg->beta1 = 0.9f;
+    cfg->beta2 = 0.999f;
+    cfg->eps = 1e-8f;
+    cfg->weight_decay = 0.01f;
+    cfg->bias_correction = true;
+
+    cfg->param_dtype = STRATA_DTYPE_FP32;
+    cfg->loss_scale = 0.0;
+    cfg->initial_scale_power = 16;
+    cfg->loss_scale_window = 1000;
+    cfg->hysteresis = 2;
+    cfg->min_loss_scale = 1.0;
+    cfg->gradient_clipping = 0.0;
+
+    cfg->backend = STRATA_BACKEND_AUTO;
+    cfg->delayed_warmup_steps = 10;
+    cfg->swap_checksum = true;
+    return STRATA_OK;
+}
+
+/* Range check of one numeric field against its table entry; the message mirrors the JSON loader's. */
+static void check_range(const cfg_key *k, const strata_config *cfg, cfg_report *report)
+{
+    const char *field = (const char *)cfg + k->offset;
+    double v;
+    switch (k->kind) {
+    case CFG_INT: v = *(const int *)field; break;
+    case CFG_COUNT:
+    case CFG_BYTES: v = (double)*(const size_t *)field; break;
+    case CFG_FLOAT: v = *(const float *)field; break;
+    case CFG_DOUBLE: v = *(const double *)field; break;
+    case CFG_ENUM: {
+        int e = *(const int *)field;
+        for (size_t i = 0; k->choices[i].name; i++)
+            if (k->choices[i].value == e)
+                return;
+        char allowed[128];
+        cfg_choices_format(k->choices, allowed, sizeof allowed);
+        cfg_report_add(report, "%s holds the value %d, which is not one of %s", k->path, e, allowed);
+        return;
+    }
+    default: return;
+    }
+    if (!(v >= k->min && v <= k->max)) {
+        char shown[64], range[96];
+        cfg_key_format(k, cfg, shown, sizeof shown);
+        cfg_range_format(k, range, sizeof range);
+        cfg_report_add(report, "%s = %s is out of range %s", k->path, shown, range);
+    }
+}
+
+static void check_offload(const strata_offload_config *o, const char *name, const strata_config *cfg,
+                          cfg_report *report)
+{
+    if (o->device == STRATA_TIER_NVME && o->nvme_path_count == 0)
+        cfg_report_add(report, "zero_optimization.%s.device = \"nvme\" needs zero_optimization.%s.nvme_path "
+                       "(a directory on a fast local drive, or a list of them to stripe)", name, name);
+    if (o->nvme_path_count < 0 || o->nvme_path_count > STRATA_MAX_NVME_PATHS)
+        cfg_report_add(report, "zero_optimization.%s.nvme_path_count = %d is out of range [0, %d]", name,
+                       o->nvme_path_count, STRATA_MAX_NVME_PATHS);
+    for (int i = 0; i < o->nvme_path_count && i < STRATA_MAX_NVME_PATHS; i++)
+        if (!memchr(o->nvme_path[i], '\0', STRATA_PATH_BYTES) || !o->nvme_path[i][0])
+            cfg_report_add(report, "zero_optimization.%s.nvme_path[%d] is empty or not NUL-terminated", name, i);
+    (void)cfg;
+}
+
+void cfg_validate_into(const strata_config *cfg, cfg_report *report)
+{
+    if (cfg->struct_size != sizeof *cfg) {
+        cfg_report_add(report, "strata_config.struct_size = %u but this library's strata_config is %zu bytes; "
+                       "initialise the struct with strata_config_init() and build against this strata.h",
+                       cfg->struct_size, sizeof *cfg);
+        return; /* the other fields cannot be trusted */
+    }
+    for (size_t i = 0; i < cfg_key_count; i++)
+        check_range(&cfg_keys[i], cfg, report);
+
+    check_offload(&cfg->offload_param, "offload_param", cfg, report);
+    check_offload(&cfg->offload_optimizer, "offload_optimizer", cfg, report);
+    if (cfg->offload_param.device != STRATA_TIER_DEVICE && cfg->zero_stage != 3)
+        cfg_report_add(report, "zero_optimization.offload_param needs zero_optimization.stage = 3 (it is %d): "
+                       "parameters are only offloaded when they are partitioned", cfg->zero_stage);
+    if (cfg->aio.block_size % 4096 != 0)
+        cfg_report_add(report, "aio.block_size = %zu is not a multiple of 4096; direct I/O moves whole 4 KiB pages",
+                       cfg->aio.block_size);
+    if (!isfinite(cfg->lr) || !isfinite(cfg->eps) || !isfinite(cfg->weight_decay))
+        cfg_report_add(report, "optimizer.params: lr, eps and weight_decay must be finite numbers");
+    if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1))
+        cfg_report_add(report, "optimizer.params.betas = [%g, %g] is out of range: each beta must be in [0, 1)",
+                       (double)cfg->beta1, (double)cfg->beta2);
+    if (cfg->param_dtype != STRATA_DTYPE_FP32 && cfg->param_dtype != STRATA_DTYPE_BF16 &&
+        cfg->param_dtype != STRATA_DTYPE_FP16)
+        cfg_report_add(report, "param_dtype = %d is not one of fp32, bf16, fp16", (int)cfg->param_dtype);
+    if (!memchr(cfg->trace_path, '\0', sizeof cfg->trace_path))
+        cfg_report_add(report, "strata.trace_path is not NUL-terminated");
+}
+
+STRATA_API strata_status strata_config_validate(const strata_config *cfg, char *err, size_t errlen)
+{
+    cfg_report report;
+    cfg_report_init(&report, err, errlen);
+    if (!cfg) {
+        cfg_report_add(&report, "strata_config_validate: cfg is NULL");
+        return cfg_report_finish(&report, STRATA_EINVAL);
+    }
+    cfg_validate_into(cfg, &report);
+    return cfg_report_finish(&report, STRATA_ECONFIG);
+}

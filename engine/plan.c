@@ -1,0 +1,122 @@
+#include "engine/plan.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/size.h"
+#include "base/util.h"
+
+void plan_tiers(const strata_config *cfg, strata_tier *param, strata_tier *opt, strata_tier *grad)
+{
+    *param = cfg->offload_param.device;
+    *opt = cfg->offload_optimizer.device;
+    *grad = *opt == STRATA_TIER_NVME ? STRATA_TIER_NVME : STRATA_TIER_HOST;
+}
+
+size_t plan_dtype_bytes(strata_dtype dtype)
+{
+    return dtype == STRATA_DTYPE_FP32 ? 4 : dtype == STRATA_DTYPE_NONE ? 0 : 2;
+}
+
+void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch_bytes, size_t *max_live_bytes)
+{
+    *prefetch_bytes = cfg->prefetch_bytes ? cfg->prefetch_bytes : cfg->prefetch_bucket_size * param_bytes;
+    *max_live_bytes = cfg->max_live_bytes ? cfg->max_live_bytes : cfg->max_live_parameters * param_bytes;
+}
+
+size_t plan_host_budget(const strata_config *cfg)
+{
+    if (cfg->host_budget_bytes)
+        return cfg->host_budget_bytes;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 4 * 3 : (size_t)8 << 30;
+}
+
+static void add(plan *p, const char *what, strata_tier tier, size_t bytes, bool pinned)
+{
+    if (bytes == 0 || p->nlines >= PLAN_MAX_LINES)
+        return;
+    p->lines[p->nlines++] = (plan_line){what, tier, bytes, pinned};
+    p->tier_bytes[tier] += bytes;
+    if (pinned)
+        p->pinned_pool_bytes += bytes;
+}
+
+void plan_compute(const plan_input *in, plan *p)
+{
+    *p = (plan){0};
+    size_t n = in->total_numel, big = in->largest_module_numel * in->param_bytes;
+    size_t nparam = in->delayed ? 2 : 1, ngrad = in->delayed ? 2 : 1;
+    size_t sg = MIN(in->sub_group_numel, n);
+
+    add(p, in->delayed ? "parameters (2 copies: delayed update)" : "parameters", in->param_tier,
+        n * in->param_bytes * nparam, false);
+    add(p, "master weights + Adam moments (fp32)", in->opt_tier, n * 12, false);
+    add(p, in->delayed ? "gradient stores (2, fp32)" : "gradient store (fp32)", in->grad_tier, n * 4 * ngrad, false);
+
+    /* On the device: the modules the trainer holds and the prefetch window (when parameters are
+     * not resident anyway), and one module's gradient buffers. */
+    if (in->param_tier != STRATA_TIER_DEVICE) {
+        /* Never more than the whole model: a small model needs no default-sized window. */
+        size_t window = MAX(2 * big, MIN(MIN(in->max_live_bytes, in->prefetch_bytes + 2 * big), n * in->param_bytes));
+        p->live_window_bytes += window;
+        add(p, "fetched modules + prefetch window", STRATA_TIER_DEVICE, window, false);
+    }
+    p->live_window_bytes += big;
+    add(p, "gradient buffers of one module", STRATA_TIER_DEVICE, big, false);
+
+    /* The pinned pool: staging for fetches from NVMe, gradient hand-offs, and the optimizer's
+     * three sub-group slots (read k+1, compute k, write k-1). */
+    if (in->param_tier == STRATA_TIER_NVME)
+        add(p, "pinned: NVMe fetch staging", STRATA_TIER_HOST,
+            MIN(in->prefetch_bytes, n * in->param_bytes) + 2 * big, true);
+    add(p, "pinned: gradient staging", STRATA_TIER_HOST,
+        2 * big + (in->grad_tier == STRATA_TIER_NVME ? 2 * in->largest_module_numel * 4 : 0), true);
+    size_t slot = (in->opt_tier == STRATA_TIER_NVME ? 12 * sg : 0) + (in->grad_tier == STRATA_TIER_NVME ? 4 * sg : 0);
+    add(p, "pinned: optimizer sub-group slots (3)", STRATA_TIER_HOST, 3 * slot, true);
+    if (in->param_tier != STRATA_TIER_HOST)
+        add(p, "pinned: updated-parameter staging (2)", STRATA_TIER_HOST, 2 * sg * in->param_bytes, true);
+}
+
+static const char *const tier_names[] = {"device", "host", "nvme"};
+
+static strata_status over(const plan *p, strata_tier tier, size_t budget, const char *knob, const char *hint)
+{
+    char need[32], allow[32], lines[768];
+    size_t used = 0;
+    lines[0] = '\0';
+    for (int i = 0; i < p->nlines && used < sizeof lines; i++) {
+        char b[32];
+        if (p->lines[i].tier != tier)
+            continue;
+        used += (size_t)snprintf(lines + used, sizeof lines - used, "%s%s %s", used ? ", " : "", p->lines[i].what,
+                                 size_format(p->lines[i].bytes, b, sizeof b));
+    }
+    return err_set(STRATA_EBUDGET, "%s budget exceeded: the plan needs %s (%s) but %s allows %s; %s", tier_names[tier],
+                   size_format(p->tier_bytes[tier], need, sizeof need), lines, knob,
+                   size_format(budget, allow, sizeof allow), hint);
+}
+
+strata_status plan_check(const plan *p, const plan_input *in, size_t device_budget, size_t host_budget)
+{
+    size_t big = in->largest_module_numel * in->param_bytes;
+    if (in->param_tier != STRATA_TIER_DEVICE && in->max_live_bytes < 2 * big) {
+        char a[32], b[32];
+        return err_set(STRATA_EBUDGET, "the device residency cap (strata.max_live_bytes or "
+                       "zero_optimization.stage3_max_live_parameters) allows %s but the largest module needs %s to "
+                       "be held while the next one is fetched; raise the cap",
+                       size_format(in->max_live_bytes, a, sizeof a), size_format(2 * big, b, sizeof b));
+    }
+    if (p->tier_bytes[STRATA_TIER_DEVICE] > device_budget)
+        return over(p, STRATA_TIER_DEVICE, device_budget, "strata.device_budget_bytes",
+                    in->param_tier == STRATA_TIER_DEVICE
+                        ? "raise strata.device_budget_bytes, or set zero_optimization.offload_param.device to \"cpu\" "
+                          "or \"nvme\""
+                        : "raise strata.device_budget_bytes or lower zero_optimization.stage3_prefetch_bucket_size");
+    if (p->tier_bytes[STRATA_TIER_HOST] > host_budget)
+        return over(p, STRATA_TIER_HOST, host_budget, "strata.host_budget_bytes",
+                    "raise strata.host_budget_bytes, move state to NVMe (offload_optimizer.device / "
+                    "offload_param.device = \"nvme\"), or lower zero_optimization.sub_group_size");
+    return STRATA_OK;
+}

@@ -1,0 +1,60 @@
+/*
+ * The memory plan: how many bytes each tier must hold for a model of a given shape under a config,
+ * with the largest module and the prefetch window in flight. strata_engine_finalize() checks it
+ * against the budgets before allocating anything; `strata estimate` prints it for a model shape
+ * without allocating anything. One arithmetic, two users.
+ */
+#ifndef STRATA_ENGINE_PLAN_H
+#define STRATA_ENGINE_PLAN_H
+
+#include <stddef.h>
+
+#include "strata.h"
+
+#define PLAN_MAX_LINES 16
+
+typedef struct plan_input {
+    size_t total_numel;            /* padded flat partition */
+    size_t largest_module_numel;
+    size_t param_bytes;            /* bytes per parameter element on the device */
+    strata_tier param_tier, opt_tier, grad_tier;
+    bool delayed;                  /* double-buffered parameters and gradient stores */
+    size_t sub_group_numel;
+    size_t prefetch_bytes, max_live_bytes;
+} plan_input;
+
+typedef struct plan_line {
+    const char *what;
+    strata_tier tier;
+    size_t bytes;
+    bool pinned_pool;              /* part of the pinned pool (host tier) */
+} plan_line;
+
+typedef struct plan {
+    plan_line lines[PLAN_MAX_LINES];
+    int nlines;
+    size_t tier_bytes[3];          /* indexed by strata_tier */
+    size_t pinned_pool_bytes;
+    size_t live_window_bytes;      /* device bytes for fetched modules and gradient buffers */
+} plan;
+
+/* The tiers a config puts each state class in (gradients follow the optimizer state to NVMe,
+ * and otherwise accumulate in host memory). */
+void plan_tiers(const strata_config *cfg, strata_tier *param, strata_tier *opt, strata_tier *grad);
+
+/* Bytes of one element of a parameter dtype. */
+size_t plan_dtype_bytes(strata_dtype dtype);
+
+/* The prefetch window and the device residency cap of a config, in bytes. */
+void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch_bytes, size_t *max_live_bytes);
+
+void plan_compute(const plan_input *in, plan *out);
+
+/* STRATA_EBUDGET naming the tier, what the plan needs line by line, what is allowed and the knob
+ * to change; STRATA_OK when every tier fits. device_budget/host_budget in bytes. */
+strata_status plan_check(const plan *p, const plan_input *in, size_t device_budget, size_t host_budget);
+
+/* The host budget a config means (0 = 3/4 of physical memory). */
+size_t plan_host_budget(const strata_config *cfg);
+
+#endif

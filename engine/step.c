@@ -1,0 +1,338 @@
+/*
+ * The optimizer step, over sub-groups of the flat partition. For sub-group k:
+ *   - its master weights, moments (and gradients, when they live on NVMe) are read into one of three
+ *     pinned slots while Adam runs on k-1, and written back from the slot of k-1 while Adam runs on k
+ *     (three slots: reading k+1, computing k, writing k-1);
+ *   - Adam writes the new low-precision parameters either straight into their host-tier array or into a
+ *     pinned staging buffer whose finished tiles are copied to the device while later tiles compute
+ *     (device tier), or which is written to NVMe after the sub-group (NVMe tier).
+ * Gradient clipping and the fp16 overflow check need the global gradient norm first: a read-only
+ * pre-pass over the same sub-groups, so the sum is the same whatever the placement.
+ */
+#include <stdio.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "cpu_adam/driver.h"
+#include "engine/engine.h"
+
+typedef struct opt_slot {
+    float *master, *m, *v, *grad;  /* pinned, when that state is on NVMe */
+    io_wait rd, wr;
+} opt_slot;
+
+typedef struct param_slot {
+    void *staging;
+    io_wait wr;
+    dev_event *copied;
+} param_slot;
+
+typedef struct step_ctx {
+    strata_engine *e;
+    tier_array *grads;
+    const uint8_t *touched;
+    size_t sg, nsub;
+    bool opt_nvme, grad_nvme;
+    opt_slot slot[3];
+    param_slot ps[2];
+    tier_array *pout;
+} step_ctx;
+
+/* Tile hand-off of device-tier parameters: copy each finished tile from staging to the device. */
+typedef struct tile_ctx {
+    strata_engine *e;
+    char *dst;
+    const char *src;
+    size_t elem;
+    _Atomic int failed;
+} tile_ctx;
+
+static void copy_tile(size_t offset, size_t numel, void *user)
+{
+    tile_ctx *t = user;
+    if (dev_memcpy_async(t->e->upd, t->dst + offset * t->elem, t->src + offset * t->elem, numel * t->elem) !=
+        STRATA_OK)
+        atomic_store(&t->failed, 1);
+    atomic_fetch_add(&t->e->ctr.host_to_device, numel * t->elem);
+}
+
+static size_t sub_first(const step_ctx *c, size_t k)
+{
+    return k * c->sg;
+}
+
+static size_t sub_count(const step_ctx *c, size_t k)
+{
+    return MIN(c->sg, c->e->total_numel - sub_first(c, k));
+}
+
+/* The index of the module holding flat element pos (modules are contiguous and ascending). */
+static size_t module_at(const strata_engine *e, size_t pos)
+{
+    size_t lo = 0, hi = e->nmodules;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (e->modules[mid].offset <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Gradients of [first, first + count) into buf: modules that got none since the last step read as zero. */
+static strata_status load_grads(step_ctx *c, size_t first, size_t count, float *buf, io_wait *w)
+{
+    strata_engine *e = c->e;
+    size_t end = first + count;
+    for (size_t i = module_at(e, first); i < e->nmodules && e->modules[i].offset < end; i++) {
+        const eng_module *m = &e->modules[i];
+        size_t lo = MAX(m->offset, first), hi = MIN(m->offset + m->numel, end);
+        if (c->touched[i]) {
+            ERR_CHECK(tarr_read(c->grads, &e->env, lo, hi - lo, buf + (lo - first), w));
+            atomic_fetch_add(&e->ctr.nvme_to_host, (hi - lo) * 4);
+        } else {
+            memset(buf + (lo - first), 0, (hi - lo) * 4);
+        }
+    }
+    return STRATA_OK;
+}
+
+/* Host gradient stores: untouched modules still hold an earlier step's sums; zero them. */
+static void zero_untouched(step_ctx *c)
+{
+    strata_engine *e = c->e;
+    for (size_t i = 0; i < e->nmodules; i++)
+        if (!c->touched[i])
+            memset(tarr_host_ptr(c->grads, &e->env, e->modules[i].offset), 0, e->modules[i].numel * 4);
+}
+
+static strata_status issue_read(step_ctx *c, size_t k)
+{
+    strata_engine *e = c->e;
+    opt_slot *s = &c->slot[k % 3];
+    size_t first = sub_first(c, k), n = sub_count(c, k);
+    /* The slot's previous write (sub-group k-3) must have left the buffers. */
+    ERR_CHECK(io_wait_wait(&s->wr));
+    ERR_CHECK(tarr_read(&e->master, &e->env, first, n, s->master, &s->rd));
+    ERR_CHECK(tarr_read(&e->exp_avg, &e->env, first, n, s->m, &s->rd));
+    ERR_CHECK(tarr_read(&e->exp_avg_sq, &e->env, first, n, s->v, &s->rd));
+    atomic_fetch_add(&e->ctr.nvme_to_host, 12 * n);
+    if (c->grad_nvme)
+        ERR_CHECK(load_grads(c, first, n, s->grad, &s->rd));
+    return STRATA_OK;
+}
+
+static strata_status issue_write(step_ctx *c, size_t k)
+{
+    strata_engine *e = c->e;
+    opt_slot *s = &c->slot[k % 3];
+    size_t first = sub_first(c, k), n = sub_count(c, k);
+    ERR_CHECK(tarr_write(&e->master, &e->env, first, n, s->master, &s->wr));
+    ERR_CHECK(tarr_write(&e->exp_avg, &e->env, first, n, s->m, &s->wr));
+    ERR_CHECK(tarr_write(&e->exp_avg_sq, &e->env, first, n, s->v, &s->wr));
+    atomic_fetch_add(&e->ctr.host_to_nvme, 12 * n);
+    return STRATA_OK;
+}
+
+static strata_status acquire_buffers(step_ctx *c)
+{
+    strata_engine *e = c->e;
+    size_t bytes = c->sg * 4;
+    for (int i = 0; i < 3; i++) {
+        io_wait_init(&c->slot[i].rd);
+        io_wait_init(&c->slot[i].wr);
+        if (c->opt_nvme) {
+            ERR_CHECK(pool_acquire(e->pool, bytes, "optimizer slot", (void **)&c->slot[i].master));
+            ERR_CHECK(pool_acquire(e->pool, bytes, "optimizer slot", (void **)&c->slot[i].m));
+            ERR_CHECK(pool_acquire(e->pool, bytes, "optimizer slot", (void **)&c->slot[i].v));
+        }
+        if (c->grad_nvme)
+            ERR_CHECK(pool_acquire(e->pool, bytes, "gradient slot", (void **)&c->slot[i].grad));
+    }
+    for (int i = 0; i < 2; i++) {
+        io_wait_init(&c->ps[i].wr);
+        ERR_CHECK(dev_event_create(e->dev, &c->ps[i].copied));
+        if (e->param_tier != STRATA_TIER_HOST)
+            ERR_CHECK(pool_acquire(e->pool, c->sg * e->param_bytes, "parameter staging", &c->ps[i].staging));
+    }
+    return STRATA_OK;
+}
+
+/* Waits for everything still moving into or out of the step's buffers, then frees them. */
+static strata_status release_buffers(step_ctx *c)
+{
+    strata_engine *e = c->e;
+    strata_status first = STRATA_OK, st;
+    for (int i = 0; i < 3; i++) {
+        if ((st = io_wait_wait(&c->slot[i].rd)) != STRATA_OK && first == STRATA_OK)
+            first = st;
+        if ((st = io_wait_wait(&c->slot[i].wr)) != STRATA_OK && first == STRATA_OK)
+            first = st;
+        io_wait_destroy(&c->slot[i].rd);
+        io_wait_destroy(&c->slot[i].wr);
+        pool_release(e->pool, c->slot[i].master);
+        pool_release(e->pool, c->slot[i].m);
+        pool_release(e->pool, c->slot[i].v);
+        pool_release(e->pool, c->slot[i].grad);
+    }
+    if ((st = dev_stream_sync(e->upd)) != STRATA_OK && first == STRATA_OK)
+        first = st;
+    for (int i = 0; i < 2; i++) {
+        if ((st = io_wait_wait(&c->ps[i].wr)) != STRATA_OK && first == STRATA_OK)
+            first = st;
+        io_wait_destroy(&c->ps[i].wr);
+        dev_event_destroy(c->ps[i].copied);
+        pool_release(e->pool, c->ps[i].staging);
+    }
+    return first;
+}
+
+/* The global gradient statistics, sub-group by sub-group (the same sum for every placement). */
+static strata_status grad_stats(step_ctx *c, double *sumsq, bool *nonfinite)
+{
+    strata_engine *e = c->e;
+    *sumsq = 0;
+    *nonfinite = false;
+    for (size_t k = 0; k < c->nsub; k++) {
+        size_t first = sub_first(c, k), n = sub_count(c, k);
+        const float *g = tarr_host_ptr(c->grads, &e->env, first);
+        if (c->grad_nvme) {
+            ERR_CHECK(load_grads(c, first, n, c->slot[0].grad, &c->slot[0].rd));
+            ERR_CHECK(io_wait_wait(&c->slot[0].rd));
+            g = c->slot[0].grad;
+        }
+        adam_gradstats gs;
+        ERR_CHECK(adam_run_gradstats(e->adam, g, STRATA_DTYPE_FP32, n, e->adam_threads, &gs));
+        *sumsq += gs.sumsq;
+        *nonfinite |= gs.nonfinite;
+    }
+    return STRATA_OK;
+}
+
+static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *consts)
+{
+    strata_engine *e = c->e;
+    size_t first = sub_first(c, k), n = sub_count(c, k);
+    opt_slot *s = &c->slot[k % 3];
+    param_slot *p = &c->ps[k % 2];
+
+    adam_arrays a = {.grad_dtype = STRATA_DTYPE_FP32, .param_dtype = e->cfg.param_dtype};
+    if (c->opt_nvme) {
+        uint64_t t0 = now_ns();
+        ERR_CHECK(io_wait_wait(&s->rd));
+        atomic_fetch_add(&e->ctr.step_io_wait_ns, now_ns() - t0);
+        a.master = s->master, a.exp_avg = s->m, a.exp_avg_sq = s->v;
+    } else {
+        a.master = tarr_host_ptr(&e->master, &e->env, first);
+        a.exp_avg = tarr_host_ptr(&e->exp_avg, &e->env, first);
+        a.exp_avg_sq = tarr_host_ptr(&e->exp_avg_sq, &e->env, first);
+    }
+    a.grad = c->grad_nvme ? s->grad : tarr_host_ptr(c->grads, &e->env, first);
+
+    tile_ctx tiles = {.e = e, .elem = e->param_bytes};
+    adam_job job = {.ops = e->adam, .consts = *consts, .numel = n, .threads = e->adam_threads};
+    if (e->param_tier == STRATA_TIER_HOST) {
+        a.param = tarr_host_ptr(c->pout, &e->env, first);
+    } else {
+        /* The staging buffer's previous sub-group must have left it. */
+        ERR_CHECK(io_wait_wait(&p->wr));
+        ERR_CHECK(dev_event_sync(p->copied));
+        a.param = p->staging;
+        if (e->param_tier == STRATA_TIER_DEVICE) {
+            tiles.dst = (char *)c->pout->mem + first * e->param_bytes;
+            tiles.src = p->staging;
+            job.on_tile = copy_tile;
+            job.on_tile_user = &tiles;
+        }
+    }
+    job.arrays = a;
+    uint64_t t0 = now_ns();
+    strata_status st = adam_run_step(&job);
+    atomic_fetch_add(&e->ctr.adam_ns, now_ns() - t0);
+    ERR_CHECK(st);
+    if (atomic_load(&tiles.failed))
+        return err_set(STRATA_EDEVICE, "optimizer step: copying updated parameters of sub-group %zu to the device "
+                       "failed: %s", k, err_last());
+    if (e->param_tier == STRATA_TIER_DEVICE)
+        ERR_CHECK(dev_event_record(p->copied, e->upd));
+    if (e->param_tier == STRATA_TIER_NVME) {
+        ERR_CHECK(tarr_write(c->pout, &e->env, first, n, p->staging, &p->wr));
+        atomic_fetch_add(&e->ctr.host_to_nvme, n * e->param_bytes);
+    }
+    if (c->opt_nvme)
+        ERR_CHECK(issue_write(c, k));
+    return STRATA_OK;
+}
+
+static strata_status run_pipeline(step_ctx *c, const adam_consts *consts)
+{
+    const strata_offload_config *o = &c->e->cfg.offload_optimizer;
+    if (c->opt_nvme)
+        ERR_CHECK(issue_read(c, 0));
+    for (size_t k = 0; k < c->nsub; k++) {
+        if (c->opt_nvme && k + 1 < c->nsub && o->pipeline_read)
+            ERR_CHECK(issue_read(c, k + 1));
+        ERR_CHECK(update_sub_group(c, k, consts));
+        if (c->opt_nvme && !o->pipeline_write)
+            ERR_CHECK(io_wait_wait(&c->slot[k % 3].wr));
+        if (c->opt_nvme && k + 1 < c->nsub && !o->pipeline_read)
+            ERR_CHECK(issue_read(c, k + 1));
+    }
+    return STRATA_OK;
+}
+
+strata_status step_run(strata_engine *e, double lr, double loss_scale, int grad_index, int param_out,
+                       strata_step_result *res)
+{
+    step_ctx c = {
+        .e = e,
+        .grads = &e->grad[grad_index],
+        .touched = e->grad_touched[grad_index],
+        .sg = MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), e->total_numel),
+        .opt_nvme = e->opt_tier == STRATA_TIER_NVME,
+        .grad_nvme = e->grad_tier == STRATA_TIER_NVME,
+        .pout = &e->param[param_out],
+    };
+    c.nsub = (e->total_numel + c.sg - 1) / c.sg;
+    *res = (strata_step_result){.grad_norm = -1};
+
+    strata_status st = acquire_buffers(&c);
+    if (st == STRATA_OK && !c.grad_nvme)
+        zero_untouched(&c);
+
+    double grad_scale = 1.0 / loss_scale;
+    bool fp16 = e->cfg.param_dtype == STRATA_DTYPE_FP16;
+    if (st == STRATA_OK && (e->cfg.gradient_clipping > 0 || fp16)) {
+        double sumsq;
+        bool nonfinite;
+        st = grad_stats(&c, &sumsq, &nonfinite);
+        res->grad_norm = sqrt(sumsq) / loss_scale;
+        if (st == STRATA_OK && nonfinite && fp16) {
+            res->skipped = true; /* an overflowed fp16 step writes nothing */
+            LOG_INFO(LOG_ADAM, "fp16 overflow at loss scale %g: step skipped", loss_scale);
+        } else if (st == STRATA_OK && e->cfg.gradient_clipping > 0 && res->grad_norm > e->cfg.gradient_clipping) {
+            grad_scale *= e->cfg.gradient_clipping / (res->grad_norm + 1e-6);
+        }
+    }
+    if (st == STRATA_OK && !res->skipped) {
+        strata_adam_hparams hp = {
+            .kind = e->cfg.optimizer, .lr = lr, .beta1 = e->cfg.beta1, .beta2 = e->cfg.beta2,
+            .eps = e->cfg.eps, .weight_decay = e->cfg.weight_decay, .bias_correction = e->cfg.bias_correction};
+        adam_consts consts;
+        adam_consts_init(&consts, &hp, e->adam_step + 1, grad_scale);
+        st = run_pipeline(&c, &consts);
+    }
+    strata_status rst = release_buffers(&c);
+    if (st == STRATA_OK)
+        st = rst;
+    if (st != STRATA_OK)
+        return st;
+    memset(e->grad_touched[grad_index], 0, e->nmodules);
+    if (!res->skipped)
+        e->adam_step++;
+    res->step = e->adam_step;
+    return STRATA_OK;
+}

@@ -1,0 +1,279 @@
+/* Swap files (private, preallocated, striped) and the extent allocator over them. */
+#include "nvme/swap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/size.h"
+#include "base/util.h"
+#include "nvme/direct.h"
+
+typedef struct free_range {
+    uint64_t off, len;
+} free_range;
+
+struct nvme_swap {
+    nvme_io *io;
+    int nfiles;
+    nvme_file *files[STRATA_MAX_NVME_PATHS];
+    uint64_t unit;            /* stripe unit = block size */
+    uint64_t per_file;        /* bytes preallocated in each file */
+    uint64_t capacity;
+    pthread_mutex_t mu;       /* guards the free list */
+    free_range *free;         /* sorted by offset, never adjacent */
+    size_t nfree, cap_free;
+    uint64_t free_total;
+};
+
+/* A private file in dir: O_TMPFILE where the filesystem has it, else a named file unlinked at once. */
+static strata_status open_private(nvme_swap *s, const char *dir, nvme_file **out)
+{
+    strata_status st = nvme_io_open(s->io, dir, O_RDWR | O_TMPFILE, 0600, out);
+    if (st == STRATA_OK)
+        return STRATA_OK;
+    char name[STRATA_PATH_BYTES + 64];
+    snprintf(name, sizeof name, "%s/.strata-swap-%d-%p", dir, (int)getpid(), (void *)s);
+    LOG_INFO(LOG_IO, "nvme_path \"%s\": O_TMPFILE not available (%s); using a named file unlinked after open", dir,
+             err_last());
+    ERR_CHECK(nvme_io_open(s->io, name, O_RDWR | O_CREAT | O_EXCL, 0600, out));
+    unlink(name);
+    return STRATA_OK;
+}
+
+static strata_status check_path(const char *dir, uint64_t need)
+{
+    char eb[96], a[32], b[32];
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return err_set(STRATA_ECONFIG, "nvme_path \"%s\": %s; it must be an existing directory", dir,
+                       err_errno_str(errno, eb, sizeof eb));
+    if (!S_ISDIR(sb.st_mode))
+        return err_set(STRATA_ECONFIG, "nvme_path \"%s\" is not a directory; name a directory on the NVMe drive",
+                       dir);
+    struct statvfs vs;
+    if (statvfs(dir, &vs) != 0)
+        return err_set(STRATA_EIO, "nvme_path \"%s\": statvfs failed: %s", dir, err_errno_str(errno, eb, sizeof eb));
+    uint64_t avail = (uint64_t)vs.f_bavail * vs.f_frsize;
+    if (avail < need)
+        return err_set(STRATA_ENOSPC,
+                       "nvme_path \"%s\": swap needs %s (%llu bytes) but the filesystem has only %s (%llu bytes) "
+                       "free; free space there, add another nvme_path to stripe over, or keep less state on NVMe",
+                       dir, size_format(need, a, sizeof a), (unsigned long long)need, size_format(avail, b, sizeof b),
+                       (unsigned long long)avail);
+    return STRATA_OK;
+}
+
+static strata_status preallocate(nvme_file *f, const char *dir, uint64_t bytes)
+{
+    char eb[96], a[32];
+    int rc = posix_fallocate(f->fd, 0, (off_t)bytes);
+    if (rc == 0)
+        return STRATA_OK;
+    if (rc == EOPNOTSUPP || rc == EINVAL) {
+        LOG_INFO(LOG_IO, "nvme_path \"%s\": fallocate not supported; the swap file is sparse", dir);
+        if (ftruncate(f->fd, (off_t)bytes) == 0)
+            return STRATA_OK;
+        rc = errno;
+    }
+    return err_set(err_from_errno(rc), "nvme_path \"%s\": preallocating %s for swap failed: %s", dir,
+                   size_format(bytes, a, sizeof a), err_errno_str(rc, eb, sizeof eb));
+}
+
+strata_status swap_create(nvme_io *io, const char *const *paths, int npaths, uint64_t capacity_bytes,
+                          nvme_swap **out)
+{
+    *out = NULL;
+    if (npaths < 1 || npaths > STRATA_MAX_NVME_PATHS)
+        return err_set(STRATA_ECONFIG, "nvme_path: %d paths given; between 1 and %d are allowed", npaths,
+                       STRATA_MAX_NVME_PATHS);
+    nvme_swap *s = calloc(1, sizeof *s);
+    if (!s)
+        return err_set(STRATA_ENOMEM, "swap: out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    s->io = io;
+    s->unit = nvme_io_config(io)->block_size;
+    uint64_t stripes = (capacity_bytes + s->unit - 1) / s->unit;
+    s->per_file = (stripes + (uint64_t)npaths - 1) / (uint64_t)npaths * s->unit;
+    if (s->per_file == 0)
+        s->per_file = s->unit;
+    s->capacity = s->per_file * (uint64_t)npaths;
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < npaths && st == STRATA_OK; i++)
+        st = check_path(paths[i], s->per_file);
+    for (int i = 0; i < npaths && st == STRATA_OK; i++) {
+        st = open_private(s, paths[i], &s->files[i]);
+        if (st == STRATA_OK) {
+            s->nfiles++;
+            st = preallocate(s->files[i], paths[i], s->per_file);
+        }
+    }
+    s->free = malloc(sizeof *s->free * 16);
+    if (st == STRATA_OK && !s->free)
+        st = err_set(STRATA_ENOMEM, "swap: out of memory");
+    if (st != STRATA_OK) {
+        swap_destroy(s);
+        return st;
+    }
+    s->cap_free = 16;
+    s->free[0] = (free_range){0, s->capacity};
+    s->nfree = 1;
+    s->free_total = s->capacity;
+    char a[32];
+    LOG_INFO(LOG_IO, "swap: %s over %d path(s), stripe unit %llu, %s I/O", size_format(s->capacity, a, sizeof a),
+             npaths, (unsigned long long)s->unit, swap_is_direct(s) ? "direct" : "buffered");
+    *out = s;
+    return STRATA_OK;
+}
+
+void swap_destroy(nvme_swap *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->nfiles; i++)
+        nvme_io_close(s->io, s->files[i]);
+    free(s->free);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+strata_status swap_alloc(nvme_swap *s, uint64_t bytes, swap_extent *out)
+{
+    *out = (swap_extent){0, 0};
+    uint64_t need = align_up(bytes ? bytes : 1, NVME_ALIGN);
+    pthread_mutex_lock(&s->mu);
+    uint64_t largest = 0;
+    for (size_t i = 0; i < s->nfree; i++) {
+        free_range *r = &s->free[i];
+        if (r->len >= need) {
+            *out = (swap_extent){r->off, need};
+            r->off += need;
+            r->len -= need;
+            if (r->len == 0) {
+                memmove(r, r + 1, (s->nfree - i - 1) * sizeof *r);
+                s->nfree--;
+            }
+            s->free_total -= need;
+            pthread_mutex_unlock(&s->mu);
+            return STRATA_OK;
+        }
+        largest = MAX(largest, r->len);
+    }
+    uint64_t total = s->free_total;
+    pthread_mutex_unlock(&s->mu);
+    char a[32], b[32], c[32], d[32];
+    return err_set(STRATA_ENOSPC,
+                   "swap: no free extent of %s: the largest free range is %s, %s free of %s in all; "
+                   "give the swap more capacity or keep less state on NVMe",
+                   size_format(need, a, sizeof a), size_format(largest, b, sizeof b), size_format(total, c, sizeof c),
+                   size_format(s->capacity, d, sizeof d));
+}
+
+void swap_free(nvme_swap *s, swap_extent e)
+{
+    if (e.bytes == 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    size_t i = 0;
+    while (i < s->nfree && s->free[i].off < e.offset)
+        i++;
+    bool merge_prev = i > 0 && s->free[i - 1].off + s->free[i - 1].len == e.offset;
+    bool merge_next = i < s->nfree && e.offset + e.bytes == s->free[i].off;
+    if (merge_prev && merge_next) {
+        s->free[i - 1].len += e.bytes + s->free[i].len;
+        memmove(&s->free[i], &s->free[i + 1], (s->nfree - i - 1) * sizeof *s->free);
+        s->nfree--;
+    } else if (merge_prev) {
+        s->free[i - 1].len += e.bytes;
+    } else if (merge_next) {
+        s->free[i].off = e.offset;
+        s->free[i].len += e.bytes;
+    } else {
+        if (s->nfree == s->cap_free) {
+            free_range *grown = realloc(s->free, sizeof *grown * s->cap_free * 2);
+            if (!grown) {
+                /* Losing track of a free range only wastes space; it can never hand out used space. */
+                pthread_mutex_unlock(&s->mu);
+                LOG_WARN(LOG_IO, "swap: out of memory while freeing an extent; %llu bytes stay unused",
+                         (unsigned long long)e.bytes);
+                return;
+            }
+            s->free = grown;
+            s->cap_free *= 2;
+        }
+        memmove(&s->free[i + 1], &s->free[i], (s->nfree - i) * sizeof *s->free);
+        s->free[i] = (free_range){e.offset, e.bytes};
+        s->nfree++;
+    }
+    s->free_total += e.bytes;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Maps the striped range onto the files: stripe k lives in file k % n at (k / n) * unit. */
+static strata_status swap_io(nvme_swap *s, ring_op op, const swap_extent *e, uint64_t offset, void *buf,
+                             size_t len, io_wait *w)
+{
+    if (offset > e->bytes || len > e->bytes - offset)
+        return err_set(STRATA_EINVAL, "swap: %s of %zu bytes at offset %llu lies outside an extent of %llu bytes",
+                       op == RING_READ ? "read" : "write", len, (unsigned long long)offset,
+                       (unsigned long long)e->bytes);
+    uint64_t at = e->offset + offset;
+    char *p = buf;
+    while (len > 0) {
+        uint64_t stripe = at / s->unit, within = at % s->unit;
+        /* One path needs no cutting: the file offset is the striped offset. */
+        size_t take = s->nfiles == 1 ? len : (size_t)MIN((uint64_t)len, s->unit - within);
+        nvme_file *f = s->files[stripe % (uint64_t)s->nfiles];
+        uint64_t file_off = stripe / (uint64_t)s->nfiles * s->unit + within;
+        ERR_CHECK(nvme_io_submit(s->io, f, op, p, file_off, take, w));
+        p += take;
+        at += take;
+        len -= take;
+    }
+    return STRATA_OK;
+}
+
+strata_status swap_write(nvme_swap *s, const swap_extent *e, uint64_t offset, const void *buf, size_t len,
+                         io_wait *w)
+{
+    return swap_io(s, RING_WRITE, e, offset, (void *)buf, len, w);
+}
+
+strata_status swap_read(nvme_swap *s, const swap_extent *e, uint64_t offset, void *buf, size_t len, io_wait *w)
+{
+    return swap_io(s, RING_READ, e, offset, buf, len, w);
+}
+
+uint64_t swap_capacity(const nvme_swap *s)
+{
+    return s->capacity;
+}
+
+uint64_t swap_free_bytes(nvme_swap *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = s->free_total;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int swap_file_fd(const nvme_swap *s, int index)
+{
+    return index >= 0 && index < s->nfiles ? s->files[index]->fd : -1;
+}
+
+bool swap_is_direct(const nvme_swap *s)
+{
+    for (int i = 0; i < s->nfiles; i++)
+        if (!s->files[i]->direct)
+            return false;
+    return s->nfiles > 0;
+}

@@ -1,0 +1,59 @@
+/*
+ * A flat array of model state (numel elements of elem_bytes) living in one tier: device memory,
+ * host memory or an NVMe swap extent. The engine keeps every state class (parameters, gradients,
+ * master weights, Adam moments) as one such array over the whole per-rank partition, so a module
+ * or an optimizer sub-group is always one contiguous range of it.
+ */
+#ifndef STRATA_OFFLOAD_TIER_ARRAY_H
+#define STRATA_OFFLOAD_TIER_ARRAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gpu/device.h"
+#include "nvme/swap.h"
+
+/* What a tier array needs from the engine to allocate and move its bytes. */
+typedef struct tier_env {
+    device *dev;
+    dev_stream *copy_stream;  /* for synchronous device<->host copies outside the hot path */
+    nvme_swap *swap;          /* NULL when nothing lives on NVMe */
+    bool host_addressable_device; /* device memory is host memory (host backend) */
+} tier_env;
+
+typedef struct tier_array {
+    strata_tier tier;
+    size_t numel, elem_bytes;
+    void *mem;        /* DEVICE: device memory; HOST: pinned host memory */
+    swap_extent ext;  /* NVME */
+    const char *what; /* "parameters", "master weights", ... for messages */
+} tier_array;
+
+/* Allocates the array in tier (device arena, pinned host memory or a swap extent). Contents are
+ * undefined. Errors are the allocator's (STRATA_EBUDGET, STRATA_ENOMEM, STRATA_ENOSPC) with what named. */
+strata_status tarr_alloc(tier_array *a, const tier_env *env, strata_tier tier, size_t numel, size_t elem_bytes,
+                         const char *what);
+
+/* Frees it; nothing may be in flight on it. Safe on a zeroed array. */
+void tarr_free(tier_array *a, const tier_env *env);
+
+/* The host pointer of element index, or NULL when the host cannot address the array's tier
+ * (NVMe, or device memory of a real GPU). */
+void *tarr_host_ptr(const tier_array *a, const tier_env *env, size_t index);
+
+/* Bytes of count elements (helper for ranges). */
+static inline size_t tarr_bytes(const tier_array *a, size_t count)
+{
+    return count * a->elem_bytes;
+}
+
+/* Reads elements [first, first + count) into buf (host memory; pinned and 4 KiB-aligned when the
+ * tier is NVMe). NVMe reads are queued on w (wait with io_wait_wait); other tiers copy before
+ * returning. The range must be 4 KiB-aligned in bytes for NVMe. */
+strata_status tarr_read(const tier_array *a, const tier_env *env, size_t first, size_t count, void *buf, io_wait *w);
+
+/* Writes buf into elements [first, first + count), as tarr_read. */
+strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf,
+                         io_wait *w);
+
+#endif

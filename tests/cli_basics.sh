@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The strata CLI as a user meets it: exit codes (0 ok, 2 bad input), messages on stderr, --help everywhere.
+set -u
+bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
+scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_basics.XXXXXX" 2>/dev/null || mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+passed=0 failed=0
+
+check() { # check NAME EXPECTED_EXIT EXPECTED_TEXT_IN_OUTPUT -- command...
+    local name=$1 want=$2 text=$3; shift 4
+    local out rc
+    out=$("$@" 2>&1); rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        echo "FAIL $name: exit $rc, expected $want; output:"; echo "$out"; failed=$((failed + 1)); return
+    fi
+    if [ -n "$text" ] && ! grep -qF -- "$text" <<<"$out"; then
+        echo "FAIL $name: output lacks \"$text\"; got:"; echo "$out"; failed=$((failed + 1)); return
+    fi
+    passed=$((passed + 1))
+}
+
+check "no command" 2 "usage: strata <command>" -- "$bin"
+check "unknown command" 2 'unknown command "frobnicate"' -- "$bin" frobnicate
+check "top help" 0 "commands:" -- "$bin" --help
+check "version" 0 "strata 0.1.0" -- "$bin" --version
+for cmd in info config nvme-bench bench; do
+    check "$cmd --help" 0 "usage: strata $cmd" -- "$bin" "$cmd" --help
+done
+
+check "info" 0 "device backends" -- "$bin" info
+check "info host backend" 0 "host" -- "$bin" info
+check "info extra arg" 2 'unexpected argument "x"' -- "$bin" info x
+
+check "config no args" 2 "usage: strata config" -- "$bin" config
+check "config defaults" 0 "aio.queue_depth" -- "$bin" config defaults
+check "config missing file" 2 "cannot open \"$scratch/none.json\": No such file or directory (ENOENT)" -- \
+    "$bin" config check "$scratch/none.json"
+
+cat >"$scratch/bad.json" <<'JSON'
+{"zero_optimization": {"stage": 3, "sub_grup_size": 1e8, "offload_param": {"device": "gpu"}},
+ "aio": {"queue_depth": 0}}
+JSON
+check "config unknown key" 2 "did you mean zero_optimization.sub_group_size?" -- "$bin" config check "$scratch/bad.json"
+check "config bad enum" 2 'allowed: "none", "cpu", "nvme"' -- "$bin" config check "$scratch/bad.json"
+check "config range" 2 "aio.queue_depth = 0 is out of range [1, 1024]" -- "$bin" config check "$scratch/bad.json"
+
+cat >"$scratch/good.json" <<'JSON'
+{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}},
+ "aio": {"block_size": "4MiB", "queue_depth": 16}, "bf16": {"enabled": true}}
+JSON
+check "config good" 0 "good.json: ok" -- "$bin" config check "$scratch/good.json"
+out=$("$bin" config check "$scratch/good.json")
+grep -qE '^aio.block_size +4194304 \(4.00 MiB\) +changed$' <<<"$out" && passed=$((passed + 1)) ||
+    { echo "FAIL resolved table row for aio.block_size; got:"; echo "$out"; failed=$((failed + 1)); }
+grep -qE '^aio.single_submit +false +same$' <<<"$out" && passed=$((passed + 1)) ||
+    { echo "FAIL resolved table row for aio.single_submit"; failed=$((failed + 1)); }
+
+echo "cli_basics: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,267 @@
+#include "synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reading and writing device buffers of the parameter dtype. On the host backend device memory is
+ * host memory; a GPU test would copy instead. */
+static float load_elem(const void *p, strata_dtype dt, size_t i)
+{
+    if (dt == STRATA_DTYPE_FP32)
+        return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    if (dt == STRATA_DTYPE_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    /* fp16 (normal and subnormal; inputs here are small finite values) */
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    float f;
+    if (exp == 0)
+        f = (float)mant * 0x1p-24f;
+    else if (exp == 31)
+        f = mant ? NAN : INFINITY;
+    else {
+        uint32_t u = ((exp + 112) << 23) | (mant << 13);
+        memcpy(&f, &u, 4);
+    }
+    return sign ? -f : f;
+}
+
+static uint16_t to_half(float f, strata_dtype dt)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if (dt == STRATA_DTYPE_BF16) {
+        if ((x & 0x7fffffff) > 0x7f800000)
+            return (uint16_t)((x >> 16) | 0x40);
+        return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+    }
+    /* fp16 by way of the compiler's conversion (round to nearest even) */
+    _Float16 h = (_Float16)f;
+    uint16_t b;
+    memcpy(&b, &h, 2);
+    return b;
+}
+
+static void store_elem(void *p, strata_dtype dt, size_t i, float v)
+{
+    if (dt == STRATA_DTYPE_FP32)
+        ((float *)p)[i] = v;
+    else
+        ((uint16_t *)p)[i] = to_half(v, dt);
+}
+
+static uint64_t mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float uniform(uint64_t key)
+{
+    return (float)((double)(mix(key) >> 11) * 0x1.0p-53) * 2.0f - 1.0f;
+}
+
+float synth_init_value(uint64_t seed, int index, size_t i)
+{
+    return 0.3f * uniform(seed ^ mix((uint64_t)index * 1000003u + i));
+}
+
+typedef struct init_ctx {
+    uint64_t seed;
+    int index;
+} init_ctx;
+
+static strata_status init_param(void *ctx, strata_param_id param, size_t offset, size_t count, float *out)
+{
+    (void)param;
+    init_ctx *c = ctx;
+    for (size_t i = 0; i < count; i++)
+        out[i] = synth_init_value(c->seed, c->index, offset + i);
+    return STRATA_OK;
+}
+
+void synth_defaults(synth_opts *o, uint64_t seed)
+{
+    memset(o, 0, sizeof *o);
+    o->layers = 4;
+    int w[] = {24, 80, 48, 64, 16};
+    memcpy(o->width, w, sizeof w);
+    o->batch = 6;
+    o->micro_batches = 2;
+    o->steps = 4;
+    o->seed = seed;
+}
+
+#define CHECK(call)                          \
+    do {                                     \
+        st = (call);                         \
+        if (st != STRATA_OK)                 \
+            goto out;                        \
+    } while (0)
+
+strata_status synth_train(const synth_opts *o, const strata_config *cfg, float **weights, size_t *n_out,
+                          double *losses, strata_stats *stats)
+{
+    strata_engine *e = NULL;
+    strata_status st;
+    int L = o->layers, B = o->batch;
+    strata_module_id mod[SYNTH_MAX_LAYERS];
+    strata_param_id W[SYNTH_MAX_LAYERS], b[SYNTH_MAX_LAYERS];
+    init_ctx ictx[2 * SYNTH_MAX_LAYERS];
+    float *act[SYNTH_MAX_LAYERS + 1] = {0}, *delta = NULL, *target = NULL;
+    size_t maxw = 0;
+    *weights = NULL;
+    strata_dtype dt = cfg->param_dtype;
+
+    CHECK(strata_engine_create(cfg, &e));
+    for (int l = 0; l < L; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer%d", l);
+        CHECK(strata_module_add(e, name, &mod[l]));
+        ictx[2 * l] = (init_ctx){o->seed, 2 * l};
+        ictx[2 * l + 1] = (init_ctx){o->seed, 2 * l + 1};
+        CHECK(strata_param_add(e, mod[l], "weight", (size_t)o->width[l + 1] * o->width[l], init_param, &ictx[2 * l],
+                               &W[l]));
+        CHECK(strata_param_add(e, mod[l], "bias", (size_t)o->width[l + 1], init_param, &ictx[2 * l + 1], &b[l]));
+    }
+    CHECK(strata_engine_finalize(e));
+    if (o->declare_order) {
+        strata_module_id order[2 * SYNTH_MAX_LAYERS];
+        for (int l = 0; l < L; l++) {
+            order[l] = mod[l];
+            order[L + l] = mod[L - 1 - l];
+        }
+        CHECK(strata_module_order(e, order, (size_t)(2 * L)));
+    }
+    for (int l = 0; l <= L; l++)
+        maxw = o->width[l] > (int)maxw ? (size_t)o->width[l] : maxw;
+    for (int l = 0; l <= L; l++)
+        act[l] = calloc((size_t)B * o->width[l], sizeof(float));
+    delta = calloc((size_t)B * maxw * 2, sizeof(float));
+    target = calloc((size_t)B * o->width[L], sizeof(float));
+
+    for (int s = 0; s < o->steps; s++) {
+        double loss = 0;
+        for (int mb = 0; mb < o->micro_batches; mb++) {
+            uint64_t key = mix(o->seed ^ ((uint64_t)s << 20) ^ ((uint64_t)mb << 8));
+            for (int i = 0; i < B * o->width[0]; i++)
+                act[0][i] = uniform(key + (uint64_t)i);
+            for (int i = 0; i < B * o->width[L]; i++)
+                target[i] = 0.5f * uniform(~key + (uint64_t)i);
+            float scale = (float)strata_loss_scale(e);
+            /* forward */
+            bool diverge = o->diverge_at_step == s + 1 && mb == 0 && L > 1;
+            if (diverge) { /* touch the last layer first: the recorded order no longer holds */
+                CHECK(strata_fetch(e, mod[L - 1]));
+                CHECK(strata_release(e, mod[L - 1]));
+            }
+            for (int l = 0; l < L; l++) {
+                CHECK(strata_fetch(e, mod[l]));
+                const void *w = strata_param_data(e, W[l]), *bb = strata_param_data(e, b[l]);
+                if (!w || !bb) {
+                    st = STRATA_ESTATE;
+                    goto out;
+                }
+                int in = o->width[l], out = o->width[l + 1];
+                for (int r = 0; r < B; r++)
+                    for (int j = 0; j < out; j++) {
+                        float z = load_elem(bb, dt, (size_t)j);
+                        for (int k = 0; k < in; k++)
+                            z += load_elem(w, dt, (size_t)j * in + k) * act[l][r * in + k];
+                        act[l + 1][r * out + j] = tanhf(z);
+                    }
+                CHECK(strata_release(e, mod[l]));
+            }
+            /* loss and its gradient (times the loss scale, as a trainer does for fp16) */
+            int out = o->width[L];
+            float *dcur = delta, *dnext = delta + (size_t)B * maxw;
+            for (int i = 0; i < B * out; i++) {
+                float d = act[L][i] - target[i];
+                loss += 0.5 * d * d / B;
+                dcur[i] = d / B * scale;
+            }
+            /* backward */
+            for (int l = L - 1; l >= 0; l--) {
+                CHECK(strata_fetch(e, mod[l]));
+                const void *w = strata_param_data(e, W[l]);
+                void *gw = strata_grad_data(e, W[l]), *gb = strata_grad_data(e, b[l]);
+                if (!w || !gw || !gb) {
+                    st = STRATA_ESTATE;
+                    goto out;
+                }
+                int in = o->width[l], outw = o->width[l + 1];
+                for (int r = 0; r < B; r++)
+                    for (int j = 0; j < outw; j++) {
+                        float y = act[l + 1][r * outw + j];
+                        dcur[r * outw + j] *= 1.0f - y * y; /* through tanh */
+                    }
+                for (int j = 0; j < outw; j++) {
+                    float sb = 0;
+                    for (int r = 0; r < B; r++)
+                        sb += dcur[r * outw + j];
+                    store_elem(gb, dt, (size_t)j, sb);
+                    for (int k = 0; k < in; k++) {
+                        float sw = 0;
+                        for (int r = 0; r < B; r++)
+                            sw += dcur[r * outw + j] * act[l][r * in + k];
+                        store_elem(gw, dt, (size_t)j * in + k, sw);
+                    }
+                }
+                for (int r = 0; r < B; r++)
+                    for (int k = 0; k < in; k++) {
+                        float sum = 0;
+                        for (int j = 0; j < outw; j++)
+                            sum += load_elem(w, dt, (size_t)j * in + k) * dcur[r * outw + j];
+                        dnext[r * in + k] = sum;
+                    }
+                float *t = dcur;
+                dcur = dnext;
+                dnext = t;
+                CHECK(strata_grads_ready(e, mod[l]));
+                CHECK(strata_release(e, mod[l]));
+            }
+        }
+        strata_step_args args = {.lr = o->lr_decay > 0 ? cfg->lr * pow(o->lr_decay, s) : 0};
+        CHECK(strata_step(e, &args, NULL));
+        if (losses)
+            losses[s] = loss / o->micro_batches;
+    }
+    size_t total = 0;
+    for (int l = 0; l < L; l++)
+        total += (size_t)o->width[l + 1] * o->width[l] + o->width[l + 1];
+    float *wout = malloc(total * sizeof(float));
+    *weights = wout; /* owned by the caller from here on, freed below on failure */
+    size_t pos = 0;
+    for (int l = 0; l < L && wout; l++) {
+        size_t nw = (size_t)o->width[l + 1] * o->width[l], nb = (size_t)o->width[l + 1];
+        CHECK(strata_param_read_master(e, W[l], 0, nw, wout + pos));
+        pos += nw;
+        CHECK(strata_param_read_master(e, b[l], 0, nb, wout + pos));
+        pos += nb;
+    }
+    *n_out = total;
+    if (stats)
+        CHECK(strata_stats_get(e, stats));
+out:
+    if (st != STRATA_OK) {
+        fprintf(stderr, "synth_train: %s: %s\n", strata_status_name(st), e ? strata_last_error(e) : strata_last_error(NULL));
+        if (*weights) {
+            free(*weights);
+            *weights = NULL;
+        }
+    }
+    for (int l = 0; l <= L; l++)
+        free(act[l]);
+    free(delta);
+    free(target);
+    strata_engine_destroy(e);
+    return st;
+}

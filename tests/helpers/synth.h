@@ -1,0 +1,40 @@
+/*
+ * A small synthetic trainer that uses strata only through include/strata.h: a stack of tanh
+ * layers y = tanh(W x + b), squared-error loss, fetch/release in forward, fetch/grads/release in
+ * backward, micro-batches, strata_step. Deterministic for a seed, so two engine configurations that
+ * are meant to be equivalent must end with bit-identical master weights.
+ */
+#ifndef STRATA_TEST_SYNTH_H
+#define STRATA_TEST_SYNTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata.h"
+
+#define SYNTH_MAX_LAYERS 16
+
+typedef struct synth_opts {
+    int layers;
+    int width[SYNTH_MAX_LAYERS + 1];  /* width[0] = input, width[l+1] = output of layer l */
+    int batch;
+    int micro_batches;                /* gradient accumulation */
+    int steps;
+    uint64_t seed;
+    bool declare_order;               /* strata_module_order instead of recording */
+    int diverge_at_step;              /* 0 = never; else that step fetches in a different order */
+    double lr_decay;                  /* lr of step s = cfg lr * lr_decay^s (0 = constant) */
+} synth_opts;
+
+/* Trains with cfg and returns every parameter's master weights concatenated (malloc'd) in *weights,
+ * their count in *n, and the loss of each step in losses[0..steps) when losses is not NULL. */
+strata_status synth_train(const synth_opts *o, const strata_config *cfg, float **weights, size_t *n, double *losses,
+                          strata_stats *stats);
+
+/* Sensible small defaults: 4 layers of widths 24..80, batch 6, 2 micro-batches, 4 steps. */
+void synth_defaults(synth_opts *o, uint64_t seed);
+
+/* The deterministic initial value of element i of parameter `index` (what the init callback writes). */
+float synth_init_value(uint64_t seed, int index, size_t i);
+
+#endif

@@ -1,0 +1,231 @@
+/*
+ * The configuration loader: one case per error class with the exact message, a DeepSpeed-style
+ * config resolved to the expected values, and "an error loses nothing" (the struct is untouched).
+ */
+#include <math.h>
+#include <unistd.h>
+
+#include "testlib.h"
+
+static strata_config defaults(void)
+{
+    strata_config c;
+    strata_config_init(&c);
+    return c;
+}
+
+/* Loads json over the defaults and expects failure with exactly `expected` as the whole report. */
+static void expect_error(const char *json, const char *expected)
+{
+    strata_config cfg = defaults(), before = cfg;
+    char err[4096] = "";
+    strata_status st = strata_config_load_json_string(&cfg, json, "test.json", err, sizeof err);
+    T_CHECK(st == STRATA_ECONFIG, "status for %s: got %s, expected STRATA_ECONFIG", json, strata_status_name(st));
+    T_EQ_STR(err, expected);
+    T_CHECK(memcmp(&cfg, &before, sizeof cfg) == 0, "a failed load changed the config (json %s)", json);
+    /* The thread's last error is the first line. */
+    T_CHECK(strncmp(strata_last_error(NULL), expected, strcspn(expected, "\n")) == 0,
+            "last error \"%s\" is not the first line of \"%s\"", strata_last_error(NULL), expected);
+}
+
+static void test_error_classes(void)
+{
+    /* unknown key, with a suggestion among its siblings */
+    expect_error("{\"zero_optimization\": {\"sub_grup_size\": 1e8}}",
+                 "config: unknown key zero_optimization.sub_grup_size; did you mean zero_optimization.sub_group_size?");
+    /* the right key in the wrong section */
+    expect_error("{\"sub_group_size\": 1000}",
+                 "config: unknown key sub_group_size; did you mean zero_optimization.sub_group_size?");
+    /* nothing close: the section's keys are listed */
+    expect_error("{\"aio\": {\"zzz\": 1}}",
+                 "config: unknown key aio.zzz; keys allowed in aio: block_size, queue_depth, intra_op_parallelism, "
+                 "thread_count, single_submit, overlap_events");
+    /* wrong type */
+    expect_error("{\"zero_optimization\": {\"stage\": \"3\"}}",
+                 "config: zero_optimization.stage = \"3\" has the wrong type (string); expected an integer in [0, 3]");
+    expect_error("{\"aio\": {\"single_submit\": 1}}",
+                 "config: aio.single_submit = 1 has the wrong type (integer); expected true or false");
+    expect_error("{\"aio\": []}", "config: aio = [] has the wrong type (array); expected an object { ... }");
+    /* out of range */
+    expect_error("{\"aio\": {\"queue_depth\": 3000}}", "config: aio.queue_depth = 3000 is out of range [1, 1024]");
+    expect_error("{\"optimizer\": {\"params\": {\"lr\": -0.1}}}",
+                 "config: optimizer.params.lr = -0.1 is out of range (0, 1e+06]");
+    expect_error("{\"optimizer\": {\"params\": {\"betas\": [0.9, 1.0]}}}",
+                 "config: optimizer.params.betas = [0.9,1.0] is out of range: each beta must be in [0, 1)");
+    /* enum */
+    expect_error("{\"zero_optimization\": {\"offload_param\": {\"device\": \"gpu\"}}}",
+                 "config: zero_optimization.offload_param.device = \"gpu\" is not allowed; allowed: \"none\", "
+                 "\"cpu\", \"nvme\"");
+    /* bad size strings */
+    expect_error("{\"strata\": {\"host_budget_bytes\": \"8 gigs\"}}",
+                 "config: strata.host_budget_bytes = \"8 gigs\" is not a size; expected bytes as a number or a string "
+                 "like \"512MiB\", \"8GiB\", \"1.5TB\"");
+    expect_error("{\"aio\": {\"block_size\": \"128MiB\"}}",
+                 "config: aio.block_size = \"128MiB\" is out of range [4.00 KiB, 64.00 MiB]");
+    /* malformed JSON with line and column */
+    expect_error("{\n  \"aio\": {\"block_size\": 4096,}\n}",
+                 "config: test.json:2:30: malformed JSON: string or '}' expected near '}'");
+    expect_error("{\"aio\": {\"queue_depth\": 4, \"queue_depth\": 8}}",
+                 "config: test.json:1:40: malformed JSON: duplicate object key near '\"queue_depth\"'");
+    /* a DeepSpeed key strata does not implement */
+    expect_error("{\"zero_optimization\": {\"overlap_comm\": true}}",
+                 "config: zero_optimization.overlap_comm is a DeepSpeed key that strata does not implement: strata "
+                 "always overlaps transfers on dedicated streams; remove the key; or set "
+                 "strata.ignore_unimplemented = true to only warn");
+    /* relations between keys */
+    expect_error("{\"bf16\": {\"enabled\": true}, \"fp16\": {\"enabled\": true}}",
+                 "config: bf16.enabled and fp16.enabled are both true; enable at most one");
+    expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\"}}}",
+                 "config: zero_optimization.offload_optimizer.device = \"nvme\" needs "
+                 "zero_optimization.offload_optimizer.nvme_path (a directory on a fast local drive, or a list of "
+                 "them to stripe)");
+    expect_error("{\"aio\": {\"block_size\": 5000}}",
+                 "config: aio.block_size = 5000 is not a multiple of 4096; direct I/O moves whole 4 KiB pages");
+    /* several problems are all reported, one per line */
+    expect_error("{\"aio\": {\"queue_depth\": 0, \"single_submit\": \"no\"}}",
+                 "config: aio.queue_depth = 0 is out of range [1, 1024]\n"
+                 "config: aio.single_submit = \"no\" has the wrong type (string); expected true or false");
+    expect_error("[1, 2]", "config: test.json: the top level must be a JSON object { ... }, not array");
+}
+
+static void test_deepspeed_config_resolves(void)
+{
+    const char *json =
+        "{\n"
+        "  \"zero_optimization\": {\n"
+        "    \"stage\": 3,\n"
+        "    \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/local_nvme\", \"buffer_count\": 6,\n"
+        "                      \"buffer_size\": 1e8, \"max_in_cpu\": 1e9, \"pin_memory\": true},\n"
+        "    \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": [\"/nvme0\", \"/nvme1\"], \"buffer_count\": 4,\n"
+        "                          \"pin_memory\": true, \"pipeline_read\": true, \"pipeline_write\": false, \"ratio\": 0.5},\n"
+        "    \"sub_group_size\": 5e7,\n"
+        "    \"stage3_prefetch_bucket_size\": \"auto\",\n"
+        "    \"stage3_max_live_parameters\": 3e8,\n"
+        "    \"stage3_param_persistence_threshold\": 1e4\n"
+        "  },\n"
+        "  \"aio\": {\"block_size\": 262144, \"queue_depth\": 16, \"thread_count\": 2, \"single_submit\": true,\n"
+        "          \"overlap_events\": false},\n"
+        "  \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 3e-4, \"betas\": [0.8, 0.95], \"eps\": 1e-6,\n"
+        "                \"weight_decay\": 0.1, \"adam_w_mode\": false}},\n"
+        "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 12, \"loss_scale_window\": 500,\n"
+        "           \"hysteresis\": 3, \"min_loss_scale\": 0.5},\n"
+        "  \"gradient_clipping\": 1.0,\n"
+        "  \"strata\": {\"backend\": \"host\", \"device_budget_bytes\": \"2GiB\", \"host_budget_bytes\": 8589934592,\n"
+        "             \"cpu_threads\": 2, \"delayed_update\": true, \"delayed_warmup_steps\": 5,\n"
+        "             \"trace_path\": \"/tmp/trace.json\", \"aio\": {\"direct\": false}}\n"
+        "}\n";
+    strata_config c = defaults();
+    char err[4096] = "";
+    T_OK(strata_config_load_json_string(&c, json, "ds.json", err, sizeof err));
+    T_EQ_STR(err, "");
+    T_EQ_INT(c.zero_stage, 3);
+    T_EQ_INT(c.offload_param.device, STRATA_TIER_NVME);
+    T_EQ_INT(c.offload_param.nvme_path_count, 1);
+    T_EQ_STR(c.offload_param.nvme_path[0], "/local_nvme");
+    T_EQ_INT(c.offload_param.buffer_count, 6);
+    T_EQ_INT(c.offload_param.buffer_size, 100000000);
+    T_EQ_INT(c.offload_param.max_in_cpu, 1000000000);
+    T_EQ_INT(c.offload_optimizer.device, STRATA_TIER_NVME);
+    T_EQ_INT(c.offload_optimizer.nvme_path_count, 2);
+    T_EQ_STR(c.offload_optimizer.nvme_path[1], "/nvme1");
+    T_EQ_INT(c.offload_optimizer.pipeline_write, 0);
+    T_CHECK(c.offload_optimizer.ratio == 0.5, "ratio %g", c.offload_optimizer.ratio);
+    T_EQ_INT(c.sub_group_size, 50000000);
+    T_EQ_INT(c.prefetch_bucket_size, defaults().prefetch_bucket_size); /* "auto" keeps the default */
+    T_EQ_INT(c.max_live_parameters, 300000000);
+    T_EQ_INT(c.param_persistence_threshold, 10000);
+    T_EQ_INT(c.aio.block_size, 262144);
+    T_EQ_INT(c.aio.queue_depth, 16);
+    T_EQ_INT(c.aio.intra_op_parallelism, 2); /* from the old spelling thread_count */
+    T_EQ_INT(c.aio.single_submit, 1);
+    T_EQ_INT(c.aio.overlap_events, 0);
+    T_EQ_INT(c.aio.direct, STRATA_SWITCH_OFF);
+    T_EQ_INT(c.optimizer, STRATA_OPTIMIZER_ADAM); /* DeepSpeed's Adam with adam_w_mode=false is L2 Adam */
+    T_CHECK(c.lr == 3e-4f && c.beta1 == 0.8f && c.beta2 == 0.95f && c.eps == 1e-6f && c.weight_decay == 0.1f,
+            "optimizer params lr=%g betas=[%g,%g] eps=%g wd=%g", (double)c.lr, (double)c.beta1, (double)c.beta2,
+            (double)c.eps, (double)c.weight_decay);
+    T_EQ_INT(c.param_dtype, STRATA_DTYPE_FP16);
+    T_CHECK(c.loss_scale == 0 && c.min_loss_scale == 0.5, "loss_scale %g min %g", c.loss_scale, c.min_loss_scale);
+    T_EQ_INT(c.initial_scale_power, 12);
+    T_EQ_INT(c.loss_scale_window, 500);
+    T_EQ_INT(c.hysteresis, 3);
+    T_CHECK(c.gradient_clipping == 1.0, "gradient_clipping %g", c.gradient_clipping);
+    T_EQ_INT(c.backend, STRATA_BACKEND_HOST);
+    T_EQ_INT(c.device_budget_bytes, 2ull << 30);
+    T_EQ_INT(c.host_budget_bytes, 8ull << 30);
+    T_EQ_INT(c.cpu_threads, 2);
+    T_EQ_INT(c.delayed_update, 1);
+    T_EQ_INT(c.delayed_warmup_steps, 5);
+    T_EQ_STR(c.trace_path, "/tmp/trace.json");
+
+    /* DeepSpeed's plain "Adam" is decoupled (AdamW) unless adam_w_mode says otherwise. */
+    strata_config d = defaults();
+    d.optimizer = STRATA_OPTIMIZER_ADAM;
+    T_OK(strata_config_load_json_string(&d, "{\"optimizer\": {\"type\": \"Adam\"}}", NULL, NULL, 0));
+    T_EQ_INT(d.optimizer, STRATA_OPTIMIZER_ADAMW);
+}
+
+static void test_ignore_unimplemented_warns(void)
+{
+    strata_config c = defaults();
+    /* The switch applies even when it comes after the key it excuses. */
+    T_OK(strata_config_load_json_string(
+        &c, "{\"train_batch_size\": 32, \"strata\": {\"ignore_unimplemented\": true}}", NULL, NULL, 0));
+    T_EQ_INT(c.ignore_unimplemented, 1);
+}
+
+static void test_file_errors(void)
+{
+    strata_config c = defaults();
+    char err[1024];
+    T_STATUS(strata_config_load_json(&c, "/nonexistent/strata.json", err, sizeof err), STRATA_ENOTFOUND);
+    T_EQ_STR(err, "config: cannot open \"/nonexistent/strata.json\": No such file or directory (ENOENT)");
+    T_STATUS(strata_config_load_json(NULL, "x", err, sizeof err), STRATA_EINVAL);
+
+    /* A file with random content never crashes the loader and never half-applies. */
+    const char *dir = t_scratch_dir("t_config");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/random.json", dir);
+    for (int round = 0; round < 50; round++) {
+        unsigned char junk[256];
+        t_rand_bytes(junk, sizeof junk);
+        junk[0] = '{';
+        FILE *f = fopen(path, "wb");
+        fwrite(junk, 1, t_rand_range(1, sizeof junk), f);
+        fclose(f);
+        strata_config before = c;
+        strata_status st = strata_config_load_json(&c, path, err, sizeof err);
+        T_CHECK(st == STRATA_ECONFIG, "random file round %d: got %s", round, strata_status_name(st));
+        T_CHECK(memcmp(&c, &before, sizeof c) == 0, "random file round %d changed the config", round);
+    }
+}
+
+static void test_validate_from_c(void)
+{
+    strata_config c = defaults();
+    char err[2048];
+    T_OK(strata_config_validate(&c, err, sizeof err));
+    c.aio.queue_depth = 0;
+    c.offload_param.device = STRATA_TIER_NVME;
+    T_STATUS(strata_config_validate(&c, err, sizeof err), STRATA_ECONFIG);
+    T_EQ_STR(err, "config: aio.queue_depth = 0 is out of range [1, 1024]\n"
+                  "config: zero_optimization.offload_param.device = \"nvme\" needs "
+                  "zero_optimization.offload_param.nvme_path (a directory on a fast local drive, or a list of them "
+                  "to stripe)");
+    strata_config raw;
+    memset(&raw, 0, sizeof raw);
+    T_STATUS(strata_config_validate(&raw, err, sizeof err), STRATA_ECONFIG);
+    T_CONTAINS(err, "initialise the struct with strata_config_init()");
+    T_STATUS(strata_config_init(NULL), STRATA_EINVAL);
+}
+
+int main(void)
+{
+    t_rng_seed();
+    test_error_classes();
+    test_deepspeed_config_resolves();
+    test_ignore_unimplemented_warns();
+    test_file_errors();
+    test_validate_from_c();
+    return t_done();
+}
