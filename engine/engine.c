@@ -35,6 +35,8 @@ STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_e
     pthread_mutex_init(&e->opt_lock, NULL);
     pthread_cond_init(&e->opt_cv, NULL);
     strata_status st = open_device(e);
+    if (st == STRATA_OK && cfg->trace_path[0])
+        st = trace_create(cfg->trace_path, &e->trace);
     if (st != STRATA_OK) {
         strata_engine_destroy(e);
         return st;
@@ -80,6 +82,7 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     dev_stream_destroy(e->copy);
     dev_stream_destroy(e->upd);
     dev_destroy(e->dev);
+    trace_finish(e->trace);
     free(e->grad_touched[0]);
     free(e->grad_touched[1]);
     free(e->modules);

@@ -21,6 +21,7 @@
 #include "nvme/swap.h"
 #include "offload/pool.h"
 #include "offload/tier_array.h"
+#include "engine/trace.h"
 #include "strata.h"
 
 #define ENGINE_NAME_BYTES 128
@@ -58,6 +59,7 @@ typedef struct eng_module {
     io_wait io;                    /* the NVMe read of a fetch */
     dev_event *ready;              /* recorded after the host->device copy */
     size_t fetch_bytes;            /* counted in flight / resident */
+    uint64_t issue_ns, loaded_ns;  /* when the fetch was queued / its copy finished (trace) */
 
     void *grad_dev;                /* device gradient buffer, while the trainer fills it */
     bool grad_pending;             /* grads_ready queued, accumulation not yet confirmed */
@@ -77,6 +79,7 @@ typedef struct grad_job {
     void *staging;                 /* pinned copy of the device gradients */
     tier_array *store;             /* the fp32 gradient store it accumulates into */
     bool first;                    /* the module's first gradients this step: overwrite */
+    uint64_t submit_ns;
     struct grad_job *next;
 } grad_job;
 
@@ -148,6 +151,8 @@ struct strata_engine {
     char opt_job_msg[ERR_MSG_BYTES];
     strata_step_result opt_job_result;
     int64_t steps_called;
+
+    trace *trace;                   /* strata.trace_path, or NULL */
 
     /* stats */
     eng_counters ctr;

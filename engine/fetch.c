@@ -81,6 +81,14 @@ static strata_module_id order_ahead(const strata_engine *e, size_t k)
 }
 
 /* How many fetches from now module id is needed again (SIZE_MAX: not in the order). */
+/* Runs on the h2d stream right after a fetch's copy: the trace's end of the fetch. */
+static strata_status mark_loaded(void *arg)
+{
+    eng_module *m = arg;
+    m->loaded_ns = now_ns();
+    return STRATA_OK;
+}
+
 static size_t next_use(const strata_engine *e, strata_module_id id)
 {
     if (!e->order_valid)
@@ -122,6 +130,7 @@ strata_status fetch_start(strata_engine *e, eng_module *m)
             return st;
     ERR_CHECK(st);
     m->dev_owned = true;
+    m->issue_ns = now_ns();
     const tier_array *src = &e->param[e->param_front];
     size_t bytes = m->fetch_bytes;
     if (e->param_tier == STRATA_TIER_NVME) {
@@ -136,6 +145,8 @@ strata_status fetch_start(strata_engine *e, eng_module *m)
     } else {
         st = dev_memcpy_async(e->h2d, m->dev, tarr_host_ptr(src, &e->env, m->offset), bytes);
     }
+    if (st == STRATA_OK && e->trace)
+        st = dev_host_fn(e->h2d, mark_loaded, m);
     if (st == STRATA_OK)
         st = dev_event_record(m->ready, e->h2d);
     atomic_fetch_add(&e->ctr.host_to_device, bytes);
@@ -166,6 +177,8 @@ static strata_status settle(strata_engine *e, eng_module *m, bool wait)
     }
     e->inflight_bytes -= m->fetch_bytes;
     m->state = MOD_RESIDENT;
+    trace_event(e->trace, TRACK_H2D, e->param_tier == STRATA_TIER_NVME ? "fetch nvme->device" : "fetch host->device",
+                m->name, m->issue_ns, m->loaded_ns);
     return st;
 }
 
@@ -277,7 +290,7 @@ static strata_status fetch(strata_engine *e, strata_module_id id)
     ERR_CHECK(engine_require_finalized(e, "strata_fetch"));
     eng_module *m = engine_module(e, id, "strata_fetch");
     if (!m)
-        return STRATA_ENOTFOUND;
+        return STRATA_ESTATE;
     if (m->held)
         return err_set(STRATA_ESTATE, "strata_fetch(\"%s\"): the module is already held; release it before "
                        "fetching it again", m->name);
@@ -302,7 +315,10 @@ static strata_status fetch(strata_engine *e, strata_module_id id)
     }
     uint64_t t0 = now_ns();
     strata_status st = settle(e, m, true);
-    e->stall_ns += now_ns() - t0;
+    uint64_t t1 = now_ns();
+    e->stall_ns += t1 - t0;
+    if (t1 - t0 > 2000)
+        trace_event(e->trace, TRACK_TRAINER, "stall", m->name, t0, t1);
     if (st != STRATA_OK) {
         char msg[ERR_MSG_BYTES];
         snprintf(msg, sizeof msg, "%s", err_last());
@@ -325,7 +341,7 @@ static strata_status release(strata_engine *e, strata_module_id id)
     ERR_CHECK(engine_require_finalized(e, "strata_release"));
     eng_module *m = engine_module(e, id, "strata_release");
     if (!m)
-        return STRATA_ENOTFOUND;
+        return STRATA_ESTATE;
     if (!m->held)
         return err_set(STRATA_ESTATE, "strata_release(\"%s\"): the module is not held (released twice, or never "
                        "fetched)", m->name);
@@ -358,7 +374,7 @@ STRATA_API void *strata_param_data(strata_engine *e, strata_param_id param)
     strata_status st = engine_require_finalized(e, "strata_param_data");
     eng_param *p = st == STRATA_OK ? engine_param(e, param, "strata_param_data") : NULL;
     if (!p) {
-        err_copy(&e->err, st == STRATA_OK ? STRATA_ENOTFOUND : st);
+        err_copy(&e->err, st == STRATA_OK ? STRATA_ESTATE : st);
         return NULL;
     }
     eng_module *m = &e->modules[p->module];

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/util.h"
 #include "engine/engine.h"
 #include "offload/accum.h"
 
@@ -61,6 +62,7 @@ static strata_status accumulate(void *arg)
         snprintf(msg, sizeof msg, "gradients of module \"%s\": %s", m->name, err_last());
         record_failure(e, st, msg);
     }
+    trace_event(e->trace, TRACK_D2H, "gradients", m->name, job->submit_ns, now_ns());
     pool_release(e->pool, job->staging);
     free(job);
     return st;
@@ -88,7 +90,7 @@ STRATA_API void *strata_grad_data(strata_engine *e, strata_param_id param)
     strata_status st = engine_require_finalized(e, "strata_grad_data");
     eng_param *p = st == STRATA_OK ? engine_param(e, param, "strata_grad_data") : NULL;
     if (!p) {
-        err_copy(&e->err, st == STRATA_OK ? STRATA_ENOTFOUND : st);
+        err_copy(&e->err, st == STRATA_OK ? STRATA_ESTATE : st);
         return NULL;
     }
     eng_module *m = &e->modules[p->module];
@@ -126,7 +128,7 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
     ERR_CHECK(engine_require_finalized(e, "strata_grads_ready"));
     eng_module *m = engine_module(e, id, "strata_grads_ready");
     if (!m)
-        return STRATA_ENOTFOUND;
+        return STRATA_ESTATE;
     if (!m->held)
         return err_set(STRATA_ESTATE, "strata_grads_ready(\"%s\"): the module is not fetched; fetch it for backward, "
                        "write its gradients into strata_grad_data, then call strata_grads_ready", m->name);
@@ -153,6 +155,7 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
     job->module = m;
     job->store = &e->grad[e->grad_front];
     job->first = !e->grad_touched[e->grad_front][id];
+    job->submit_ns = now_ns();
     st = dev_memcpy_async(e->d2h, job->staging, m->grad_dev, bytes);
     if (st == STRATA_OK)
         st = dev_host_fn(e->d2h, accumulate, job);

@@ -42,7 +42,8 @@ strata_status engine_require_finalized(strata_engine *e, const char *what)
 eng_module *engine_module(strata_engine *e, strata_module_id id, const char *what)
 {
     if (id >= e->nmodules) {
-        err_set(STRATA_ENOTFOUND, "%s: module id %u is unknown (the engine has %zu modules)", what, id, e->nmodules);
+        err_set(STRATA_ESTATE, "%s: module id %u is unknown (the engine has %zu modules, ids 0..%zu)", what, id,
+                e->nmodules, e->nmodules ? e->nmodules - 1 : 0);
         return NULL;
     }
     return &e->modules[id];
@@ -51,7 +52,7 @@ eng_module *engine_module(strata_engine *e, strata_module_id id, const char *wha
 eng_param *engine_param(strata_engine *e, strata_param_id id, const char *what)
 {
     if (id >= e->nparams) {
-        err_set(STRATA_ENOTFOUND, "%s: parameter id %u is unknown (the engine has %zu parameters)", what, id,
+        err_set(STRATA_ESTATE, "%s: parameter id %u is unknown (the engine has %zu parameters)", what, id,
                 e->nparams);
         return NULL;
     }
@@ -93,7 +94,7 @@ static strata_status param_add(strata_engine *e, strata_module_id module, const 
                        "parameter before strata_engine_finalize()", name ? name : "");
     eng_module *m = engine_module(e, module, "strata_param_add");
     if (!m)
-        return STRATA_ENOTFOUND;
+        return STRATA_ESTATE;
     ERR_CHECK(check_name(name, "strata_param_add"));
     if (numel == 0)
         return err_set(STRATA_EINVAL, "strata_param_add(\"%s.%s\"): numel is 0; a parameter needs at least one "
@@ -136,7 +137,7 @@ static strata_status module_order(strata_engine *e, const strata_module_id *orde
         return err_set(STRATA_EINVAL, "strata_module_order: the order is empty");
     for (size_t i = 0; i < count; i++)
         if (order[i] >= e->nmodules)
-            return err_set(STRATA_ENOTFOUND, "strata_module_order: entry %zu is module id %u, which is unknown (the "
+            return err_set(STRATA_ESTATE, "strata_module_order: entry %zu is module id %u, which is unknown (the "
                            "engine has %zu modules)", i, order[i], e->nmodules);
     if (!grow((void **)&e->order, &e->order_cap, count, sizeof *e->order))
         return err_set(STRATA_ENOMEM, "strata_module_order: out of memory");

@@ -21,6 +21,7 @@
 typedef struct opt_slot {
     float *master, *m, *v, *grad;  /* pinned, when that state is on NVMe */
     io_wait rd, wr;
+    uint64_t rd_issue_ns, wr_issue_ns; /* for the trace */
 } opt_slot;
 
 typedef struct param_slot {
@@ -109,13 +110,25 @@ static void zero_untouched(step_ctx *c)
             memset(tarr_host_ptr(c->grads, &e->env, e->modules[i].offset), 0, e->modules[i].numel * 4);
 }
 
+/* Waits for a slot's write-back and traces it. */
+static strata_status wait_write(strata_engine *e, opt_slot *s)
+{
+    bool pending = !io_wait_idle(&s->wr) || s->wr_issue_ns;
+    strata_status st = io_wait_wait(&s->wr);
+    if (pending && s->wr_issue_ns)
+        trace_event(e->trace, TRACK_NVME, "write master/m/v", NULL, s->wr_issue_ns, s->wr.done_ns);
+    s->wr_issue_ns = 0;
+    return st;
+}
+
 static strata_status issue_read(step_ctx *c, size_t k)
 {
     strata_engine *e = c->e;
     opt_slot *s = &c->slot[k % 3];
     size_t first = sub_first(c, k), n = sub_count(c, k);
     /* The slot's previous write (sub-group k-3) must have left the buffers. */
-    ERR_CHECK(io_wait_wait(&s->wr));
+    ERR_CHECK(wait_write(e, s));
+    s->rd_issue_ns = now_ns();
     ERR_CHECK(tarr_read(&e->master, &e->env, first, n, s->master, &s->rd));
     ERR_CHECK(tarr_read(&e->exp_avg, &e->env, first, n, s->m, &s->rd));
     ERR_CHECK(tarr_read(&e->exp_avg_sq, &e->env, first, n, s->v, &s->rd));
@@ -130,6 +143,7 @@ static strata_status issue_write(step_ctx *c, size_t k)
     strata_engine *e = c->e;
     opt_slot *s = &c->slot[k % 3];
     size_t first = sub_first(c, k), n = sub_count(c, k);
+    s->wr_issue_ns = now_ns();
     ERR_CHECK(tarr_write(&e->master, &e->env, first, n, s->master, &s->wr));
     ERR_CHECK(tarr_write(&e->exp_avg, &e->env, first, n, s->m, &s->wr));
     ERR_CHECK(tarr_write(&e->exp_avg_sq, &e->env, first, n, s->v, &s->wr));
@@ -169,7 +183,7 @@ static strata_status release_buffers(step_ctx *c)
     for (int i = 0; i < 3; i++) {
         if ((st = io_wait_wait(&c->slot[i].rd)) != STRATA_OK && first == STRATA_OK)
             first = st;
-        if ((st = io_wait_wait(&c->slot[i].wr)) != STRATA_OK && first == STRATA_OK)
+        if ((st = wait_write(e, &c->slot[i])) != STRATA_OK && first == STRATA_OK)
             first = st;
         io_wait_destroy(&c->slot[i].rd);
         io_wait_destroy(&c->slot[i].wr);
@@ -224,6 +238,7 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
         uint64_t t0 = now_ns();
         ERR_CHECK(io_wait_wait(&s->rd));
         atomic_fetch_add(&e->ctr.step_io_wait_ns, now_ns() - t0);
+        trace_event(e->trace, TRACK_NVME, "read master/m/v", NULL, s->rd_issue_ns, s->rd.done_ns);
         a.master = s->master, a.exp_avg = s->m, a.exp_avg_sq = s->v;
     } else {
         a.master = tarr_host_ptr(&e->master, &e->env, first);
@@ -251,7 +266,11 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
     job.arrays = a;
     uint64_t t0 = now_ns();
     strata_status st = adam_run_step(&job);
-    atomic_fetch_add(&e->ctr.adam_ns, now_ns() - t0);
+    uint64_t t1 = now_ns();
+    atomic_fetch_add(&e->ctr.adam_ns, t1 - t0);
+    char label[32];
+    snprintf(label, sizeof label, "sub-group %zu", k);
+    trace_event(e->trace, TRACK_OPTIMIZER, "adam", label, t0, t1);
     ERR_CHECK(st);
     if (atomic_load(&tiles.failed))
         return err_set(STRATA_EDEVICE, "optimizer step: copying updated parameters of sub-group %zu to the device "

@@ -89,6 +89,7 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
         *out = r;
     strata_status st = fetch_prefetch(e);
     e->step_ns += now_ns() - t0;
+    trace_event(e->trace, TRACK_TRAINER, r.delayed ? "step (delayed: hand-off)" : "step", NULL, t0, now_ns());
     return st;
 }
 
@@ -130,7 +131,7 @@ static strata_status read_master(strata_engine *e, strata_param_id id, size_t of
     ERR_CHECK(engine_require_finalized(e, "strata_param_read_master"));
     eng_param *p = engine_param(e, id, "strata_param_read_master");
     if (!p)
-        return STRATA_ENOTFOUND;
+        return STRATA_ESTATE;
     if (!out || offset > p->numel || count > p->numel - offset)
         return err_set(STRATA_EINVAL, "strata_param_read_master(\"%s\"): range [%zu, %zu) is outside its %zu "
                        "elements (or out is NULL)", p->name, offset, offset + count, p->numel);

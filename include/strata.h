@@ -269,7 +269,7 @@ typedef strata_status (*strata_init_fn)(void *ctx, strata_param_id param, size_t
 STRATA_API strata_status strata_module_add(strata_engine *engine, const char *name, strata_module_id *out);
 
 /* Adds a parameter of numel (> 0) elements to module. init may be NULL (zeros). name as above,
- * unique within its module. STRATA_ESTATE after finalize; STRATA_ENOTFOUND for an unknown module. */
+ * unique within its module. STRATA_ESTATE after finalize or for an unknown module. */
 STRATA_API strata_status strata_param_add(strata_engine *engine, strata_module_id module, const char *name,
                                           size_t numel, strata_init_fn init, void *init_ctx,
                                           strata_param_id *out);
@@ -287,8 +287,8 @@ STRATA_API strata_status strata_module_order(strata_engine *engine, const strata
 
 /* Makes module's parameters resident on the device and ordered before the trainer's next compute
  * (on the host backend: readable when this returns). Time spent waiting here is a stall in the stats.
- * Modules that come next in the order are already being fetched. STRATA_ENOTFOUND for an unknown
- * module, STRATA_ESTATE before finalize or when module is already held, STRATA_EBUDGET when the
+ * Modules that come next in the order are already being fetched. STRATA_ESTATE for an unknown
+ * module, before finalize or when module is already held, STRATA_EBUDGET when the
  * device budget cannot hold it with the modules still held. */
 STRATA_API strata_status strata_fetch(strata_engine *engine, strata_module_id module);
 

@@ -3,6 +3,10 @@
 # and the shared library exports the public API and nothing else.
 set -u
 build=${STRATA_BUILD_DIR:?STRATA_BUILD_DIR must name the build directory}
+if grep -qE '^STRATA_SANITIZE:STRING=.+' "$build/CMakeCache.txt"; then
+    echo "SKIP: this build is sanitized; an installed sanitized libstrata only loads into sanitized programs"
+    exit 77
+fi
 mkdir -p "${STRATA_SCRATCH:-/tmp}"
 scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_install.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT

@@ -119,154 +119,132 @@ static void test_stream_order(void)
 
 /* ---------------------------------------------------------------- events across streams */
 
+/* Two streams (the second created, or wrapping the caller's own), two events, pinned src (random) and
+ * dst (zero) and a device buffer of n bytes (none when n is 0). dev_destroy(r->d) frees it all. */
+typedef struct rig {
+    device *d;
+    dev_stream *a, *b;
+    dev_event *ev, *done_b;
+    unsigned char *src, *dst;
+    void *buf;
+    size_t n;
+} rig;
+
+static void rig_open(rig *r, size_t n, bool wrap_b, const char *name_a, const char *name_b)
+{
+    memset(r, 0, sizeof *r);
+    r->d = open_dev(64 * MiB, false);
+    r->n = n;
+    T_OK(dev_stream_create(r->d, name_a, &r->a));
+    T_OK(wrap_b ? dev_stream_wrap(r->d, NULL, name_b, &r->b) : dev_stream_create(r->d, name_b, &r->b));
+    T_OK(dev_event_create(r->d, &r->ev));
+    T_OK(dev_event_create(r->d, &r->done_b));
+    if (n == 0)
+        return;
+    T_OK(dev_host_alloc(r->d, n, (void **)&r->src));
+    T_OK(dev_host_alloc(r->d, n, (void **)&r->dst));
+    T_OK(dev_alloc(r->d, n, &r->buf));
+    t_rand_bytes(r->src, n);
+    memset(r->dst, 0, n);
+}
+
 static strata_status slow_fn(void *p)
 {
     sleep_ms(*(int *)p);
     return STRATA_OK;
 }
 
-static void test_event_cross_stream(void)
+/* Stream b waits on an event recorded after slow work and a copy on stream a, then reads the copy.
+ * With wrap_b, b is the caller's own stream: how the trainer's compute is ordered after a prefetch
+ * (on the host backend, the calling thread itself waits). */
+static void test_cross_stream(bool wrap_b)
 {
-    device *d = open_dev(64 * MiB, false);
-    dev_stream *a, *b;
-    dev_event *ev, *done_b;
-    T_OK(dev_stream_create(d, "a", &a));
-    T_OK(dev_stream_create(d, "b", &b));
-    T_OK(dev_event_create(d, &ev));
-    T_OK(dev_event_create(d, &done_b));
-    size_t n = 4 * MiB;
-    unsigned char *src, *dst;
-    void *buf;
-    T_OK(dev_host_alloc(d, n, (void **)&src));
-    T_OK(dev_host_alloc(d, n, (void **)&dst));
-    T_OK(dev_alloc(d, n, &buf));
-    t_rand_bytes(src, n);
-    memset(dst, 0xee, n);
-    T_OK(dev_memset_async(a, buf, 0, n));
-    T_OK(dev_stream_sync(a));
-
-    bool done = true;
-    T_OK(dev_event_query(ev, &done));
+    rig r;
+    rig_open(&r, 4 * MiB, wrap_b, "a", wrap_b ? "compute" : "b");
+    T_OK(dev_memset_async(r.a, r.buf, 0, r.n));
+    T_OK(dev_stream_sync(r.a));
+    bool done = false;
+    T_OK(dev_event_query(r.ev, &done));
     T_CHECK(done, "a never-recorded event must count as complete");
 
     static int delay_ms = 150;
     uint64_t t0 = now_ns();
-    T_OK(dev_host_fn(a, slow_fn, &delay_ms));
-    T_OK(dev_memcpy_async(a, buf, src, n));
-    T_OK(dev_event_record(ev, a));
-    T_OK(dev_stream_wait_event(b, ev));
-    T_OK(dev_memcpy_async(b, dst, buf, n));
-    T_OK(dev_event_record(done_b, b));
-    double enqueue_ms = (double)(now_ns() - t0) / 1e6;
-    T_CHECK(enqueue_ms < delay_ms / 2.0, "queuing the cross-stream wait blocked the host for %.1f ms", enqueue_ms);
-    T_OK(dev_event_query(ev, &done));
-    T_CHECK(!done, "the event reports done while its stream still sleeps (%.1f ms in)", (now_ns() - t0) / 1e6);
-
-    T_OK(dev_event_sync(done_b));
-    T_OK(dev_event_query(ev, &done));
+    T_OK(dev_host_fn(r.a, slow_fn, &delay_ms));
+    T_OK(dev_memcpy_async(r.a, r.buf, r.src, r.n));
+    T_OK(dev_event_record(r.ev, r.a));
+    T_OK(dev_stream_wait_event(r.b, r.ev));
+    T_OK(dev_memcpy_async(r.b, r.dst, r.buf, r.n));
+    T_OK(dev_event_record(r.done_b, r.b));
+    if (!wrap_b) {
+        double enqueue_ms = (double)(now_ns() - t0) / 1e6;
+        T_CHECK(enqueue_ms < delay_ms / 2.0, "queuing the cross-stream wait blocked the host for %.1f ms", enqueue_ms);
+        T_OK(dev_event_query(r.ev, &done));
+        T_CHECK(!done, "the event reports done while its stream still sleeps (%.1f ms in)", (now_ns() - t0) / 1e6);
+    }
+    T_OK(dev_event_sync(r.done_b));
+    T_OK(dev_event_query(r.ev, &done));
     T_CHECK(done, "stream b finished, so the event it waited on must be done");
-    T_CHECK(memcmp(dst, src, n) == 0, "stream b did not see stream a's copy: dst[0] = %#x, src[0] = %#x", dst[0], src[0]);
+    T_CHECK(memcmp(r.dst, r.src, r.n) == 0, "stream b did not see stream a's copy: dst[0] = %#x, src[0] = %#x",
+            r.dst[0], r.src[0]);
     double total_ms = (double)(now_ns() - t0) / 1e6;
     T_CHECK(total_ms >= delay_ms * 0.9, "the wait finished after %.1f ms, before the %d ms of work on stream a",
             total_ms, delay_ms);
-    dev_event_destroy(ev);
-    dev_event_destroy(done_b);
-    dev_stream_destroy(a);
-    dev_stream_destroy(b);
-    dev_destroy(d);
-}
-
-/* The trainer's own stream, wrapped: its work waits for a prefetch on another stream, and an event
- * recorded on it marks the trainer's use (on the host backend the stream is the calling thread). */
-static void test_wrapped_stream(void)
-{
-    device *d = open_dev(64 * MiB, false);
-    dev_stream *h2d, *compute, *bad = NULL;
-    dev_event *ready, *used;
-    T_OK(dev_stream_create(d, "h2d", &h2d));
-    T_OK(dev_stream_wrap(d, NULL, "compute", &compute));
-    T_OK(dev_event_create(d, &ready));
-    T_OK(dev_event_create(d, &used));
-    if (kind_now == STRATA_BACKEND_HOST) {
+    if (wrap_b && kind_now == STRATA_BACKEND_HOST) {
         int x;
-        T_STATUS(dev_stream_wrap(d, &x, "compute", &bad), STRATA_EINVAL);
+        dev_stream *bad = NULL;
+        T_STATUS(dev_stream_wrap(r.d, &x, "compute", &bad), STRATA_EINVAL);
         T_CONTAINS(strata_last_error(NULL), "the host backend has no native streams");
         T_CHECK(bad == NULL, "out-param set on failure");
     }
-    size_t n = 2 * MiB;
-    unsigned char *src, *dst;
-    void *buf;
-    T_OK(dev_host_alloc(d, n, (void **)&src));
-    T_OK(dev_host_alloc(d, n, (void **)&dst));
-    T_OK(dev_alloc(d, n, &buf));
-    t_rand_bytes(src, n);
-    memset(dst, 0, n);
-    static int delay_ms = 100;
-    uint64_t t0 = now_ns();
-    T_OK(dev_host_fn(h2d, slow_fn, &delay_ms));
-    T_OK(dev_memcpy_async(h2d, buf, src, n));
-    T_OK(dev_event_record(ready, h2d));
-    T_OK(dev_stream_wait_event(compute, ready));
-    T_OK(dev_memcpy_async(compute, dst, buf, n));
-    T_OK(dev_event_record(used, compute));
-    T_OK(dev_event_sync(used));
-    T_CHECK(memcmp(dst, src, n) == 0, "the wrapped stream read the buffer before the prefetch landed");
-    T_CHECK((double)(now_ns() - t0) / 1e6 >= delay_ms * 0.9, "the wrapped stream did not wait for the prefetch");
-    T_OK(dev_stream_sync(compute));
-    dev_stream_destroy(compute); /* forgets the caller's stream; it stays usable to the caller */
-    dev_destroy(d);
+    dev_event_destroy(r.ev);
+    dev_event_destroy(r.done_b);
+    dev_stream_destroy(r.a);
+    dev_stream_destroy(r.b); /* a wrapped stream is only forgotten: it stays the caller's */
+    dev_destroy(r.d);
 }
 
 /* ---------------------------------------------------------------- streams run concurrently */
 
-typedef struct watch {
-    const volatile unsigned char *dst;
-    size_t n;
-    unsigned char want;
-    atomic_int saw;
-} watch;
+typedef struct gate {
+    atomic_int open;
+    atomic_int done;
+} gate;
 
-/* Blocks its stream until another stream's copy lands in dst (or 5 s pass): a backend that runs streams
- * one after the other never lets that copy happen while this waits. */
-static strata_status watch_for_copy(void *p)
+/* Holds its stream until the main thread opens the gate (or 5 s pass). */
+static strata_status hold_until_open(void *p)
 {
-    watch *w = p;
+    gate *g = p;
     uint64_t deadline = now_ns() + 5000000000ull;
-    while (now_ns() < deadline) {
-        if (w->dst[0] == w->want && w->dst[w->n - 1] == w->want) {
-            atomic_store(&w->saw, 1);
-            break;
-        }
+    while (!atomic_load(&g->open) && now_ns() < deadline)
         sleep_ms(1);
-    }
+    atomic_store(&g->done, 1);
     return STRATA_OK;
 }
 
+/* Stream a is held by a host function; copies on stream b must still finish meanwhile. A backend that
+ * ran streams one after the other would finish b only after a's 5 s timeout. */
 static void test_concurrency(void)
 {
-    device *d = open_dev(16 * MiB, false);
-    dev_stream *a, *b;
-    T_OK(dev_stream_create(d, "left", &a));
-    T_OK(dev_stream_create(d, "right", &b));
-    T_CHECK((dev_stream_native(a) != NULL) == (kind_now == STRATA_BACKEND_CUDA),
-            "dev_stream_native is %p on backend %d", dev_stream_native(a), (int)kind_now);
-    size_t n = MiB;
-    unsigned char *src, *dst;
-    void *buf;
-    T_OK(dev_host_alloc(d, n, (void **)&src));
-    T_OK(dev_host_alloc(d, n, (void **)&dst));
-    T_OK(dev_alloc(d, n, &buf));
-    memset(src, 0x5a, n);
-    memset(dst, 0, n);
-    watch w = {dst, n, 0x5a, 0};
-    /* Queued first: if streams were one queue, the copies below would wait behind the watcher. */
-    T_OK(dev_host_fn(a, watch_for_copy, &w));
-    T_OK(dev_memcpy_async(b, buf, src, n));
-    T_OK(dev_memcpy_async(b, dst, buf, n));
-    T_OK(dev_stream_sync(a));
-    T_OK(dev_stream_sync(b));
-    T_CHECK(atomic_load(&w.saw) == 1, "a copy on stream b did not run while stream a was busy: streams are serialised");
-    dev_destroy(d);
+    rig r;
+    rig_open(&r, MiB, false, "left", "right");
+    T_CHECK((dev_stream_native(r.a) != NULL) == (kind_now == STRATA_BACKEND_CUDA),
+            "dev_stream_native is %p on backend %d", dev_stream_native(r.a), (int)kind_now);
+    gate g = {0, 0};
+    T_OK(dev_host_fn(r.a, hold_until_open, &g));
+    T_OK(dev_memcpy_async(r.b, r.buf, r.src, r.n));
+    T_OK(dev_memcpy_async(r.b, r.dst, r.buf, r.n));
+    T_OK(dev_event_record(r.done_b, r.b));
+    uint64_t t0 = now_ns();
+    T_OK(dev_event_sync(r.done_b));
+    double ms = (double)(now_ns() - t0) / 1e6;
+    bool a_still_held = !atomic_load(&g.done);
+    atomic_store(&g.open, 1);
+    T_OK(dev_stream_sync(r.a));
+    T_OK(dev_stream_sync(r.b));
+    T_CHECK(a_still_held, "stream b's copies finished only after stream a's held work (%.0f ms): streams are serialised",
+            ms);
+    T_CHECK(memcmp(r.dst, r.src, r.n) == 0, "stream b's copies are wrong");
+    dev_destroy(r.d);
 }
 
 /* ---------------------------------------------------------------- memory */
@@ -430,13 +408,11 @@ static strata_status count_fn(void *p)
 
 static void test_async_error(void)
 {
-    device *d = open_dev(16 * MiB, false);
-    dev_stream *s, *other;
-    dev_event *before, *after;
-    T_OK(dev_stream_create(d, "h2d", &s));
-    T_OK(dev_stream_create(d, "other", &other));
-    T_OK(dev_event_create(d, &before));
-    T_OK(dev_event_create(d, &after));
+    rig r;
+    rig_open(&r, 0, false, "h2d", "other");
+    device *d = r.d;
+    dev_stream *s = r.a, *other = r.b;
+    dev_event *before = r.ev, *after = r.done_b;
     static int where = 4096;
     static int slow = 50;
     atomic_int ran = 0;
@@ -583,9 +559,9 @@ int main(void)
         kind_now = kinds[k];
         int before = t_failures;
         test_stream_order();
-        test_event_cross_stream();
+        test_cross_stream(false);
+        test_cross_stream(true);
         test_concurrency();
-        test_wrapped_stream();
         test_budget();
         test_fragmentation();
         test_poison();

@@ -25,14 +25,12 @@ static strata_status do_io(nvme_io *io, nvme_file *f, ring_op op, void *buf, uin
 
 /* Writes random data at many offsets (lengths not multiples of the block) and reads it back
  * through a second buffer; the oracle is a copy of the file kept in memory. */
-static void round_trips(const char *dir, strata_switch direct, int threads, size_t block, int qd)
+static void round_trips_cfg(const char *dir, const strata_aio_config *c)
 {
-    strata_aio_config cfg;
-    nvme_aio_defaults(&cfg);
-    cfg.direct = direct;
-    cfg.intra_op_parallelism = threads;
-    cfg.block_size = block;
-    cfg.queue_depth = qd;
+    strata_aio_config cfg = *c;
+    strata_switch direct = cfg.direct;
+    int threads = cfg.intra_op_parallelism;
+    size_t block = cfg.block_size;
     nvme_io *io = NULL;
     T_OK(nvme_io_create(&cfg, &io));
     if (!io)
@@ -77,6 +75,38 @@ static void round_trips(const char *dir, strata_switch direct, int threads, size
     free(oracle);
     nvme_io_close(io, f);
     nvme_io_destroy(io);
+}
+
+static void round_trips(const char *dir, strata_switch direct, int threads, size_t block, int qd)
+{
+    strata_aio_config cfg;
+    nvme_aio_defaults(&cfg);
+    cfg.direct = direct;
+    cfg.intra_op_parallelism = threads;
+    cfg.block_size = block;
+    cfg.queue_depth = qd;
+    round_trips_cfg(dir, &cfg);
+}
+
+/* The submission variants: one syscall per piece, no overlap between batches, SQPOLL. */
+static void round_trip_variants(const char *dir)
+{
+    strata_aio_config cfg;
+    nvme_aio_defaults(&cfg);
+    cfg.block_size = 64 << 10;
+    cfg.queue_depth = 8;
+    cfg.single_submit = true;
+    round_trips_cfg(dir, &cfg);
+    cfg.single_submit = false;
+    cfg.overlap_events = false;
+    round_trips_cfg(dir, &cfg);
+    cfg.overlap_events = true;
+    cfg.sqpoll = STRATA_SWITCH_AUTO;
+    nvme_io *io = NULL;
+    T_OK(nvme_io_create(&cfg, &io));
+    printf("sqpoll %s here\n", io && nvme_io_caps(io).sqpoll ? "granted" : "refused (fell back)");
+    nvme_io_destroy(io);
+    round_trips_cfg(dir, &cfg);
 }
 
 /* Reading past what was written is an error naming the path, never zero-filled success. */
@@ -234,6 +264,7 @@ int main(void)
     round_trips(dirc, STRATA_SWITCH_AUTO, 3, 64 << 10, 16);
     round_trips(dirc, STRATA_SWITCH_OFF, 1, 128 << 10, 2);
     round_trips(dirc, STRATA_SWITCH_OFF, 2, 256 << 10, 32);
+    round_trip_variants(dirc);
     read_beyond_end(dirc, STRATA_SWITCH_AUTO);
     read_beyond_end(dirc, STRATA_SWITCH_OFF);
     concurrent(dirc, 1);

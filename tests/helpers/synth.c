@@ -100,6 +100,83 @@ void synth_defaults(synth_opts *o, uint64_t seed)
     o->seed = seed;
 }
 
+/* ---------------------------------------------------------------- the math, shared with the reference */
+
+void synth_batch(const synth_opts *o, int step, int mb, float *input, float *target)
+{
+    uint64_t key = mix(o->seed ^ ((uint64_t)step << 20) ^ ((uint64_t)mb << 8));
+    for (int i = 0; i < o->batch * o->width[0]; i++)
+        input[i] = uniform(key + (uint64_t)i);
+    for (int i = 0; i < o->batch * o->width[o->layers]; i++)
+        target[i] = 0.5f * uniform(~key + (uint64_t)i);
+}
+
+void synth_layer_forward(const synth_opts *o, int l, const float *W, const float *b, const float *in, float *out)
+{
+    int nin = o->width[l], nout = o->width[l + 1];
+    for (int r = 0; r < o->batch; r++)
+        for (int j = 0; j < nout; j++) {
+            float z = b[j];
+            for (int k = 0; k < nin; k++)
+                z += W[(size_t)j * nin + k] * in[r * nin + k];
+            out[r * nout + j] = tanhf(z);
+        }
+}
+
+double synth_loss_grad(const synth_opts *o, const float *y, const float *target, float scale, float *dy)
+{
+    double loss = 0;
+    int n = o->batch * o->width[o->layers];
+    for (int i = 0; i < n; i++) {
+        float d = y[i] - target[i];
+        loss += 0.5 * d * d / o->batch;
+        dy[i] = d / o->batch * scale;
+    }
+    return loss;
+}
+
+void synth_layer_backward(const synth_opts *o, int l, const float *W, const float *in, const float *out, float *dout,
+                          float *din, float *gW, float *gb)
+{
+    int nin = o->width[l], nout = o->width[l + 1], B = o->batch;
+    for (int r = 0; r < B; r++)
+        for (int j = 0; j < nout; j++) {
+            float y = out[r * nout + j];
+            dout[r * nout + j] *= 1.0f - y * y; /* through tanh */
+        }
+    for (int j = 0; j < nout; j++) {
+        float sb = 0;
+        for (int r = 0; r < B; r++)
+            sb += dout[r * nout + j];
+        gb[j] = sb;
+        for (int k = 0; k < nin; k++) {
+            float sw = 0;
+            for (int r = 0; r < B; r++)
+                sw += dout[r * nout + j] * in[r * nin + k];
+            gW[(size_t)j * nin + k] = sw;
+        }
+    }
+    for (int r = 0; r < B; r++)
+        for (int k = 0; k < nin; k++) {
+            float sum = 0;
+            for (int j = 0; j < nout; j++)
+                sum += W[(size_t)j * nin + k] * dout[r * nout + j];
+            din[r * nin + k] = sum;
+        }
+}
+
+static void load_all(const void *src, strata_dtype dt, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = load_elem(src, dt, i);
+}
+
+static void store_all(void *dst, strata_dtype dt, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        store_elem(dst, dt, i, src[i]);
+}
+
 #define CHECK(call)                          \
     do {                                     \
         st = (call);                         \
@@ -117,6 +194,7 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
     strata_param_id W[SYNTH_MAX_LAYERS], b[SYNTH_MAX_LAYERS];
     init_ctx ictx[2 * SYNTH_MAX_LAYERS];
     float *act[SYNTH_MAX_LAYERS + 1] = {0}, *delta = NULL, *target = NULL;
+    float *wf = NULL, *bf = NULL, *gwf = NULL, *gbf = NULL; /* one layer in fp32 */
     size_t maxw = 0;
     *weights = NULL;
     strata_dtype dt = cfg->param_dtype;
@@ -146,50 +224,39 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
     for (int l = 0; l <= L; l++)
         act[l] = calloc((size_t)B * o->width[l], sizeof(float));
     delta = calloc((size_t)B * maxw * 2, sizeof(float));
+    wf = calloc(maxw * maxw, sizeof(float));
+    bf = calloc(maxw, sizeof(float));
+    gwf = calloc(maxw * maxw, sizeof(float));
+    gbf = calloc(maxw, sizeof(float));
     target = calloc((size_t)B * o->width[L], sizeof(float));
 
     for (int s = 0; s < o->steps; s++) {
         double loss = 0;
         for (int mb = 0; mb < o->micro_batches; mb++) {
-            uint64_t key = mix(o->seed ^ ((uint64_t)s << 20) ^ ((uint64_t)mb << 8));
-            for (int i = 0; i < B * o->width[0]; i++)
-                act[0][i] = uniform(key + (uint64_t)i);
-            for (int i = 0; i < B * o->width[L]; i++)
-                target[i] = 0.5f * uniform(~key + (uint64_t)i);
+            synth_batch(o, s, mb, act[0], target);
             float scale = (float)strata_loss_scale(e);
-            /* forward */
-            bool diverge = o->diverge_at_step == s + 1 && mb == 0 && L > 1;
-            if (diverge) { /* touch the last layer first: the recorded order no longer holds */
+            if (o->diverge_at_step == s + 1 && mb == 0 && L > 1) {
+                /* Touch the last layer first: the recorded order no longer holds. */
                 CHECK(strata_fetch(e, mod[L - 1]));
                 CHECK(strata_release(e, mod[L - 1]));
             }
             for (int l = 0; l < L; l++) {
+                size_t nw = (size_t)o->width[l + 1] * o->width[l], nb = (size_t)o->width[l + 1];
                 CHECK(strata_fetch(e, mod[l]));
                 const void *w = strata_param_data(e, W[l]), *bb = strata_param_data(e, b[l]);
                 if (!w || !bb) {
                     st = STRATA_ESTATE;
                     goto out;
                 }
-                int in = o->width[l], out = o->width[l + 1];
-                for (int r = 0; r < B; r++)
-                    for (int j = 0; j < out; j++) {
-                        float z = load_elem(bb, dt, (size_t)j);
-                        for (int k = 0; k < in; k++)
-                            z += load_elem(w, dt, (size_t)j * in + k) * act[l][r * in + k];
-                        act[l + 1][r * out + j] = tanhf(z);
-                    }
+                load_all(w, dt, wf, nw);
+                load_all(bb, dt, bf, nb);
+                synth_layer_forward(o, l, wf, bf, act[l], act[l + 1]);
                 CHECK(strata_release(e, mod[l]));
             }
-            /* loss and its gradient (times the loss scale, as a trainer does for fp16) */
-            int out = o->width[L];
             float *dcur = delta, *dnext = delta + (size_t)B * maxw;
-            for (int i = 0; i < B * out; i++) {
-                float d = act[L][i] - target[i];
-                loss += 0.5 * d * d / B;
-                dcur[i] = d / B * scale;
-            }
-            /* backward */
+            loss += synth_loss_grad(o, act[L], target, scale, dcur);
             for (int l = L - 1; l >= 0; l--) {
+                size_t nw = (size_t)o->width[l + 1] * o->width[l], nb = (size_t)o->width[l + 1];
                 CHECK(strata_fetch(e, mod[l]));
                 const void *w = strata_param_data(e, W[l]);
                 void *gw = strata_grad_data(e, W[l]), *gb = strata_grad_data(e, b[l]);
@@ -197,31 +264,10 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
                     st = STRATA_ESTATE;
                     goto out;
                 }
-                int in = o->width[l], outw = o->width[l + 1];
-                for (int r = 0; r < B; r++)
-                    for (int j = 0; j < outw; j++) {
-                        float y = act[l + 1][r * outw + j];
-                        dcur[r * outw + j] *= 1.0f - y * y; /* through tanh */
-                    }
-                for (int j = 0; j < outw; j++) {
-                    float sb = 0;
-                    for (int r = 0; r < B; r++)
-                        sb += dcur[r * outw + j];
-                    store_elem(gb, dt, (size_t)j, sb);
-                    for (int k = 0; k < in; k++) {
-                        float sw = 0;
-                        for (int r = 0; r < B; r++)
-                            sw += dcur[r * outw + j] * act[l][r * in + k];
-                        store_elem(gw, dt, (size_t)j * in + k, sw);
-                    }
-                }
-                for (int r = 0; r < B; r++)
-                    for (int k = 0; k < in; k++) {
-                        float sum = 0;
-                        for (int j = 0; j < outw; j++)
-                            sum += load_elem(w, dt, (size_t)j * in + k) * dcur[r * outw + j];
-                        dnext[r * in + k] = sum;
-                    }
+                load_all(w, dt, wf, nw);
+                synth_layer_backward(o, l, wf, act[l], act[l + 1], dcur, dnext, gwf, gbf);
+                store_all(gw, dt, gwf, nw);
+                store_all(gb, dt, gbf, nb);
                 float *t = dcur;
                 dcur = dnext;
                 dnext = t;
@@ -262,6 +308,10 @@ out:
         free(act[l]);
     free(delta);
     free(target);
+    free(wf);
+    free(bf);
+    free(gwf);
+    free(gbf);
     strata_engine_destroy(e);
     return st;
 }

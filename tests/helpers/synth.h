@@ -37,4 +37,13 @@ void synth_defaults(synth_opts *o, uint64_t seed);
 /* The deterministic initial value of element i of parameter `index` (what the init callback writes). */
 float synth_init_value(uint64_t seed, int index, size_t i);
 
+/* The math, for an independent reference: the batch of (step, micro-batch), one layer forward,
+ * the loss gradient (times scale), one layer backward (dout is consumed; din receives the input
+ * gradient; gW/gb are overwritten). Weights are fp32 arrays. */
+void synth_batch(const synth_opts *o, int step, int mb, float *input, float *target);
+void synth_layer_forward(const synth_opts *o, int l, const float *W, const float *b, const float *in, float *out);
+double synth_loss_grad(const synth_opts *o, const float *y, const float *target, float scale, float *dy);
+void synth_layer_backward(const synth_opts *o, int l, const float *W, const float *in, const float *out, float *dout,
+                          float *din, float *gW, float *gb);
+
 #endif

@@ -1,0 +1,37 @@
+/*
+ * Chrome trace-event JSON (open it in Perfetto or chrome://tracing): one track per stream and
+ * thread, so the overlap of fetches, gradient hand-offs, NVMe I/O and Adam can be seen.
+ * Events are kept in memory (a few dozen bytes each) and written when the engine is destroyed,
+ * so recording costs a lock and a copy, never file I/O in the training loop.
+ */
+#ifndef STRATA_ENGINE_TRACE_H
+#define STRATA_ENGINE_TRACE_H
+
+#include <stdint.h>
+
+#include "strata.h"
+
+typedef struct trace trace;
+
+typedef enum trace_track {
+    TRACK_TRAINER = 0, /* the caller's thread: fetch stalls, steps */
+    TRACK_H2D,         /* parameter fetches to the device */
+    TRACK_D2H,         /* gradient hand-offs and accumulation */
+    TRACK_OPTIMIZER,   /* CPU Adam per sub-group */
+    TRACK_NVME,        /* NVMe reads and writes of the optimizer pipeline */
+    TRACK_UPDATE,      /* updated parameters copied to the device */
+    TRACK_COUNT
+} trace_track;
+
+/* Creates a trace that will be written to path; the file is created now (so a bad path fails
+ * early, with its name and errno). */
+strata_status trace_create(const char *path, trace **out);
+
+/* Records a complete event [t0_ns, t1_ns] (now_ns clock) named "name detail". Thread-safe.
+ * NULL trace: no-op. */
+void trace_event(trace *t, trace_track track, const char *name, const char *detail, uint64_t t0_ns, uint64_t t1_ns);
+
+/* Writes the JSON and frees the trace; NULL is a no-op. Errors are logged (the run is not failed). */
+void trace_finish(trace *t);
+
+#endif
