@@ -42,7 +42,18 @@ typedef struct adam_arrays {
     void *param;              /* NULL when param_dtype is STRATA_DTYPE_NONE */
     strata_dtype grad_dtype;  /* FP32, BF16 or FP16 */
     strata_dtype param_dtype; /* FP32, BF16, FP16 or NONE */
+    bool stream_param;        /* write the parameter copy with non-temporal stores where it is 64-byte
+                                 aligned: it is only written, so this saves reading its lines first */
 } adam_arrays;
+
+/* How the roofline stores: all regular, all non-temporal, or regular in place with a non-temporal
+ * parameter copy (what Adam does with stream_param). */
+typedef enum adam_stores {
+    ADAM_STORES_REGULAR = 0,
+    ADAM_STORES_STREAMING,
+    ADAM_STORES_STREAM_COPY,
+    ADAM_STORES_COUNT,
+} adam_stores;
 
 /* What the gradient pre-pass finds in a range. */
 typedef struct adam_gradstats {
@@ -56,8 +67,9 @@ typedef void (*adam_step_fn)(const adam_consts *c, const adam_arrays *a, size_t 
 typedef void (*adam_gradstats_fn)(const void *grad, strata_dtype dtype, size_t begin, size_t end,
                                   adam_gradstats *out);
 /* The same-shape roofline: Adam's loads and stores over [begin, end) with no arithmetic.
- * Leaves master, m and v as they were and writes the parameter copy; streaming stores when asked. */
-typedef void (*adam_roofline_fn)(const adam_arrays *a, size_t begin, size_t end, bool streaming);
+ * Leaves master, m and v as they were and writes the parameter copy, storing as `stores` says (regular
+ * stores where an address is not aligned for a streaming one). */
+typedef void (*adam_roofline_fn)(const adam_arrays *a, size_t begin, size_t end, adam_stores stores);
 
 /* Runs BODY(G, P, ...) with G and P the compile-time constants equal to the run-time dtypes gd and pd, so
  * that an always-inline SIMD loop is specialised per (gradient, parameter) pair and its dtype branches
@@ -76,14 +88,15 @@ typedef void (*adam_roofline_fn)(const adam_arrays *a, size_t begin, size_t end,
     default: BODY(G, STRATA_DTYPE_NONE, __VA_ARGS__); break;                                             \
     }
 
-/* Whether every array of a (from element begin on) starts on an `align`-byte boundary: streaming stores
- * need it. */
-static inline bool adam_arrays_aligned(const adam_arrays *a, size_t begin, size_t align)
+/* Whether the parameter copy (from element begin on) starts on a 64-byte boundary, and with in_place also
+ * master, m and v: streaming stores need it. Every later vector store of a kernel is then aligned too. */
+static inline bool adam_arrays_aligned(const adam_arrays *a, size_t begin, bool in_place)
 {
     size_t pb = a->param_dtype == STRATA_DTYPE_FP32 ? 4 : a->param_dtype == STRATA_DTYPE_NONE ? 0 : 2;
-    uintptr_t any = (uintptr_t)(a->master + begin) | (uintptr_t)(a->exp_avg + begin) |
-                    (uintptr_t)(a->exp_avg_sq + begin) | (a->param ? (uintptr_t)((char *)a->param + begin * pb) : 0);
-    return (any & (align - 1)) == 0;
+    uintptr_t any = a->param ? (uintptr_t)((char *)a->param + begin * pb) : 0;
+    if (in_place)
+        any |= (uintptr_t)(a->master + begin) | (uintptr_t)(a->exp_avg + begin) | (uintptr_t)(a->exp_avg_sq + begin);
+    return (any & 63u) == 0;
 }
 
 typedef enum adam_isa {
@@ -115,9 +128,9 @@ void adam_step_avx512(const adam_consts *c, const adam_arrays *a, size_t begin, 
 void adam_gradstats_ref(const void *grad, strata_dtype dtype, size_t begin, size_t end, adam_gradstats *out);
 void adam_gradstats_avx2(const void *grad, strata_dtype dtype, size_t begin, size_t end, adam_gradstats *out);
 void adam_gradstats_avx512(const void *grad, strata_dtype dtype, size_t begin, size_t end, adam_gradstats *out);
-void adam_roofline_ref(const adam_arrays *a, size_t begin, size_t end, bool streaming);
-void adam_roofline_avx2(const adam_arrays *a, size_t begin, size_t end, bool streaming);
-void adam_roofline_avx512(const adam_arrays *a, size_t begin, size_t end, bool streaming);
+void adam_roofline_ref(const adam_arrays *a, size_t begin, size_t end, adam_stores stores);
+void adam_roofline_avx2(const adam_arrays *a, size_t begin, size_t end, adam_stores stores);
+void adam_roofline_avx512(const adam_arrays *a, size_t begin, size_t end, adam_stores stores);
 
 /* True when this CPU can run isa. */
 bool adam_isa_supported(adam_isa isa);

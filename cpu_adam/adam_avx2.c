@@ -10,7 +10,7 @@
 #include "cpu_adam/simd_avx2.h"
 
 AVX2_ALWAYS_INLINE void step8(const adam_consts *c, const adam_arrays *a, size_t i, strata_dtype gd, strata_dtype pd,
-                              bool l2)
+                              bool l2, bool stream)
 {
     float *pm = a->master + i, *mm = a->exp_avg + i, *vm = a->exp_avg_sq + i;
     __m256 p = _mm256_loadu_ps(pm), m = _mm256_loadu_ps(mm), v = _mm256_loadu_ps(vm);
@@ -29,15 +29,19 @@ AVX2_ALWAYS_INLINE void step8(const adam_consts *c, const adam_arrays *a, size_t
     _mm256_storeu_ps(pm, p);
     _mm256_storeu_ps(mm, m);
     _mm256_storeu_ps(vm, v);
-    avx2_store_param(a->param, pd, i, p);
+    avx2_store_param(a->param, pd, i, p, stream);
 }
 
 AVX2_ALWAYS_INLINE void run(const adam_consts *c, const adam_arrays *a, size_t begin, size_t end, strata_dtype gd,
                             strata_dtype pd, bool l2)
 {
+    bool stream = a->stream_param && adam_arrays_aligned(a, begin, false);
     size_t i = begin;
     for (; i + 8 <= end; i += 8)
-        step8(c, a, i, gd, pd, l2);
+        step8(c, a, i, gd, pd, l2, stream);
+    /* Non-temporal stores are weakly ordered: fence them before anyone is told the range is done. */
+    if (stream)
+        _mm_sfence();
     if (i == end)
         return;
     size_t n = end - i, gb = adam_dtype_bytes(gd), pb = adam_dtype_bytes(pd);
@@ -47,8 +51,8 @@ AVX2_ALWAYS_INLINE void run(const adam_consts *c, const adam_arrays *a, size_t b
     memcpy(m, a->exp_avg + i, n * 4);
     memcpy(v, a->exp_avg_sq + i, n * 4);
     memcpy(g, (const char *)a->grad + i * gb, n * gb);
-    adam_arrays tail = {p, m, v, g, pd == STRATA_DTYPE_NONE ? NULL : out, gd, pd};
-    step8(c, &tail, 0, gd, pd, l2);
+    adam_arrays tail = {p, m, v, g, pd == STRATA_DTYPE_NONE ? NULL : out, gd, pd, false};
+    step8(c, &tail, 0, gd, pd, l2, false);
     memcpy(a->master + i, p, n * 4);
     memcpy(a->exp_avg + i, m, n * 4);
     memcpy(a->exp_avg_sq + i, v, n * 4);

@@ -6,7 +6,7 @@
 #include "cpu_adam/simd_avx512.h"
 
 AVX512_ALWAYS_INLINE void step16(const adam_consts *c, const adam_arrays *a, size_t i, __mmask16 k, bool full,
-                                 strata_dtype gd, strata_dtype pd, bool l2, bool hw_bf16)
+                                 strata_dtype gd, strata_dtype pd, bool l2, bool hw_bf16, bool stream)
 {
     float *pm = a->master + i, *mm = a->exp_avg + i, *vm = a->exp_avg_sq + i;
     __m512 p = full ? _mm512_loadu_ps(pm) : _mm512_maskz_loadu_ps(k, pm);
@@ -33,18 +33,22 @@ AVX512_ALWAYS_INLINE void step16(const adam_consts *c, const adam_arrays *a, siz
         _mm512_mask_storeu_ps(mm, k, m);
         _mm512_mask_storeu_ps(vm, k, v);
     }
-    avx512_store_param(a->param, pd, i, p, k, full, hw_bf16);
+    avx512_store_param(a->param, pd, i, p, k, full, hw_bf16, stream);
 }
 
 /* One loop per (gradient dtype, parameter dtype, L2) so that every branch above folds away. */
 AVX512_ALWAYS_INLINE void run(const adam_consts *c, const adam_arrays *a, size_t begin, size_t end,
                               strata_dtype gd, strata_dtype pd, bool l2, bool hw_bf16)
 {
+    bool stream = a->stream_param && adam_arrays_aligned(a, begin, false);
     size_t i = begin;
     for (; i + 16 <= end; i += 16)
-        step16(c, a, i, 0xffff, true, gd, pd, l2, hw_bf16);
+        step16(c, a, i, 0xffff, true, gd, pd, l2, hw_bf16, stream);
     if (i < end)
-        step16(c, a, i, (__mmask16)((1u << (end - i)) - 1u), false, gd, pd, l2, hw_bf16);
+        step16(c, a, i, (__mmask16)((1u << (end - i)) - 1u), false, gd, pd, l2, hw_bf16, false);
+    /* Non-temporal stores are weakly ordered: fence them before anyone is told the range is done. */
+    if (stream)
+        _mm_sfence();
 }
 
 #define RUN(G, P, l2, hw) run(c, a, begin, end, G, P, l2, hw)

@@ -121,9 +121,9 @@ void adam_gradstats_ref(const void *grad, strata_dtype dtype, size_t begin, size
 /* The roofline in scalar form (so that STRATA_ISA=ref has one, and for the SIMD files' tails): read master,
  * m, v and the gradient, write the same values back and the parameter copy of master. volatile keeps the
  * compiler from dropping stores of unchanged values; the compare keeps the gradient load. */
-void adam_roofline_ref(const adam_arrays *a, size_t begin, size_t end, bool streaming)
+void adam_roofline_ref(const adam_arrays *a, size_t begin, size_t end, adam_stores stores)
 {
-    (void)streaming;
+    (void)stores;
     volatile float *pm = a->master, *mm = a->exp_avg, *vm = a->exp_avg_sq;
     for (size_t i = begin; i < end; i++) {
         float p = pm[i], m = mm[i], v = vm[i];

@@ -90,7 +90,7 @@ static strata_status step(const strata_adam_hparams *hp, const strata_adam_tenso
         .tile_numel = args->tile_numel,
         .on_tile = args->on_tile,
         .on_tile_user = args->on_tile_user,
-        .arrays = {t->master, t->exp_avg, t->exp_avg_sq, t->grad, t->param, t->grad_dtype, t->param_dtype},
+        .arrays = {t->master, t->exp_avg, t->exp_avg_sq, t->grad, t->param, t->grad_dtype, t->param_dtype, true},
     };
     ERR_CHECK(adam_ops_default(&job.ops));
     if (args->skip_nonfinite) {

@@ -82,7 +82,7 @@ typedef struct padded_stats {
 typedef struct work {
     work_kind kind;
     const adam_job *job;
-    bool streaming;
+    adam_stores stores;
     const void *grad;
     strata_dtype grad_dtype;
     padded_stats *partial;
@@ -111,7 +111,7 @@ static void run_tiles(const work *w, size_t numel, int threads, size_t tile)
                 job->ops->gradstats(w->grad, w->grad_dtype, begin, end, &w->partial[t].s);
                 break;
             case WORK_ROOFLINE:
-                job->ops->roofline(&job->arrays, begin, end, w->streaming);
+                job->ops->roofline(&job->arrays, begin, end, w->stores);
                 break;
             }
         }
@@ -128,11 +128,11 @@ strata_status adam_run_step(const adam_job *job)
     return STRATA_OK;
 }
 
-strata_status adam_run_roofline(const adam_job *job, bool streaming)
+strata_status adam_run_roofline(const adam_job *job, adam_stores stores)
 {
     if (job->numel == 0)
         return STRATA_OK;
-    work w = {.kind = WORK_ROOFLINE, .job = job, .streaming = streaming};
+    work w = {.kind = WORK_ROOFLINE, .job = job, .stores = stores};
     run_tiles(&w, job->numel, job->threads, adam_tile_numel(job->numel, job->threads, job->tile_numel));
     return STRATA_OK;
 }

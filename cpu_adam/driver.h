@@ -40,7 +40,7 @@ strata_status adam_run_gradstats(const adam_ops *ops, const void *grad, strata_d
                                  int threads, adam_gradstats *out);
 
 /* The same-shape roofline over job->arrays (consts and callback unused). */
-strata_status adam_run_roofline(const adam_job *job, bool streaming);
+strata_status adam_run_roofline(const adam_job *job, adam_stores stores);
 
 /* The thread count used for 0: the cores this process may run on (hwloc), at least 1. */
 int adam_default_threads(void);

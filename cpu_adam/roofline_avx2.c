@@ -7,16 +7,17 @@
 
 #define OPAQUE(x) __asm__ volatile("" : "+x"(x))
 
-AVX2_ALWAYS_INLINE void store_f32(float *d, __m256 x, bool streaming)
+AVX2_ALWAYS_INLINE void store_f32(float *d, __m256 x, bool stream)
 {
-    if (streaming)
+    if (stream)
         _mm256_stream_ps(d, x);
     else
         _mm256_storeu_ps(d, x);
 }
 
+/* nt_state: master, m and v stored non-temporally; nt_copy: the parameter copy. */
 AVX2_ALWAYS_INLINE void run(const adam_arrays *a, size_t begin, size_t end, strata_dtype gd, strata_dtype pd,
-                            bool streaming)
+                            bool nt_state, bool nt_copy)
 {
     size_t i = begin;
     for (; i + 8 <= end; i += 8) {
@@ -27,32 +28,27 @@ AVX2_ALWAYS_INLINE void run(const adam_arrays *a, size_t begin, size_t end, stra
         OPAQUE(m);
         OPAQUE(v);
         OPAQUE(g);
-        store_f32(a->master + i, p, streaming);
-        store_f32(a->exp_avg + i, m, streaming);
-        store_f32(a->exp_avg_sq + i, v, streaming);
-        if (pd == STRATA_DTYPE_NONE)
-            continue;
-        if (pd == STRATA_DTYPE_FP32)
-            store_f32((float *)a->param + i, p, streaming);
-        else if (streaming)
-            _mm_stream_si128((__m128i *)((uint16_t *)a->param + i), avx2_to_half(p, pd));
-        else
-            _mm_storeu_si128((__m128i *)((uint16_t *)a->param + i), avx2_to_half(p, pd));
+        store_f32(a->master + i, p, nt_state);
+        store_f32(a->exp_avg + i, m, nt_state);
+        store_f32(a->exp_avg_sq + i, v, nt_state);
+        avx2_store_param(a->param, pd, i, p, nt_copy);
     }
-    if (streaming)
+    if (nt_state || nt_copy)
         _mm_sfence();
     if (i < end)
-        adam_roofline_ref(a, i, end, false);
+        adam_roofline_ref(a, i, end, ADAM_STORES_REGULAR);
 }
 
-#define RUN(G, P, s) run(a, begin, end, G, P, s)
+#define RUN(G, P, nt_state, nt_copy) run(a, begin, end, G, P, nt_state, nt_copy)
 
-void adam_roofline_avx2(const adam_arrays *a, size_t begin, size_t end, bool streaming)
+void adam_roofline_avx2(const adam_arrays *a, size_t begin, size_t end, adam_stores stores)
 {
-    /* Streaming stores need 32-byte aligned addresses; callers that cannot promise them get regular stores. */
-    if (streaming && adam_arrays_aligned(a, begin, 32)) {
-        ADAM_SPECIALISE(a->grad_dtype, a->param_dtype, RUN, true);
+    /* Streaming stores need aligned addresses; where they are not, regular stores are used instead. */
+    bool nt_state = stores == ADAM_STORES_STREAMING && adam_arrays_aligned(a, begin, true);
+    bool nt_copy = stores != ADAM_STORES_REGULAR && adam_arrays_aligned(a, begin, false);
+    if (nt_state) {
+        ADAM_SPECIALISE(a->grad_dtype, a->param_dtype, RUN, true, true);
     } else {
-        ADAM_SPECIALISE(a->grad_dtype, a->param_dtype, RUN, false);
+        ADAM_SPECIALISE(a->grad_dtype, a->param_dtype, RUN, false, nt_copy);
     }
 }

@@ -10,16 +10,17 @@
 
 #define OPAQUE(x) __asm__ volatile("" : "+v"(x))
 
-AVX512_ALWAYS_INLINE void store_f32(float *d, __m512 x, bool streaming)
+AVX512_ALWAYS_INLINE void store_f32(float *d, __m512 x, bool stream)
 {
-    if (streaming)
+    if (stream)
         _mm512_stream_ps(d, x);
     else
         _mm512_storeu_ps(d, x);
 }
 
+/* nt_state: master, m and v stored non-temporally; nt_copy: the parameter copy. */
 AVX512_ALWAYS_INLINE void run(const adam_arrays *a, size_t begin, size_t end, strata_dtype gd, strata_dtype pd,
-                              bool streaming, bool hw_bf16)
+                              bool nt_state, bool nt_copy, bool hw_bf16)
 {
     size_t i = begin;
     for (; i + 16 <= end; i += 16) {
@@ -30,41 +31,29 @@ AVX512_ALWAYS_INLINE void run(const adam_arrays *a, size_t begin, size_t end, st
         OPAQUE(m);
         OPAQUE(v);
         OPAQUE(g);
-        store_f32(a->master + i, p, streaming);
-        store_f32(a->exp_avg + i, m, streaming);
-        store_f32(a->exp_avg_sq + i, v, streaming);
-        if (streaming && pd != STRATA_DTYPE_NONE) {
-            __m256i h = pd == STRATA_DTYPE_FP32 ? _mm256_setzero_si256()
-                        : pd == STRATA_DTYPE_FP16 ? _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                                                  : avx512_to_bf16(p, hw_bf16);
-            if (pd == STRATA_DTYPE_FP32)
-                _mm512_stream_ps((float *)a->param + i, p);
-            else
-                _mm256_stream_si256((__m256i *)((uint16_t *)a->param + i), h);
-        } else {
-            avx512_store_param(a->param, pd, i, p, 0xffff, true, hw_bf16);
-        }
+        store_f32(a->master + i, p, nt_state);
+        store_f32(a->exp_avg + i, m, nt_state);
+        store_f32(a->exp_avg_sq + i, v, nt_state);
+        avx512_store_param(a->param, pd, i, p, 0xffff, true, hw_bf16, nt_copy);
     }
-    if (streaming)
+    if (nt_state || nt_copy)
         _mm_sfence();
     /* The tail (under 16 elements) costs nothing measurable; the reference does it. */
     if (i < end)
-        adam_roofline_ref(a, i, end, false);
+        adam_roofline_ref(a, i, end, ADAM_STORES_REGULAR);
 }
 
-#define RUN(G, P, s, hw) run(a, begin, end, G, P, s, hw)
+#define RUN(G, P, nt_state, nt_copy, hw) run(a, begin, end, G, P, nt_state, nt_copy, hw)
 
-void adam_roofline_avx512(const adam_arrays *a, size_t begin, size_t end, bool streaming)
+void adam_roofline_avx512(const adam_arrays *a, size_t begin, size_t end, adam_stores stores)
 {
-    bool hw_bf16 = avx512_has_bf16();
-    /* Streaming stores need 64-byte aligned addresses; callers that cannot promise them get regular stores. */
-    if (streaming && adam_arrays_aligned(a, begin, 64) && hw_bf16) {
-        ADAM_SPECIALISE(a->grad_dtype, a->param_dtype, RUN, true, true);
-    } else if (streaming && adam_arrays_aligned(a, begin, 64)) {
-        ADAM_SPECIALISE(a->grad_dtype, a->param_dtype, RUN, true, false);
-    } else if (hw_bf16) {
-        ADAM_SPECIALISE(a->grad_dtype, a->param_dtype, RUN, false, true);
+    bool hw = avx512_has_bf16();
+    /* Streaming stores need aligned addresses; where they are not, regular stores are used instead. */
+    bool nt_state = stores == ADAM_STORES_STREAMING && adam_arrays_aligned(a, begin, true);
+    bool nt_copy = stores != ADAM_STORES_REGULAR && adam_arrays_aligned(a, begin, false);
+    if (nt_state) {
+        ADAM_SPECIALISE(a->grad_dtype, a->param_dtype, RUN, true, true, hw);
     } else {
-        ADAM_SPECIALISE(a->grad_dtype, a->param_dtype, RUN, false, false);
+        ADAM_SPECIALISE(a->grad_dtype, a->param_dtype, RUN, false, nt_copy, hw);
     }
 }

@@ -46,14 +46,25 @@ AVX2_ALWAYS_INLINE __m128i avx2_to_half(__m256 p, strata_dtype dtype)
                                       : avx2_to_bf16(p);
 }
 
-AVX2_ALWAYS_INLINE void avx2_store_param(void *param, strata_dtype dtype, size_t i, __m256 p)
+/* Stores the parameter copy of 8 elements; non-temporally with stream (the address must then be aligned:
+ * see adam_arrays_aligned). */
+AVX2_ALWAYS_INLINE void avx2_store_param(void *param, strata_dtype dtype, size_t i, __m256 p, bool stream)
 {
     if (dtype == STRATA_DTYPE_NONE)
         return;
-    if (dtype == STRATA_DTYPE_FP32)
-        _mm256_storeu_ps((float *)param + i, p);
+    if (dtype == STRATA_DTYPE_FP32) {
+        float *d = (float *)param + i;
+        if (stream)
+            _mm256_stream_ps(d, p);
+        else
+            _mm256_storeu_ps(d, p);
+        return;
+    }
+    __m128i *d = (__m128i *)((uint16_t *)param + i);
+    if (stream)
+        _mm_stream_si128(d, avx2_to_half(p, dtype));
     else
-        _mm_storeu_si128((__m128i *)((uint16_t *)param + i), avx2_to_half(p, dtype));
+        _mm_storeu_si128(d, avx2_to_half(p, dtype));
 }
 
 #endif

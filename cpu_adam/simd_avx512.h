@@ -56,15 +56,18 @@ AVX512_ALWAYS_INLINE __m256i avx512_to_bf16(__m512 p, bool hw_bf16)
     return (__m256i)_mm512_cvtneps_pbh(p);
 }
 
-/* Stores the parameter copy of 16 elements (only lanes in k unless full). */
+/* Stores the parameter copy of 16 elements (only lanes in k unless full); a full vector non-temporally
+ * with stream (the address must then be aligned: see adam_arrays_aligned). */
 AVX512_ALWAYS_INLINE void avx512_store_param(void *param, strata_dtype dtype, size_t i, __m512 p, __mmask16 k,
-                                             bool full, bool hw_bf16)
+                                             bool full, bool hw_bf16, bool stream)
 {
     if (dtype == STRATA_DTYPE_NONE)
         return;
     if (dtype == STRATA_DTYPE_FP32) {
         float *d = (float *)param + i;
-        if (full)
+        if (full && stream)
+            _mm512_stream_ps(d, p);
+        else if (full)
             _mm512_storeu_ps(d, p);
         else
             _mm512_mask_storeu_ps(d, k, p);
@@ -73,7 +76,9 @@ AVX512_ALWAYS_INLINE void avx512_store_param(void *param, strata_dtype dtype, si
     __m256i h = dtype == STRATA_DTYPE_FP16 ? _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
                                            : avx512_to_bf16(p, hw_bf16);
     uint16_t *d = (uint16_t *)param + i;
-    if (full)
+    if (full && stream)
+        _mm256_stream_si256((__m256i *)d, h);
+    else if (full)
         _mm256_storeu_si256((__m256i *)d, h);
     else
         _mm256_mask_storeu_epi16(d, k, h);

@@ -21,12 +21,12 @@
 #include "nvme/swap.h"
 #include "offload/pool.h"
 #include "offload/tier_array.h"
+#include "engine/plan.h"
 #include "engine/trace.h"
 #include "strata.h"
 
 #define ENGINE_NAME_BYTES 128
-#define ENGINE_PARAM_ALIGN ((size_t)128)    /* elements: device pointers stay 256-byte aligned */
-#define ENGINE_MODULE_ALIGN ((size_t)4096)  /* elements: >= 4 KiB for any dtype */
+#define ENGINE_MODULE_ALIGN PLAN_MODULE_ALIGN /* see plan_module_layout() */
 
 typedef struct eng_param {
     char name[ENGINE_NAME_BYTES];

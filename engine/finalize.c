@@ -17,27 +17,35 @@
 
 #define INIT_CHUNK_NUMEL ((size_t)1 << 20) /* a multiple of ENGINE_MODULE_ALIGN */
 
-static void layout(strata_engine *e)
+static strata_status layout(strata_engine *e)
 {
+    size_t most = 1;
+    for (size_t i = 0; i < e->nmodules; i++)
+        most = MAX(most, e->modules[i].nparams);
+    size_t *sizes = malloc(most * sizeof *sizes), *offs = malloc(most * sizeof *offs);
+    if (!sizes || !offs) {
+        free(sizes);
+        free(offs);
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the layout");
+    }
     size_t pos = 0;
     e->largest_module_numel = 0;
     for (size_t i = 0; i < e->nmodules; i++) {
         eng_module *m = &e->modules[i];
         m->offset = pos;
-        size_t in = 0;
-        for (size_t j = 0; j < m->nparams; j++) {
-            eng_param *p = &e->params[m->params[j]];
-            in = align_up(in, ENGINE_PARAM_ALIGN);
-            p->offset = pos + in;
-            in += p->numel;
-        }
-        m->used_numel = in;
-        m->numel = align_up(MAX(in, (size_t)1), ENGINE_MODULE_ALIGN);
-        m->persistent = in < e->cfg.param_persistence_threshold;
+        for (size_t j = 0; j < m->nparams; j++)
+            sizes[j] = e->params[m->params[j]].numel;
+        m->numel = plan_module_layout(sizes, m->nparams, offs, &m->used_numel);
+        for (size_t j = 0; j < m->nparams; j++)
+            e->params[m->params[j]].offset = pos + offs[j];
+        m->persistent = m->used_numel < e->cfg.param_persistence_threshold;
         pos += m->numel;
         e->largest_module_numel = MAX(e->largest_module_numel, m->numel);
     }
     e->total_numel = pos;
+    free(sizes);
+    free(offs);
+    return STRATA_OK;
 }
 
 static void plan_input_of(const strata_engine *e, plan_input *in)
@@ -208,7 +216,7 @@ static strata_status finalize(strata_engine *e)
                        "optimizer state on the GPU, but strata's optimizer runs on the CPU; set it to \"cpu\" or "
                        "\"nvme\"");
     plan_windows(&e->cfg, e->param_bytes, &e->prefetch_bytes, &e->max_live_bytes);
-    layout(e);
+    ERR_CHECK(layout(e));
 
     plan_input in;
     plan pl;

@@ -33,6 +33,20 @@ size_t plan_host_budget(const strata_config *cfg)
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 4 * 3 : (size_t)8 << 30;
 }
 
+size_t plan_module_layout(const size_t *param_numel, size_t nparams, size_t *offsets, size_t *used_numel)
+{
+    size_t in = 0;
+    for (size_t j = 0; j < nparams; j++) {
+        in = align_up(in, PLAN_PARAM_ALIGN);
+        if (offsets)
+            offsets[j] = in;
+        in += param_numel[j];
+    }
+    if (used_numel)
+        *used_numel = in;
+    return align_up(MAX(in, (size_t)1), PLAN_MODULE_ALIGN);
+}
+
 static void add(plan *p, const char *what, strata_tier tier, size_t bytes, bool pinned)
 {
     if (bytes == 0 || p->nlines >= PLAN_MAX_LINES)

@@ -48,6 +48,14 @@ size_t plan_dtype_bytes(strata_dtype dtype);
 /* The prefetch window and the device residency cap of a config, in bytes. */
 void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch_bytes, size_t *max_live_bytes);
 
+/* The layout rules, in one place: parameters start on PLAN_PARAM_ALIGN elements within their module
+ * (device pointers stay 256-byte aligned), modules on PLAN_MODULE_ALIGN elements of the flat partition
+ * (>= 4 KiB for any dtype, so NVMe transfers stay aligned). Returns the padded numel of a module whose
+ * parameters have the given sizes, and the offset of each within it (offsets may be NULL). */
+#define PLAN_PARAM_ALIGN ((size_t)128)
+#define PLAN_MODULE_ALIGN ((size_t)4096)
+size_t plan_module_layout(const size_t *param_numel, size_t nparams, size_t *offsets, size_t *used_numel);
+
 void plan_compute(const plan_input *in, plan *out);
 
 /* STRATA_EBUDGET naming the tier, what the plan needs line by line, what is allowed and the knob

@@ -48,7 +48,7 @@ static void step_matches_reference(void)
             ta_copy(&got, &ref);
             adam_consts c;
             adam_consts_init(&c, &hp, step, 0.5);
-            adam_step_ref(&c, &(adam_arrays){ref.master, ref.m, ref.v, ref.grad, ref.param, gd, pd}, 0, n);
+            adam_step_ref(&c, &(adam_arrays){ref.master, ref.m, ref.v, ref.grad, ref.param, gd, pd, false}, 0, n);
             strata_adam_tensors t = {got.master, got.m, got.v, got.grad, gd, got.param, pd, n};
             strata_adam_step_args args = {.step = step, .grad_scale = 0.5, .threads = threads,
                                           .on_tile = step == 1 ? on_tile : NULL, .on_tile_user = &cov,

@@ -37,7 +37,7 @@ static int child(const char *name)
     strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.1, true};
     adam_consts c;
     adam_consts_init(&c, &hp, 1, 1.0);
-    adam_step_ref(&c, &(adam_arrays){ref.master, ref.m, ref.v, ref.grad, ref.param, ref.gd, ref.pd}, 0, n);
+    adam_step_ref(&c, &(adam_arrays){ref.master, ref.m, ref.v, ref.grad, ref.param, ref.gd, ref.pd, false}, 0, n);
     strata_adam_tensors t = {s.master, s.m, s.v, s.grad, s.gd, s.param, s.pd, n};
     strata_adam_step_args a = {.step = 1, .threads = 2};
     if (strata_adam_step(&hp, &t, &a, NULL) != STRATA_OK)

@@ -25,16 +25,28 @@ typedef struct ta_state {
 static const float ta_special[] = {0.0f, -0.0f, 1e-39f, -3e-41f, 6e-5f, -6e-8f, 65519.0f, 65520.0f, -1e5f,
                                    3e38f, 1.00390625f, 1.01171875f, -2.0f, 0x1p-126f, 0x1.fep-127f};
 
+/* Zeroed arrays on 64-byte boundaries (so that streaming stores can be taken at aligned starts). */
+static inline void *ta_calloc64(size_t n)
+{
+    size_t bytes = (n * 4 + 64) / 64 * 64;
+    void *p = aligned_alloc(64, bytes);
+    if (!p) {
+        fprintf(stderr, "out of memory for %zu bytes\n", bytes);
+        exit(1);
+    }
+    return memset(p, 0, bytes);
+}
+
 static inline void ta_alloc(ta_state *s, size_t n, strata_dtype gd, strata_dtype pd)
 {
     s->n = n;
     s->gd = gd;
     s->pd = pd;
-    s->master = calloc(n + 1, 4);
-    s->m = calloc(n + 1, 4);
-    s->v = calloc(n + 1, 4);
-    s->grad = calloc(n + 1, 4);
-    s->param = pd == STRATA_DTYPE_NONE ? NULL : calloc(n + 1, 4);
+    s->master = ta_calloc64(n);
+    s->m = ta_calloc64(n);
+    s->v = ta_calloc64(n);
+    s->grad = ta_calloc64(n);
+    s->param = pd == STRATA_DTYPE_NONE ? NULL : ta_calloc64(n);
 }
 
 static inline void ta_free(ta_state *s)

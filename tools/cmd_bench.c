@@ -3,8 +3,9 @@
  * `adam` measures the CPU Adam against the same-shape roofline in the same process.
  *
  * bench adam: for each size x (gradient dtype, parameter dtype) x thread count it times, interleaved,
- * the Adam step, the gradient pre-pass and the roofline of Adam's exact access pattern (regular and
- * streaming stores; the faster counts), keeps the best of --reps runs of each, and reports ms/step,
+ * the Adam step, the gradient pre-pass and the roofline of Adam's exact access pattern (with regular
+ * stores, with streaming stores, and with regular stores in place plus a streaming parameter copy as
+ * Adam itself does; the fastest counts), keeps the best of --reps runs of each, and reports ms/step,
  * parameters/s, the bytes one step moves (counted exactly for the dtypes), GB/s and Adam's share of
  * the roofline — with and without the pre-pass. A #wrong column checks a sample of every row against
  * the scalar reference, bit for bit.
@@ -56,7 +57,8 @@ typedef struct row {
     combo c;
     int threads;
     double adam_s, roof_s, pre_s;  /* best of reps */
-    bool roof_streaming;
+    adam_stores roof_stores;  /* the fastest store policy of the roofline */
+    double roof_each_s[ADAM_STORES_COUNT]; /* best of each store policy */
     size_t bytes;
     size_t wrong, checked;
 } row;
@@ -279,7 +281,7 @@ static size_t check_sample(adam_job *job, size_t *wrong)
     *wrong = 0;
     for (int w = 0; w < 3; w++) {
         adam_arrays ref = {sp[w], sm[w], sv[w], sg[w], pb ? sparam[w] : NULL, job->arrays.grad_dtype,
-                           job->arrays.param_dtype};
+                           job->arrays.param_dtype, false};
         adam_step_ref(&job->consts, &ref, 0, len);
         for (size_t i = 0; i < len; i++) {
             size_t at = starts[w] + i;
@@ -299,22 +301,26 @@ static double seconds_since(uint64_t t0)
     return (double)(now_ns() - t0) * 1e-9;
 }
 
+static const char *const stores_name[ADAM_STORES_COUNT] = {"reg", "nt", "nt-copy"};
+
 static void run_row(const adam_opts *o, const bufs *b, row *r, int64_t *step)
 {
     adam_job job = {.ops = o->ops, .numel = r->n, .threads = r->threads,
                     .arrays = {b->master, b->m, b->v, b->grad, r->c.param == STRATA_DTYPE_NONE ? NULL : b->param,
-                               r->c.grad, r->c.param}};
+                               r->c.grad, r->c.param, true}};
     /* The whole update of a sub-group: unscale (1/loss scale) and clip folded into one gradient scale. */
     double grad_scale = 0.8 / 1024.0;
     r->adam_s = r->roof_s = r->pre_s = INFINITY;
+    for (int s = 0; s < ADAM_STORES_COUNT; s++)
+        r->roof_each_s[s] = INFINITY;
     for (int rep = -1; rep < o->reps; rep++) { /* rep -1 warms up pages, caches and threads */
-        double t_reg, t_nt, t_adam, t_pre;
-        uint64_t t0 = now_ns();
-        adam_run_roofline(&job, false);
-        t_reg = seconds_since(t0);
-        t0 = now_ns();
-        adam_run_roofline(&job, true);
-        t_nt = seconds_since(t0);
+        double t_roof[ADAM_STORES_COUNT], t_adam, t_pre;
+        uint64_t t0;
+        for (int s = 0; s < ADAM_STORES_COUNT; s++) {
+            t0 = now_ns();
+            adam_run_roofline(&job, (adam_stores)s);
+            t_roof[s] = seconds_since(t0);
+        }
         adam_consts_init(&job.consts, &o->hp, ++*step, grad_scale);
         t0 = now_ns();
         adam_run_step(&job);
@@ -327,9 +333,12 @@ static void run_row(const adam_opts *o, const bufs *b, row *r, int64_t *step)
             continue;
         r->adam_s = MIN(r->adam_s, t_adam);
         r->pre_s = MIN(r->pre_s, t_pre);
-        if (MIN(t_reg, t_nt) < r->roof_s) {
-            r->roof_s = MIN(t_reg, t_nt);
-            r->roof_streaming = t_nt < t_reg;
+        for (int s = 0; s < ADAM_STORES_COUNT; s++) {
+            r->roof_each_s[s] = MIN(r->roof_each_s[s], t_roof[s]);
+            if (t_roof[s] < r->roof_s) {
+                r->roof_s = t_roof[s];
+                r->roof_stores = (adam_stores)s;
+            }
         }
     }
     adam_consts_init(&job.consts, &o->hp, ++*step, grad_scale);
@@ -356,20 +365,21 @@ static void print_header(FILE *out, const adam_opts *o)
             o->hp.eps, o->hp.weight_decay, o->hp.bias_correction, o->reps, o->full_max,
             o->combos_given ? " (or as --combos says)" : "", (unsigned long long)o->seed);
     fprintf(out, "# bytes = master+m+v read and written (24 B) + grad read + param written, per element.\n"
-                 "# roof = Adam's access pattern without arithmetic (faster of regular/streaming stores);"
-                 " ratio = roof_ms/adam_ms; +pre also counts the gradient pre-pass.\n");
+                 "# roof = Adam's access pattern without arithmetic, fastest of regular (reg), streaming (nt) and"
+                 " regular + streaming parameter copy (nt-copy, as Adam stores)\n"
+                 "# ratio = roof_ms/adam_ms; +pre also counts the gradient pre-pass (norm, inf/NaN) in Adam's time.\n");
 }
 
 static void print_row_text(const row *r, bool first)
 {
     if (first)
-        printf("%7s %4s %5s %3s %9s %9s %8s %9s %9s %8s %8s %6s %4s %6s %6s\n", "Melem", "grad", "param", "thr",
+        printf("%7s %4s %5s %3s %9s %9s %8s %9s %9s %8s %8s %6s %7s %6s %6s\n", "Melem", "grad", "param", "thr",
                "adam_ms", "roof_ms", "pre_ms", "Mparam/s", "MB/step", "adamGB/s", "roofGB/s", "ratio", "st",
                "+pre", "#wrong");
-    printf("%7.1f %4s %5s %3d %9.2f %9.2f %8.2f %9.0f %9.0f %8.2f %8.2f %6.3f %4s %6.3f %6zu\n", (double)r->n / (1 << 20),
+    printf("%7.1f %4s %5s %3d %9.2f %9.2f %8.2f %9.0f %9.0f %8.2f %8.2f %6.3f %7s %6.3f %6zu\n", (double)r->n / (1 << 20),
            adam_dtype_name(r->c.grad), adam_dtype_name(r->c.param), r->threads, r->adam_s * 1e3, r->roof_s * 1e3,
            r->pre_s * 1e3, r->n / r->adam_s * 1e-6, r->bytes / 1e6, r->bytes / r->adam_s * 1e-9,
-           r->bytes / r->roof_s * 1e-9, r->roof_s / r->adam_s, r->roof_streaming ? "nt" : "reg",
+           r->bytes / r->roof_s * 1e-9, r->roof_s / r->adam_s, stores_name[r->roof_stores],
            r->roof_s / (r->adam_s + r->pre_s), r->wrong);
     fflush(stdout);
 }
@@ -377,11 +387,13 @@ static void print_row_text(const row *r, bool first)
 static void print_row_json(const row *r, bool first)
 {
     printf("%s\n    {\"numel\": %zu, \"grad\": \"%s\", \"param\": \"%s\", \"threads\": %d, \"adam_ms\": %.4f, "
-           "\"roofline_ms\": %.4f, \"roofline_stores\": \"%s\", \"prepass_ms\": %.4f, \"params_per_s\": %.6g, "
+           "\"roofline_ms\": %.4f, \"roofline_stores\": \"%s\", \"roofline_reg_ms\": %.4f, \"roofline_nt_ms\": %.4f, "
+           "\"roofline_nt_copy_ms\": %.4f, \"prepass_ms\": %.4f, \"params_per_s\": %.6g, "
            "\"bytes\": %zu, \"adam_gbps\": %.4f, \"roofline_gbps\": %.4f, \"ratio\": %.4f, "
            "\"ratio_with_prepass\": %.4f, \"checked\": %zu, \"wrong\": %zu}",
            first ? "" : ",", r->n, adam_dtype_name(r->c.grad), adam_dtype_name(r->c.param), r->threads,
-           r->adam_s * 1e3, r->roof_s * 1e3, r->roof_streaming ? "streaming" : "regular", r->pre_s * 1e3,
+           r->adam_s * 1e3, r->roof_s * 1e3, stores_name[r->roof_stores], r->roof_each_s[0] * 1e3, r->roof_each_s[1] * 1e3, r->roof_each_s[2] * 1e3,
+           r->pre_s * 1e3,
            r->n / r->adam_s, r->bytes, r->bytes / r->adam_s * 1e-9, r->bytes / r->roof_s * 1e-9,
            r->roof_s / r->adam_s, r->roof_s / (r->adam_s + r->pre_s), r->checked, r->wrong);
     fflush(stdout);

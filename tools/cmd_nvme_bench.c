@@ -213,7 +213,7 @@ int cmd_nvme_bench(int argc, char **argv)
         {0, 0, 0, 0},
     };
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+    for (int c, li = 0; (c = getopt_long(argc, argv, "h", opts, &li)) != -1;) {
         bool ok = true;
         switch (c) {
         case 's': ok = size_parse(optarg, &size) && size >= (8u << 20); break;
@@ -237,7 +237,7 @@ int cmd_nvme_bench(int argc, char **argv)
         }
         if (!ok) {
             fprintf(stderr, "strata nvme-bench: bad value \"%s\" for --%s (see --help for the allowed values; "
-                            "sizes are multiples of 4KiB, --size at least 8MiB)\n", optarg, opts[optind > 0 ? 0 : 0].name);
+                            "sizes are multiples of 4KiB, --size at least 8MiB)\n", optarg, opts[li].name);
             return CLI_EXIT_USAGE;
         }
     }
@@ -257,7 +257,7 @@ int cmd_nvme_bench(int argc, char **argv)
     strata_status st = bench_files_create(paths, npaths, size, direct, seed, progress_bar, "writing the test data", &bf);
     clear_progress();
     if (st != STRATA_OK) {
-        fprintf(stderr, "strata nvme-bench: %s\n", strata_last_error(NULL));
+        fprintf(stderr, "strata: %s\n", strata_last_error(NULL));
         return CLI_EXIT_FAIL;
     }
     if (!as_json)
@@ -300,7 +300,7 @@ int cmd_nvme_bench(int argc, char **argv)
                     st = bench_run(bf, &cfg, (bench_mode)m, seconds, &interrupted, progress_bar, label, &r);
                     clear_progress();
                     if (st != STRATA_OK) {
-                        fprintf(stderr, "strata nvme-bench: %s\n", strata_last_error(NULL));
+                        fprintf(stderr, "strata: %s\n", strata_last_error(NULL));
                         json_decref(rows);
                         bench_files_destroy(bf);
                         return CLI_EXIT_FAIL;

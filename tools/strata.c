@@ -10,7 +10,8 @@ static const cli_command commands[] = {
     {"config", "check a configuration file and print it resolved (`strata config check FILE`)", cmd_config},
     {"nvme-bench", "measure NVMe bandwidth over block size x queue depth x threads; write the best aio block",
      cmd_nvme_bench},
-    {"bench", "kernel and pipeline benchmarks (`strata bench adam`)", cmd_bench},
+    {"estimate", "memory per tier for a model shape and a config, without allocating", cmd_estimate},
+    {"bench", "kernel and pipeline benchmarks (`strata bench adam`, `strata bench step`)", cmd_bench},
 };
 
 static void usage(FILE *out)

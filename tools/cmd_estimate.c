@@ -1,0 +1,158 @@
+/* `strata estimate`: the memory plan per tier for a model shape and a config, without allocating. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#include "base/size.h"
+#include "base/util.h"
+#include "engine/plan.h"
+#include "strata.h"
+#include "tools/cli.h"
+#include "tools/gpt_shape.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: strata estimate [--model PRESET | --layers N --hidden N [--heads N] [--vocab N] [--seq N]]\n"
+            "                       [--config FILE] [--device-budget SIZE] [--host-budget SIZE]\n\n"
+            "Prints how many bytes each tier (device, host, NVMe) needs to train a GPT-style model with the\n"
+            "config, with the largest module and the prefetch window in flight, and whether the budgets hold it.\n"
+            "Nothing is allocated. Presets: %s (default 1.5B).\n"
+            "SIZE takes bytes or strings like 2GiB.\n", gpt_preset_names());
+}
+
+static bool parse_int(const char *flag, const char *text, int *out)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (*end || v <= 0 || v > 1000000) {
+        fprintf(stderr, "strata estimate: %s \"%s\" must be a whole number in [1, 1000000]\n", flag, text);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+static const char *tier_name(strata_tier t)
+{
+    return t == STRATA_TIER_DEVICE ? "device" : t == STRATA_TIER_HOST ? "host" : "nvme";
+}
+
+/* The smallest free space among the NVMe paths of the config, or 0 when none can be read. */
+static size_t nvme_free(const strata_config *cfg)
+{
+    size_t best = 0;
+    bool any = false;
+    const strata_offload_config *blocks[] = {&cfg->offload_param, &cfg->offload_optimizer};
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; blocks[b]->device == STRATA_TIER_NVME && i < blocks[b]->nvme_path_count; i++) {
+            struct statvfs v;
+            if (statvfs(blocks[b]->nvme_path[i], &v) == 0) {
+                size_t f = (size_t)v.f_bavail * v.f_frsize;
+                best = any ? MIN(best, f) : f;
+                any = true;
+            }
+        }
+    return best;
+}
+
+int cmd_estimate(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    gpt_shape custom = {"custom", 0, 0, 0, 50257, 1024};
+    const gpt_shape *shape = gpt_preset("1.5B");
+    strata_config cfg;
+    strata_config_init(&cfg);
+    size_t dev_budget = 0, host_budget = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "strata estimate: %s needs a value (see --help)\n", a);
+            return CLI_EXIT_USAGE;
+        }
+        i++;
+        if (strcmp(a, "--model") == 0) {
+            if (!(shape = gpt_preset(v))) {
+                fprintf(stderr, "strata estimate: --model \"%s\" is not a preset; allowed: %s\n", v, gpt_preset_names());
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--layers") == 0 || strcmp(a, "--hidden") == 0 || strcmp(a, "--heads") == 0 ||
+                   strcmp(a, "--vocab") == 0 || strcmp(a, "--seq") == 0) {
+            int *field = a[2] == 'l' ? &custom.layers : a[3] == 'i' ? &custom.hidden : a[3] == 'e' ? &custom.heads
+                         : a[2] == 'v' ? &custom.vocab : &custom.seq;
+            if (!parse_int(a, v, field))
+                return CLI_EXIT_USAGE;
+            shape = &custom;
+        } else if (strcmp(a, "--config") == 0) {
+            char err[4096];
+            if (strata_config_load_json(&cfg, v, err, sizeof err) != STRATA_OK) {
+                fprintf(stderr, "%s\n", err);
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--device-budget") == 0 || strcmp(a, "--host-budget") == 0) {
+            size_t *dst = a[2] == 'd' ? &dev_budget : &host_budget;
+            if (!size_parse(v, dst)) {
+                fprintf(stderr, "strata estimate: %s \"%s\" is not a size; write bytes or e.g. 2GiB\n", a, v);
+                return CLI_EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "strata estimate: unknown option \"%s\" (see --help)\n", a);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (shape == &custom && (!custom.layers || !custom.hidden)) {
+        fprintf(stderr, "strata estimate: a custom model needs --layers and --hidden\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (dev_budget)
+        cfg.device_budget_bytes = dev_budget;
+    if (host_budget)
+        cfg.host_budget_bytes = host_budget;
+
+    plan_input in = {.param_bytes = plan_dtype_bytes(cfg.param_dtype), .delayed = cfg.delayed_update,
+                     .sub_group_numel = align_up(cfg.sub_group_size, PLAN_MODULE_ALIGN)};
+    plan_tiers(&cfg, &in.param_tier, &in.opt_tier, &in.grad_tier);
+    plan_windows(&cfg, in.param_bytes, &in.prefetch_bytes, &in.max_live_bytes);
+    for (int m = 0; m < gpt_module_count(shape); m++) {
+        size_t sizes[16];
+        int n = gpt_module_params(shape, m, sizes);
+        size_t numel = plan_module_layout(sizes, (size_t)n, NULL, NULL);
+        in.total_numel += numel;
+        in.largest_module_numel = MAX(in.largest_module_numel, numel);
+    }
+    plan p;
+    plan_compute(&in, &p);
+
+    char b1[32], b2[32], b3[32];
+    double count = (double)gpt_param_count(shape);
+    printf("model   gpt %s: %d layers, hidden %d, vocab %d, seq %d: %.3g%s parameters (%zu elements padded)\n",
+           shape->name, shape->layers, shape->hidden, shape->vocab, shape->seq,
+           count >= 1e9 ? count / 1e9 : count / 1e6, count >= 1e9 ? " billion" : " million", in.total_numel);
+    printf("tiers   parameters %s (%s), optimizer state %s, gradients %s; largest module %zu elements\n\n",
+           tier_name(in.param_tier), cfg.param_dtype == STRATA_DTYPE_BF16 ? "bf16" : cfg.param_dtype == STRATA_DTYPE_FP16 ? "fp16" : "fp32",
+           tier_name(in.opt_tier), tier_name(in.grad_tier), in.largest_module_numel);
+    printf("%-7s %-45s %14s\n", "TIER", "WHAT", "BYTES");
+    for (int i = 0; i < p.nlines; i++)
+        printf("%-7s %-45s %14s\n", tier_name(p.lines[i].tier), p.lines[i].what,
+               size_format(p.lines[i].bytes, b1, sizeof b1));
+    size_t budgets[3] = {cfg.device_budget_bytes, plan_host_budget(&cfg), nvme_free(&cfg)};
+    printf("\n%-7s %14s %14s  %s\n", "TIER", "NEEDED", "AVAILABLE", "FITS");
+    for (int t = 0; t < 3; t++) {
+        bool known = budgets[t] > 0;
+        printf("%-7s %14s %14s  %s\n", tier_name((strata_tier)t), size_format(p.tier_bytes[t], b2, sizeof b2),
+               known ? size_format(budgets[t], b3, sizeof b3) : t == 0 ? "all free" : "unknown",
+               !known ? "-" : p.tier_bytes[t] <= budgets[t] ? "yes" : "NO");
+    }
+    if (cfg.device_budget_bytes) {
+        strata_status st = plan_check(&p, &in, cfg.device_budget_bytes, plan_host_budget(&cfg));
+        if (st != STRATA_OK) {
+            printf("\n%s\n", strata_last_error(NULL));
+            return CLI_EXIT_FAIL;
+        }
+    }
+    return CLI_EXIT_OK;
+}
