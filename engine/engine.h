@@ -167,6 +167,8 @@ strata_status engine_require_finalized(strata_engine *e, const char *what);
 
 eng_module *engine_module(strata_engine *e, strata_module_id id, const char *what);
 eng_param *engine_param(strata_engine *e, strata_param_id id, const char *what);
+/* The parameter if its module is held; else NULL with STRATA_ESTATE in the thread's error. */
+eng_param *engine_held_param(strata_engine *e, strata_param_id id, const char *what);
 
 /* Recording of the fetch order (registry.c). */
 bool registry_record(strata_engine *e, strata_module_id id);

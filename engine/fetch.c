@@ -371,17 +371,11 @@ STRATA_API void *strata_param_data(strata_engine *e, strata_param_id param)
 {
     if (!e)
         return NULL;
-    strata_status st = engine_require_finalized(e, "strata_param_data");
-    eng_param *p = st == STRATA_OK ? engine_param(e, param, "strata_param_data") : NULL;
+    eng_param *p = engine_held_param(e, param, "strata_param_data");
     if (!p) {
-        err_copy(&e->err, st == STRATA_OK ? STRATA_ESTATE : st);
+        err_copy(&e->err, err_last_status());
         return NULL;
     }
     eng_module *m = &e->modules[p->module];
-    if (!m->held) {
-        err_copy(&e->err, err_set(STRATA_ESTATE, "strata_param_data(\"%s.%s\"): module \"%s\" is not fetched; call "
-                                  "strata_fetch first", m->name, p->name, m->name));
-        return NULL;
-    }
     return (char *)m->dev + (p->offset - m->offset) * e->param_bytes;
 }

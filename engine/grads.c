@@ -87,18 +87,13 @@ STRATA_API void *strata_grad_data(strata_engine *e, strata_param_id param)
 {
     if (!e)
         return NULL;
-    strata_status st = engine_require_finalized(e, "strata_grad_data");
-    eng_param *p = st == STRATA_OK ? engine_param(e, param, "strata_grad_data") : NULL;
+    eng_param *p = engine_held_param(e, param, "strata_grad_data");
     if (!p) {
-        err_copy(&e->err, st == STRATA_OK ? STRATA_ESTATE : st);
+        err_copy(&e->err, err_last_status());
         return NULL;
     }
     eng_module *m = &e->modules[p->module];
-    if (!m->held) {
-        err_copy(&e->err, err_set(STRATA_ESTATE, "strata_grad_data(\"%s.%s\"): module \"%s\" is not fetched; "
-                                  "fetch it for backward first", m->name, p->name, m->name));
-        return NULL;
-    }
+    strata_status st;
     if (!m->grad_dev) {
         size_t bytes = m->numel * e->param_bytes;
         while ((st = dev_alloc(e->dev, bytes, &m->grad_dev)) == STRATA_EBUDGET) {

@@ -59,6 +59,21 @@ eng_param *engine_param(strata_engine *e, strata_param_id id, const char *what)
     return &e->params[id];
 }
 
+eng_param *engine_held_param(strata_engine *e, strata_param_id id, const char *what)
+{
+    strata_status st = engine_require_finalized(e, what);
+    eng_param *p = st == STRATA_OK ? engine_param(e, id, what) : NULL;
+    if (!p)
+        return NULL;
+    eng_module *m = &e->modules[p->module];
+    if (!m->held) {
+        err_set(STRATA_ESTATE, "%s(\"%s.%s\"): module \"%s\" is not fetched; call strata_fetch first", what, m->name,
+                p->name, m->name);
+        return NULL;
+    }
+    return p;
+}
+
 static strata_status module_add(strata_engine *e, const char *name, strata_module_id *out)
 {
     if (e->finalized)

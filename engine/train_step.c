@@ -40,6 +40,19 @@ static void publish_update(strata_engine *e, const strata_step_result *r, int pa
     fetch_invalidate_all(e);
 }
 
+/* Waits for the delayed update in flight (if any) and publishes it; *r receives its result. */
+static strata_status join_delayed(strata_engine *e, strata_step_result *r, bool *had)
+{
+    strata_step_result prev;
+    strata_status st = opt_job_join(e, &prev, had);
+    if (*had && st == STRATA_OK) {
+        publish_update(e, &prev, 1 - e->param_front);
+        if (r)
+            *r = prev;
+    }
+    return st;
+}
+
 static strata_status step(strata_engine *e, const strata_step_args *args, strata_step_result *out)
 {
     ERR_CHECK(engine_require_finalized(e, "strata_step"));
@@ -60,15 +73,9 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
     int back = two ? 1 - e->param_front : e->param_front;
     if (two) {
         /* Join the previous delayed update before anything else touches the optimizer state. */
-        strata_step_result prev;
         bool had;
-        strata_status st = opt_job_join(e, &prev, &had);
-        if (had && st == STRATA_OK)
-            publish_update(e, &prev, 1 - e->param_front);
-        ERR_CHECK(st);
+        ERR_CHECK(join_delayed(e, &r, &had));
         back = 1 - e->param_front;
-        if (had)
-            r = prev;
     }
     if (two && e->steps_called > e->cfg.delayed_warmup_steps) {
         int consumed = e->grad_front;
@@ -108,12 +115,8 @@ STRATA_API double strata_loss_scale(const strata_engine *e)
 static strata_status sync(strata_engine *e)
 {
     ERR_CHECK(engine_require_finalized(e, "strata_sync"));
-    strata_step_result prev;
     bool had;
-    strata_status st = opt_job_join(e, &prev, &had);
-    if (had && st == STRATA_OK)
-        publish_update(e, &prev, 1 - e->param_front);
-    ERR_CHECK(st);
+    ERR_CHECK(join_delayed(e, NULL, &had));
     ERR_CHECK(grads_drain(e));
     ERR_CHECK(dev_stream_sync(e->h2d));
     return engine_process_frees(e, true);
