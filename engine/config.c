@@ -6,6 +6,7 @@
 #include "engine/config_report.h"
 #include "engine/config_schema.h"
 #include "engine/config_validate.h"
+#include "nvme/io.h"
 
 STRATA_API strata_status strata_config_init(strata_config *cfg)
 {
@@ -29,9 +30,7 @@ STRATA_API strata_status strata_config_init(strata_config *cfg)
     cfg->max_live_parameters = 1000000000;
     cfg->param_persistence_threshold = 100000;
 
-    cfg->aio = (strata_aio_config){
-        .block_size = 1u << 20, .queue_depth = 32, .intra_op_parallelism = 1, .single_submit = false,
-        .overlap_events = true, .direct = STRATA_SWITCH_AUTO, .sqpoll = STRATA_SWITCH_OFF};
+    nvme_aio_defaults(&cfg->aio); /* the NVMe layer owns its defaults; standalone strata_aio uses the same */
 
     cfg->optimizer = STRATA_OPTIMIZER_ADAMW;
     cfg->lr = 1e-3f;

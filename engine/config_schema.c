@@ -8,6 +8,7 @@
 
 #include "base/size.h"
 #include "base/util.h"
+#include "nvme/io.h"
 
 #define OFF(field) offsetof(strata_config, field)
 #define NOFIELD 0
@@ -65,9 +66,9 @@ const cfg_key cfg_keys[] = {
     {"zero_optimization.offload_param.pin_memory_buffer", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL, "remove the key"},
 
     {"aio", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
-    {"aio.block_size", CFG_BYTES, OFF(aio.block_size), 4096, 64.0 * 1048576, NULL, NULL},
-    {"aio.queue_depth", CFG_INT, OFF(aio.queue_depth), 1, 1024, NULL, NULL},
-    {"aio.intra_op_parallelism", CFG_INT, OFF(aio.intra_op_parallelism), 1, 64, NULL, NULL},
+    {"aio.block_size", CFG_BYTES, OFF(aio.block_size), NVME_BLOCK_MIN, NVME_BLOCK_MAX, NULL, NULL},
+    {"aio.queue_depth", CFG_INT, OFF(aio.queue_depth), 1, NVME_QUEUE_DEPTH_MAX, NULL, NULL},
+    {"aio.intra_op_parallelism", CFG_INT, OFF(aio.intra_op_parallelism), 1, NVME_MAX_RINGS, NULL, NULL},
     {"aio.thread_count", CFG_RENAMED, NOFIELD, 0, 0, NULL, "aio.intra_op_parallelism"},
     {"aio.single_submit", CFG_BOOL, OFF(aio.single_submit), 0, 0, NULL, NULL},
     {"aio.overlap_events", CFG_BOOL, OFF(aio.overlap_events), 0, 0, NULL, NULL},

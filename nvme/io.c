@@ -13,9 +13,13 @@
 #include "base/util.h"
 #include "nvme/direct.h"
 
+/* io_uring refuses to register more than 1 GiB as one buffer, so larger ones take several slots. */
+#define FIXED_BUF_MAX ((size_t)1 << 30)
+
 typedef struct fixed_buf {
     char *base;
     size_t len;
+    void *owner; /* the pointer given to nvme_io_register_buffer */
 } fixed_buf;
 
 struct nvme_io {
@@ -42,11 +46,12 @@ void nvme_aio_defaults(strata_aio_config *cfg)
 
 strata_status nvme_aio_validate(const strata_aio_config *cfg)
 {
-    if (cfg->block_size < NVME_ALIGN || cfg->block_size % NVME_ALIGN || cfg->block_size > (1u << 30))
-        return err_set(STRATA_ECONFIG, "aio.block_size = %zu must be a multiple of %u in [%u, 1073741824]",
-                       cfg->block_size, NVME_ALIGN, NVME_ALIGN);
-    if (cfg->queue_depth < 1 || cfg->queue_depth > 4096)
-        return err_set(STRATA_ECONFIG, "aio.queue_depth = %d is out of range [1, 4096]", cfg->queue_depth);
+    if (cfg->block_size < NVME_BLOCK_MIN || cfg->block_size % NVME_ALIGN || cfg->block_size > NVME_BLOCK_MAX)
+        return err_set(STRATA_ECONFIG, "aio.block_size = %zu must be a multiple of %u in [%zu, %zu]",
+                       cfg->block_size, NVME_ALIGN, NVME_BLOCK_MIN, NVME_BLOCK_MAX);
+    if (cfg->queue_depth < 1 || cfg->queue_depth > NVME_QUEUE_DEPTH_MAX)
+        return err_set(STRATA_ECONFIG, "aio.queue_depth = %d is out of range [1, %d]", cfg->queue_depth,
+                       NVME_QUEUE_DEPTH_MAX);
     if (cfg->intra_op_parallelism < 1 || cfg->intra_op_parallelism > NVME_MAX_RINGS)
         return err_set(STRATA_ECONFIG, "aio.intra_op_parallelism = %d is out of range [1, %d]",
                        cfg->intra_op_parallelism, NVME_MAX_RINGS);
@@ -218,24 +223,40 @@ strata_status nvme_io_sync(nvme_io *io, nvme_file *f, ring_op op, void *buf, uin
     return st != STRATA_OK ? st : st_wait;
 }
 
+/* Drops every slot that belongs to owner. Called with io->mu held. */
+static void unregister_owner(nvme_io *io, const void *owner)
+{
+    for (int s = 0; s < RING_MAX_FIXED; s++) {
+        if (!io->bufs[s].base || io->bufs[s].owner != owner)
+            continue;
+        for (int i = 0; i < io->nrings; i++)
+            ring_unregister_buffer(io->rings[i], s);
+        io->bufs[s] = (fixed_buf){0};
+    }
+}
+
 bool nvme_io_register_buffer(nvme_io *io, void *buf, size_t len)
 {
     pthread_mutex_lock(&io->mu);
-    int slot = -1;
-    for (int s = 0; s < RING_MAX_FIXED && slot < 0; s++)
-        if (!io->bufs[s].base)
-            slot = s;
-    bool ok = slot >= 0;
-    int done = 0;
-    for (; ok && done < io->nrings; done++)
-        ok = ring_register_buffer(io->rings[done], slot, buf, len);
-    if (ok) {
-        io->bufs[slot].base = buf;
-        io->bufs[slot].len = len;
-    } else if (slot >= 0) {
-        for (int i = 0; i < done - 1; i++)
-            ring_unregister_buffer(io->rings[i], slot);
+    bool ok = true;
+    for (size_t at = 0; ok && at < len; at += FIXED_BUF_MAX) {
+        int slot = -1;
+        for (int s = 0; s < RING_MAX_FIXED && slot < 0; s++)
+            if (!io->bufs[s].base)
+                slot = s;
+        ok = slot >= 0;
+        size_t n = MIN(FIXED_BUF_MAX, len - at);
+        for (int i = 0; ok && i < io->nrings; i++) {
+            ok = ring_register_buffer(io->rings[i], slot, (char *)buf + at, n);
+            if (!ok)
+                for (int k = 0; k < i; k++)
+                    ring_unregister_buffer(io->rings[k], slot);
+        }
+        if (ok)
+            io->bufs[slot] = (fixed_buf){.base = (char *)buf + at, .len = n, .owner = buf};
     }
+    if (!ok)
+        unregister_owner(io, buf);
     pthread_mutex_unlock(&io->mu);
     return ok;
 }
@@ -243,13 +264,6 @@ bool nvme_io_register_buffer(nvme_io *io, void *buf, size_t len)
 void nvme_io_unregister_buffer(nvme_io *io, void *buf)
 {
     pthread_mutex_lock(&io->mu);
-    for (int s = 0; s < RING_MAX_FIXED; s++) {
-        if (io->bufs[s].base != buf)
-            continue;
-        for (int i = 0; i < io->nrings; i++)
-            ring_unregister_buffer(io->rings[i], s);
-        io->bufs[s].base = NULL;
-        io->bufs[s].len = 0;
-    }
+    unregister_owner(io, buf);
     pthread_mutex_unlock(&io->mu);
 }

@@ -19,6 +19,10 @@
 #include "strata.h"
 
 #define NVME_MAX_RINGS 64
+/* The allowed aio ranges: the config loader's key table reads these, so both agree. */
+#define NVME_BLOCK_MIN ((size_t)4096)
+#define NVME_BLOCK_MAX ((size_t)64 << 20)
+#define NVME_QUEUE_DEPTH_MAX 1024
 
 typedef struct nvme_io nvme_io;
 

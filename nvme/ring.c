@@ -474,7 +474,8 @@ bool ring_register_buffer(ring *r, int slot, void *buf, size_t len)
     if (rc < 0) {
         char eb[96];
         LOG_ONCE(STRATA_LOG_INFO, LOG_IO,
-                 "cannot register a %zu-byte buffer with io_uring: %s (RLIMIT_MEMLOCK?); using unregistered buffers",
+                 "cannot register a %zu-byte buffer with io_uring: %s (RLIMIT_MEMLOCK too small?); "
+                 "using unregistered buffers",
                  len, err_errno_str(-rc, eb, sizeof eb));
         return false;
     }

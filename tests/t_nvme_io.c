@@ -246,7 +246,7 @@ static void bad_config(void)
     cfg.queue_depth = 0;
     nvme_io *io = NULL;
     T_STATUS(nvme_io_create(&cfg, &io), STRATA_ECONFIG);
-    T_CONTAINS(err_last(), "aio.queue_depth = 0 is out of range [1, 4096]");
+    T_CONTAINS(err_last(), "aio.queue_depth = 0 is out of range [1, 1024]");
     nvme_aio_defaults(&cfg);
     cfg.block_size = 1000;
     T_STATUS(nvme_io_create(&cfg, &io), STRATA_ECONFIG);
