@@ -3,8 +3,8 @@
 
 1. Agreement: strata_adam_step (through ctypes on libstrata.so, as a drop-in user would call it) and
    torch.optim.AdamW / torch.optim.Adam run a few steps from the same state on the same bf16 gradients;
-   the fp32 master weights must agree to a few ulps (strata fuses each multiply-add where PyTorch
-   rounds twice) and the bf16 parameter copies must be equal but for rare ties of those ulps.
+   master weights, moments and bf16 parameter copies are compared (bit-identical with Debian's PyTorch
+   1.13; a few ulps of drift are tolerated for other builds, see the comment in main()).
 2. Speed: for each size and thread count, `strata bench adam --json` (bf16 gradients -> bf16 parameters)
    and, right after it in this process's run, PyTorch doing the same whole update of a sub-group:
    bf16 gradient -> fp32, unscale, clip_grad_norm_, AdamW foreach step, fp32 -> bf16 parameter copy.
@@ -132,7 +132,8 @@ def agreement(lib, kind, numel, steps, threads):
 
 
 def torch_whole_update(numel, threads, reps):
-    """Best seconds of one whole PyTorch update of a sub-group (see the module comment)."""
+    """Best seconds of one whole PyTorch update of a sub-group (see the module comment), and of its
+    optimizer.step() alone."""
     import torch
     torch.set_num_threads(threads)
     master = torch.rand(numel) * 0.1 - 0.05
@@ -140,20 +141,22 @@ def torch_whole_update(numel, threads, reps):
     grad_bf16 = (torch.rand(numel) * 2e-3 - 1e-3).to(torch.bfloat16)
     param_bf16 = torch.empty(numel, dtype=torch.bfloat16)
     opt = torch.optim.AdamW([master], lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, foreach=True)
-    best = float("inf")
+    best, best_step = float("inf"), float("inf")
     with torch.no_grad():
         for rep in range(reps + 1):
             t0 = time.perf_counter()
             master.grad.copy_(grad_bf16)
             master.grad.mul_(1.0 / 1024.0)
             torch.nn.utils.clip_grad_norm_([master], max_norm=1.0)
+            t1 = time.perf_counter()
             opt.step()
+            t2 = time.perf_counter()
             param_bf16.copy_(master)
-            dt = time.perf_counter() - t0
+            t3 = time.perf_counter()
             if rep > 0:
-                best = min(best, dt)
+                best, best_step = min(best, t3 - t0), min(best_step, t2 - t1)
     del opt, master, grad_bf16, param_bf16
-    return best
+    return best, best_step
 
 
 def main():
@@ -185,24 +188,27 @@ def main():
         os.cpu_count(), torch.__version__, sys.executable, args.strata, lib.strata_adam_isa().decode()))
     report = {"torch": torch.__version__, "agreement": [], "speed": []}
 
-    # 1. Agreement. Tolerances: strata rounds once per fused multiply-add where PyTorch rounds twice, so
-    # single elements drift by a few ulps over a few steps; the bf16 copies differ only where such an
-    # ulp crosses a bf16 rounding boundary (about 2^-16 of elements per ulp).
+    # 1. Agreement. strata fuses a multiply-add exactly where PyTorch 1.13's CPU kernels do, so with this
+    # machine's Debian build the results are bit-identical. Another PyTorch build (or version: 2.x uses
+    # lerp for exp_avg) may round differently: a few ulps of drift in fp32 over a few steps are allowed,
+    # and bf16 copies that differ only where such an ulp crosses a bf16 rounding boundary.
     ok = True
     for kind in (ADAMW, ADAM):
         r = agreement(lib, kind, args.check_numel, args.check_steps, threads[-1])
         good = r["master_max_ulps"] <= 8 and r["bf16_param_differ"] <= max(8, args.check_numel // 2000)
+        identical = r["master_max_ulps"] == 0 and r["exp_avg_max_ulps"] == 0 and r["exp_avg_sq_max_ulps"] == 0 \
+            and r["bf16_param_differ"] == 0
         ok &= good
         report["agreement"].append(dict(r, ok=good))
         print("agreement %-5s numel=%d steps=%d: master max %d ulp (%d elements differ), exp_avg max %d ulp, "
               "exp_avg_sq max %d ulp, bf16 params differ: %d -> %s" % (
                   r["kind"], r["numel"], r["steps"], r["master_max_ulps"], r["master_differ"],
                   r["exp_avg_max_ulps"], r["exp_avg_sq_max_ulps"], r["bf16_param_differ"],
-                  "ok" if good else "MISMATCH"))
+                  ("ok, bit-identical" if identical else "ok") if good else "MISMATCH"))
 
     # 2. Speed, strata then PyTorch for each size.
-    print("%6s %3s %10s %10s %10s %10s %8s %8s" % ("Melem", "thr", "strata_ms", "+pre_ms", "torch_ms",
-                                                  "Mparam/s", "speedup", "#wrong"))
+    print("%6s %3s %10s %10s %10s %12s %10s %8s %8s" % ("Melem", "thr", "strata_ms", "+pre_ms", "torch_ms",
+                                                        "torch_step_ms", "Mparam/s", "speedup", "#wrong"))
     for n in sizes:
         out = subprocess.run([args.strata, "bench", "adam", "--json", "--sizes", str(n), "--combos", "bf16:bf16",
                               "--threads", args.threads, "--reps", str(args.reps)],
@@ -213,15 +219,16 @@ def main():
         for t in threads:
             r = rows[t]
             whole_ms = r["adam_ms"] + r["prepass_ms"]
-            torch_s = torch_whole_update(n, t, args.reps)
+            torch_s, torch_step_s = torch_whole_update(n, t, args.reps)
             speedup = torch_s * 1e3 / whole_ms
             report["speed"].append(dict(numel=n, threads=t, strata_adam_ms=r["adam_ms"], strata_whole_ms=whole_ms,
-                                        torch_ms=torch_s * 1e3, speedup=speedup, ratio=r["ratio"],
+                                        torch_ms=torch_s * 1e3, torch_step_ms=torch_step_s * 1e3, speedup=speedup,
+                                        ratio=r["ratio"],
                                         ratio_with_prepass=r["ratio_with_prepass"], wrong=r["wrong"]))
             ok &= r["wrong"] == 0
-            print("%6d %3d %10.2f %10.2f %10.2f %10.0f %8.2f %8d" % (n >> 20, t, r["adam_ms"], whole_ms,
-                                                                   torch_s * 1e3, n / whole_ms * 1e-3, speedup,
-                                                                   r["wrong"]))
+            print("%6d %3d %10.2f %10.2f %10.2f %12.2f %10.0f %8.2f %8d" % (
+                n >> 20, t, r["adam_ms"], whole_ms, torch_s * 1e3, torch_step_s * 1e3, n / whole_ms * 1e-3, speedup,
+                r["wrong"]))
             sys.stdout.flush()
     if args.json:
         print(json.dumps(report, indent=1))

@@ -5,8 +5,13 @@
  * The update is PyTorch 1.13's torch.optim.AdamW / torch.optim.Adam (single-tensor and foreach paths),
  * per element, with each multiply-add either written as one fma or kept as two roundings with
  * ADAM_KEEP_ROUNDED, as PyTorch does it, so that no compiler can contract it differently in one variant
- * than in another (see adam_ref.c for the formula). Every
- * kernel must give the bits of adam_step_ref() (NaN payloads aside); the tests check that.
+ * than in another (see adam_ref.c for the formula). Every kernel must give the bits of adam_step_ref()
+ * (NaN payloads aside); the tests check that.
+ *
+ * Files: adam_<isa>.c the step, gradstats_<isa>.c the gradient pre-pass, roofline_<isa>.c the benchmark's
+ * same-shape roofline (the scalar ones all in adam_ref.c), simd_<isa>.h their shared loads, stores and
+ * conversions, convert.h the scalar rounding spec, dispatch.c the choice of ISA, driver.[ch] the OpenMP
+ * team, api.c the public strata_adam_* functions.
  */
 #ifndef STRATA_CPU_ADAM_ADAM_H
 #define STRATA_CPU_ADAM_ADAM_H

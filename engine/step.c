@@ -233,7 +233,8 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
     opt_slot *s = &c->slot[k % 3];
     param_slot *p = &c->ps[k % 2];
 
-    adam_arrays a = {.grad_dtype = STRATA_DTYPE_FP32, .param_dtype = e->cfg.param_dtype};
+    /* The parameter copy is write-only here: streaming stores skip reading its cache lines. */
+    adam_arrays a = {.grad_dtype = STRATA_DTYPE_FP32, .param_dtype = e->cfg.param_dtype, .stream_param = true};
     if (c->opt_nvme) {
         uint64_t t0 = now_ns();
         ERR_CHECK(io_wait_wait(&s->rd));

@@ -435,9 +435,10 @@ STRATA_API void strata_aio_buffer_free(strata_aio *aio, void *buf);
 /*
  * The CPU Adam on caller arrays, usable without an engine (what DeepSpeedCPUAdam is used for).
  * One pass per element: reads the fp32 master weights, both moments and the gradient, writes them
- * back plus a low-precision copy of the parameters. The formula is PyTorch's torch.optim.AdamW
- * (decoupled decay) or torch.optim.Adam (L2 decay), fp32 throughout; results agree with PyTorch to
- * rounding (strata fuses each multiply-add), and are bit-identical between strata's ISA variants.
+ * back plus a low-precision copy of the parameters. The formula is PyTorch 1.13's torch.optim.AdamW
+ * (decoupled decay) or torch.optim.Adam (L2 decay), fp32 throughout, with multiply-adds fused where
+ * PyTorch's CPU kernels fuse them: bit-identical to PyTorch 1.13 (Debian's build, checked by
+ * benchmarks/adam_vs_torch.py) and between strata's ISA variants.
  * The kernel (scalar, AVX2, AVX-512) is chosen once per process; STRATA_ISA=ref|avx2|avx512 forces one.
  */
 
@@ -464,8 +465,9 @@ typedef struct strata_adam_tensors {
     size_t numel;
 } strata_adam_tensors;
 
-/* Called when elements [offset, offset + numel) of the parameter copy are final, from the worker
- * thread that finished them (so concurrently with other tiles: it must be thread-safe). Tiles come
+/* Called when elements [offset, offset + numel) of the parameter copy (and of master, m, v) are final and
+ * in memory, from the worker thread that finished them (so concurrently with other tiles: it must be
+ * thread-safe, and short — e.g. queue a copy to the device — since that thread waits for it). Tiles come
  * roughly in ascending order, cover every element exactly once and never split a cache line. */
 typedef void (*strata_adam_tile_fn)(size_t offset, size_t numel, void *user);
 

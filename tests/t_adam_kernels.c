@@ -1,7 +1,7 @@
 /*
  * Proves that every SIMD kernel this CPU runs gives the bits of the scalar reference (adam_step_ref):
  * every gradient x parameter dtype, AdamW and Adam (with and without decay), bias correction on and off,
- * odd lengths and unaligned starts, and six steps with the state carried over and a new gradient (with
+ * odd lengths and unaligned starts (so both streaming and regular parameter stores), and six steps with the state carried over and a new gradient (with
  * a few inf/NaN in it) each step. The tolerance is zero: the kernels do the same IEEE operations in the
  * same order, each multiply-add written as one fma (adam_ref.c). Only NaN payloads may differ.
  * Also proves the parameter copy through each kernel's conversion path equals convert.h on random bit

@@ -160,6 +160,16 @@ static int parse_adam_opts(int argc, char **argv, adam_opts *o)
             o->json = true;
             continue;
         }
+        static const char *const valued[] = {"--sizes", "--full-max", "--combos", "--threads", "--reps", "--seed",
+                                             "--optimizer"};
+        bool known = false;
+        for (size_t k = 0; k < ARRAY_LEN(valued); k++)
+            known |= strcmp(a, valued[k]) == 0;
+        if (!known) {
+            fprintf(stderr, "strata bench adam: unknown option \"%s\"; allowed: --sizes --full-max --combos --threads "
+                    "--reps --optimizer --seed --json\n", a);
+            return CLI_EXIT_USAGE;
+        }
         if (!v) {
             fprintf(stderr, "strata bench adam: %s needs a value (see --help)\n", a);
             return CLI_EXIT_USAGE;
@@ -176,14 +186,9 @@ static int parse_adam_opts(int argc, char **argv, adam_opts *o)
             ok = (o->reps = atoi(v)) >= 1 && o->reps <= 1000;
         else if (strcmp(a, "--seed") == 0)
             o->seed = strtoull(v, NULL, 0);
-        else if (strcmp(a, "--optimizer") == 0)
+        else
             ok = strcmp(v, "adamw") == 0 || strcmp(v, "adam") == 0,
             o->hp.kind = strcmp(v, "adam") == 0 ? STRATA_OPTIMIZER_ADAM : STRATA_OPTIMIZER_ADAMW;
-        else {
-            fprintf(stderr, "strata bench adam: unknown option \"%s\"; allowed: --sizes --full-max --combos --threads "
-                    "--reps --optimizer --seed --json\n", a);
-            return CLI_EXIT_USAGE;
-        }
         if (!ok) {
             fprintf(stderr, "strata bench adam: %s \"%s\" is not valid (see --help)\n", a, v);
             return CLI_EXIT_USAGE;
@@ -483,6 +488,7 @@ typedef struct bench_entry {
 
 static const bench_entry benches[] = {
     {"adam", "CPU Adam (every dtype pair) against the same-shape memory roofline", bench_adam},
+    {"step", "the optimizer step with state on NVMe: Adam alone, I/O alone, pipelined", bench_step_main},
 };
 
 static void usage(FILE *out)
