@@ -128,6 +128,7 @@ const cfg_key cfg_keys[] = {
     {"strata.host_budget_bytes", CFG_BYTES, OFF(host_budget_bytes), 0, SIZE_MAX_D, NULL, NULL},
     {"strata.prefetch_bytes", CFG_BYTES, OFF(prefetch_bytes), 0, SIZE_MAX_D, NULL, NULL},
     {"strata.max_live_bytes", CFG_BYTES, OFF(max_live_bytes), 0, SIZE_MAX_D, NULL, NULL},
+    {"strata.activation_bytes", CFG_BYTES, OFF(activation_bytes), 0, SIZE_MAX_D, NULL, NULL},
     {"strata.cpu_threads", CFG_INT, OFF(cpu_threads), 0, 1024, NULL, NULL},
     {"strata.delayed_update", CFG_BOOL, OFF(delayed_update), 0, 0, NULL, NULL},
     {"strata.delayed_warmup_steps", CFG_INT, OFF(delayed_warmup_steps), 0, INT_MAX_D, NULL, NULL},

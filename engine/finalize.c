@@ -61,6 +61,7 @@ static void plan_input_of(const strata_engine *e, plan_input *in)
         .sub_group_numel = align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN),
         .prefetch_bytes = e->prefetch_bytes,
         .max_live_bytes = e->max_live_bytes,
+        .activation_bytes = e->cfg.activation_bytes,
     };
 }
 

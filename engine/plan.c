@@ -79,6 +79,7 @@ void plan_compute(const plan_input *in, plan *p)
     }
     p->live_window_bytes += big;
     add(p, "gradient buffers of one module", STRATA_TIER_DEVICE, big, false);
+    add(p, "trainer activations (strata.activation_bytes)", STRATA_TIER_DEVICE, in->activation_bytes, false);
 
     /* The pinned pool: staging for fetches from NVMe, gradient hand-offs, and the optimizer's
      * three sub-group slots (read k+1, compute k, write k-1). */

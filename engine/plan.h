@@ -21,6 +21,7 @@ typedef struct plan_input {
     bool delayed;                  /* double-buffered parameters and gradient stores */
     size_t sub_group_numel;
     size_t prefetch_bytes, max_live_bytes;
+    size_t activation_bytes;       /* reserved for the trainer's strata_device_alloc */
 } plan_input;
 
 typedef struct plan_line {

@@ -196,6 +196,7 @@ typedef struct strata_config {
     size_t host_budget_bytes;                /* 0 = 3/4 of physical RAM */
     size_t prefetch_bytes;                   /* 0 = derived from prefetch_bucket_size */
     size_t max_live_bytes;                   /* 0 = derived from max_live_parameters */
+    size_t activation_bytes;                 /* device memory reserved for the trainer (strata_device_alloc) */
     int cpu_threads;                         /* OpenMP threads for Adam; 0 = cores of this process */
     bool delayed_update;                     /* ZeRO-Offload's one-step-delayed optimizer step */
     int delayed_warmup_steps;                /* steps run undelayed first */
@@ -337,6 +338,40 @@ STRATA_API strata_status strata_sync(strata_engine *engine);
  * tier holds them (after strata_sync). For tests, export and inspection. */
 STRATA_API strata_status strata_param_read_master(strata_engine *engine, strata_param_id param, size_t offset,
                                                   size_t count, float *out);
+
+/* ------------------------------------------------------------------ the trainer's device memory */
+
+/* Device memory for the trainer's own use (activations, workspaces), carved from strata's device arena
+ * so it counts against the device budget; the planner reserves strata.activation_bytes for it.
+ * STRATA_EBUDGET with the numbers when it does not fit. Not thread-safe (the engine's thread). */
+STRATA_API strata_status strata_device_alloc(strata_engine *engine, size_t bytes, void **out);
+/* NULL is a no-op; STRATA_EINVAL for a pointer strata_device_alloc did not return. */
+STRATA_API strata_status strata_device_free(strata_engine *engine, void *ptr);
+
+/* Copies bytes between host and device memory (either direction, inferred from the pointers) and
+ * returns when the copy is done. For the trainer's inputs and outputs, not for model state. */
+STRATA_API strata_status strata_device_copy(strata_engine *engine, void *dst, const void *src, size_t bytes);
+
+/* The native stream the trainer should compute on (a cudaStream_t on the CUDA backend; NULL on the
+ * host backend, where the trainer computes on the calling thread): fetched parameters are ordered
+ * before work on it. */
+STRATA_API void *strata_compute_stream(strata_engine *engine);
+
+/* ------------------------------------------------------------------ checkpoints (issue 7) */
+/* STRATA-CKPT-BEGIN */
+
+/* Writes a checkpoint of the whole training state (master weights, Adam moments, step, loss-scale state,
+ * and what the delayed update has in flight) into the directory dir, streamed tier by tier without
+ * gathering the model in RAM; written under a temporary name, fsynced, then renamed, so a crash
+ * leaves any previous checkpoint at dir intact. Call between steps (STRATA_ESTATE while modules are held). */
+STRATA_API strata_status strata_save(strata_engine *engine, const char *dir);
+
+/* Restores a checkpoint written by strata_save into a finalized engine with the same model (same modules,
+ * parameters and sizes; STRATA_ECORRUPT naming the file and tensor when anything does not match or fails
+ * its checksum). Training then continues exactly as if it had never stopped. */
+STRATA_API strata_status strata_load(strata_engine *engine, const char *dir);
+
+/* STRATA-CKPT-END */
 
 /* ------------------------------------------------------------------ statistics */
 

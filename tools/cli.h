@@ -21,6 +21,8 @@ int cmd_config(int argc, char **argv);
 int cmd_nvme_bench(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_ckpt(int argc, char **argv);
 /* `strata bench step` (tools/bench_step.c), dispatched by cmd_bench. */
 int bench_step_main(int argc, char **argv);
 

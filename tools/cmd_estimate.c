@@ -114,7 +114,8 @@ int cmd_estimate(int argc, char **argv)
         cfg.host_budget_bytes = host_budget;
 
     plan_input in = {.param_bytes = plan_dtype_bytes(cfg.param_dtype), .delayed = cfg.delayed_update,
-                     .sub_group_numel = align_up(cfg.sub_group_size, PLAN_MODULE_ALIGN)};
+                     .sub_group_numel = align_up(cfg.sub_group_size, PLAN_MODULE_ALIGN),
+                     .activation_bytes = cfg.activation_bytes};
     plan_tiers(&cfg, &in.param_tier, &in.opt_tier, &in.grad_tier);
     plan_windows(&cfg, in.param_bytes, &in.prefetch_bytes, &in.max_live_bytes);
     for (int m = 0; m < gpt_module_count(shape); m++) {

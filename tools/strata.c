@@ -6,11 +6,13 @@
 #include "tools/cli.h"
 
 static const cli_command commands[] = {
+    {"train", "train a GPT model through the public API (the main job)", cmd_train},
     {"info", "show version, build options, CPU, NUMA and device backends", cmd_info},
     {"config", "check a configuration file and print it resolved (`strata config check FILE`)", cmd_config},
     {"nvme-bench", "measure NVMe bandwidth over block size x queue depth x threads; write the best aio block",
      cmd_nvme_bench},
     {"estimate", "memory per tier for a model shape and a config, without allocating", cmd_estimate},
+    {"ckpt", "inspect or verify a checkpoint (`strata ckpt inspect|verify DIR`)", cmd_ckpt},
     {"bench", "kernel and pipeline benchmarks (`strata bench adam`, `strata bench step`)", cmd_bench},
 };
 
