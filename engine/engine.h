@@ -158,6 +158,9 @@ struct strata_engine {
     eng_counters ctr;
     uint64_t fetches, prefetch_hits, stall_ns, step_ns, steps, skipped_steps;
     size_t host_tier_bytes;
+
+    /* checkpoints (checkpoint.c) */
+    bool ckpt_incomplete;           /* a strata_load failed half-way: the state is a mix; steps refuse */
 };
 
 /* ---------------------------------------------------------------- shared between engine/ files */
@@ -197,5 +200,10 @@ void opt_thread_stop(strata_engine *e);
 void opt_job_submit(strata_engine *e, double lr, double loss_scale, int grad_index, int param_out);
 /* Waits for the job in flight (if any); its result goes to res, its failure to the thread's error. */
 strata_status opt_job_join(strata_engine *e, strata_step_result *res, bool *had_job);
+/* Waits for the job in flight (if any) without taking it: it stays for the next opt_job_join, which
+ * publishes it (a checkpoint must not make an update visible early). *pending says whether there was one. */
+strata_status opt_job_settle(strata_engine *e, strata_step_result *res, bool *pending);
+/* Makes a finished job with result res wait for the next opt_job_join, as if it had just run (strata_load). */
+void opt_job_restore(strata_engine *e, const strata_step_result *res);
 
 #endif

@@ -82,14 +82,14 @@ void plan_compute(const plan_input *in, plan *p)
     add(p, "trainer activations (strata.activation_bytes)", STRATA_TIER_DEVICE, in->activation_bytes, false);
 
     /* The pinned pool: staging for fetches from NVMe, gradient hand-offs, and the optimizer's
-     * three sub-group slots (read k+1, compute k, write k-1). */
+     * four sub-group slots (read k+1, compute k, write k-1 and k-2). */
     if (in->param_tier == STRATA_TIER_NVME)
         add(p, "pinned: NVMe fetch staging", STRATA_TIER_HOST,
             MIN(in->prefetch_bytes, n * in->param_bytes) + 2 * big, true);
     add(p, "pinned: gradient staging", STRATA_TIER_HOST,
         2 * big + (in->grad_tier == STRATA_TIER_NVME ? 2 * in->largest_module_numel * 4 : 0), true);
     size_t slot = (in->opt_tier == STRATA_TIER_NVME ? 12 * sg : 0) + (in->grad_tier == STRATA_TIER_NVME ? 4 * sg : 0);
-    add(p, "pinned: optimizer sub-group slots (3)", STRATA_TIER_HOST, 3 * slot, true);
+    add(p, "pinned: optimizer sub-group slots (4)", STRATA_TIER_HOST, 4 * slot, true); /* see STEP_SLOTS */
     if (in->param_tier != STRATA_TIER_HOST)
         add(p, "pinned: updated-parameter staging (2)", STRATA_TIER_HOST, 2 * sg * in->param_bytes, true);
 }

@@ -88,6 +88,41 @@ strata_status opt_job_join(strata_engine *e, strata_step_result *res, bool *had_
     return STRATA_OK;
 }
 
+strata_status opt_job_settle(strata_engine *e, strata_step_result *res, bool *pending)
+{
+    *pending = false;
+    if (!e->opt_thread_running)
+        return STRATA_OK;
+    pthread_mutex_lock(&e->opt_lock);
+    if (!e->opt_job_in_flight) {
+        pthread_mutex_unlock(&e->opt_lock);
+        return STRATA_OK;
+    }
+    while (!e->opt_job_done)
+        pthread_cond_wait(&e->opt_cv, &e->opt_lock);
+    strata_status st = e->opt_job_status;
+    *res = e->opt_job_result;
+    char msg[ERR_MSG_BYTES];
+    snprintf(msg, sizeof msg, "%s", e->opt_job_msg);
+    pthread_mutex_unlock(&e->opt_lock);
+    *pending = true;
+    if (st != STRATA_OK)
+        return err_set(st, "delayed optimizer step: %s", msg);
+    return STRATA_OK;
+}
+
+void opt_job_restore(strata_engine *e, const strata_step_result *res)
+{
+    pthread_mutex_lock(&e->opt_lock);
+    e->opt_job_pending = false;
+    e->opt_job_done = true;
+    e->opt_job_in_flight = true;
+    e->opt_job_status = STRATA_OK;
+    e->opt_job_msg[0] = '\0';
+    e->opt_job_result = *res;
+    pthread_mutex_unlock(&e->opt_lock);
+}
+
 void opt_thread_stop(strata_engine *e)
 {
     if (!e->opt_thread_running)

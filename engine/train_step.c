@@ -56,6 +56,9 @@ static strata_status join_delayed(strata_engine *e, strata_step_result *r, bool 
 static strata_status step(strata_engine *e, const strata_step_args *args, strata_step_result *out)
 {
     ERR_CHECK(engine_require_finalized(e, "strata_step"));
+    if (e->ckpt_incomplete)
+        return err_set(STRATA_ESTATE, "strata_step: a strata_load failed part-way, so the model state is a mix of "
+                       "two checkpoints; load a good checkpoint or destroy the engine");
     for (size_t i = 0; i < e->nmodules; i++)
         if (e->modules[i].held)
             return err_set(STRATA_ESTATE, "strata_step: module \"%s\" is still held; release every module before "

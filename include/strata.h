@@ -359,17 +359,62 @@ STRATA_API void *strata_compute_stream(strata_engine *engine);
 
 /* ------------------------------------------------------------------ checkpoints (issue 7) */
 /* STRATA-CKPT-BEGIN */
+/*
+ * A checkpoint is a directory: manifest.json (format version, step, loss-scale state, resolved config, every
+ * tensor with its file, dtype, shape, offsets and crc32c), model.safetensors (fp32 master weights named
+ * "<module>.<param>", loadable by safetensors/PyTorch), optimizer.safetensors ("<name>.exp_avg",
+ * "<name>.exp_avg_sq"), and params.safetensors (the trainer's bf16/fp16 parameter copy "<name>", plus
+ * "<name>.next" while a delayed update is pending; absent for fp32 with nothing pending).
+ */
 
 /* Writes a checkpoint of the whole training state (master weights, Adam moments, step, loss-scale state,
  * and what the delayed update has in flight) into the directory dir, streamed tier by tier without
- * gathering the model in RAM; written under a temporary name, fsynced, then renamed, so a crash
- * leaves any previous checkpoint at dir intact. Call between steps (STRATA_ESTATE while modules are held). */
+ * gathering the model in RAM. It is written to ".<name>.tmp" beside dir, every file and the directory
+ * fsynced, then atomically exchanged with dir: a crash or a full disk at any point leaves the previous
+ * checkpoint at dir loadable (STRATA_ENOSPC / STRATA_EIO name the file; the engine stays usable).
+ * Call between steps: STRATA_ESTATE while modules are held or gradients have been accumulated since the
+ * last strata_step. A delayed update in flight is waited for but not made visible early. One save per
+ * dir at a time (not thread-safe; the engine's thread). */
 STRATA_API strata_status strata_save(strata_engine *engine, const char *dir);
 
 /* Restores a checkpoint written by strata_save into a finalized engine with the same model (same modules,
- * parameters and sizes; STRATA_ECORRUPT naming the file and tensor when anything does not match or fails
- * its checksum). Training then continues exactly as if it had never stopped. */
+ * parameters and sizes; STRATA_ECORRUPT naming the file and tensor when anything does not match, is
+ * truncated or fails its checksum). Training then continues bit-identically to a run that never stopped,
+ * whatever the placement, provided the trainer resumes its data at info.iterations. Loading another
+ * precision is refused (STRATA_ECONFIG), as is a pending delayed update into an engine without
+ * strata.delayed_update. Everything that can be checked is checked before the engine's state is touched;
+ * a checksum failure found while streaming leaves the state mixed, and strata_step then refuses
+ * (STRATA_ESTATE) until a load succeeds. */
 STRATA_API strata_status strata_load(strata_engine *engine, const char *dir);
+
+/* What a checkpoint's manifest says (validated; data not checksummed: see strata_checkpoint_verify). */
+typedef struct strata_checkpoint_info {
+    int64_t step;              /* optimizer updates applied, counting a pending delayed one */
+    int64_t iterations;        /* strata_step calls before the save: where the trainer's data resumes */
+    strata_dtype param_dtype;
+    double loss_scale;
+    bool pending_update;       /* a delayed update was in flight at the save */
+    size_t tensors;            /* entries in the manifest (all files) */
+    uint64_t bytes;            /* the data files together */
+} strata_checkpoint_info;
+
+/* Reads dir's manifest into out. STRATA_ENOTFOUND when dir holds no manifest; STRATA_ECORRUPT naming the
+ * file and field when it is malformed. Detail per thread. Thread-safe. */
+STRATA_API strata_status strata_checkpoint_inspect(const char *dir, strata_checkpoint_info *out);
+
+/* Reads every tensor of dir and checks sizes, headers and crc32c against the manifest. STRATA_ECORRUPT
+ * names the first bad file and tensor. Detail per thread. Thread-safe. */
+STRATA_API strata_status strata_checkpoint_verify(const char *dir);
+
+/* Keep-last-N rotation: among root's subdirectories that hold a checkpoint manifest, removes all but the
+ * keep_last with the highest step (ties: the later name), with their files; directories without a manifest
+ * are never touched. keep_last >= 1 (STRATA_EINVAL otherwise). *removed (may be NULL) gets the count.
+ * Typical use: strata_save(e, "root/step-00001200"), then strata_checkpoint_prune("root", 3, NULL). */
+STRATA_API strata_status strata_checkpoint_prune(const char *root, int keep_last, int *removed);
+
+/* The subdirectory of root holding the checkpoint with the highest step, written into out (outlen bytes)
+ * as "root/name". STRATA_ENOTFOUND when root has none. For `--resume ROOT`. */
+STRATA_API strata_status strata_checkpoint_latest(const char *root, char *out, size_t outlen);
 
 /* STRATA-CKPT-END */
 

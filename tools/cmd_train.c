@@ -1,4 +1,325 @@
-/* Placeholder until this command is written (being written now; replaced before commit). */
+/* `strata train`: train a GPT model through the public API (model/trainer.c runs the loop). This file turns
+ * the command line and an optional JSON config into a strata_config and trainer options, and rejects bad
+ * input with exit code 2 and a message that names the argument. */
+#include <cblas.h>
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/size.h"
+#include "model/data.h"
+#include "model/trainer.h"
+#include "strata.h"
 #include "tools/cli.h"
-int cmd_train(int argc, char **argv) { (void)argc; fprintf(stderr, "strata %s: not built yet\n", argv[0]); return CLI_EXIT_FAIL; }
+#include "tools/gpt_shape.h"
+
+#define BUILTIN_DATA_BYTES (4u << 20)
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: strata train [--model PRESET] [--layers N] [--heads N] [--hidden N] [--vocab N] [--context N]\n"
+            "                    [--config FILE] [--data FILE] [--steps N] [--batch N] [--grad-accum N] [--seq N]\n"
+            "                    [--lr X] [--min-lr X] [--warmup N] [--seed N] [--dtype fp32|bf16|fp16]\n"
+            "                    [--offload device|host|nvme] [--nvme-dir DIR] [--device-budget SIZE]\n"
+            "                    [--host-budget SIZE] [--delayed-update] [--threads N] [--trace FILE]\n"
+            "                    [--log-jsonl FILE] [--dump-weights FILE] [--save DIR] [--save-every K] [--keep N]\n"
+            "                    [--resume DIR] [--quiet]\n\n"
+            "Trains a GPT-2 style model (byte-level tokens) with strata holding its parameters and optimizer state.\n"
+            "  --model PRESET     %s (default tiny); --layers/--heads/--hidden/--vocab/--context override it\n"
+            "  --config FILE      a DeepSpeed-style JSON config; the flags below override it\n"
+            "  --data FILE        training text (default: a built-in generated English-like corpus)\n"
+            "  --steps N          optimizer steps (default 100); --batch sequences per micro-batch (default 8);\n"
+            "                     --grad-accum micro-batches per step (default 1); --seq tokens per sequence\n"
+            "                     (default: the model's context)\n"
+            "  --lr X             peak learning rate (default 1e-3 or the config's); linear warmup over --warmup\n"
+            "                     steps (default steps/10), then cosine down to --min-lr (default lr/10)\n"
+            "  --offload TIER     where parameters and optimizer state live: device (default), host or nvme\n"
+            "                     (nvme needs --nvme-dir DIR, a scratch directory for the swap files)\n"
+            "  --trace FILE       Chrome trace-event JSON of every transfer and step (open in ui.perfetto.dev)\n"
+            "  --log-jsonl FILE   one JSON object per step (loss, lr, tokens/s, stall, bytes per link)\n"
+            "  --dump-weights F   write the final fp32 master weights (raw, model order) to F\n"
+            "  --save DIR         checkpoints to DIR/step-N at the end, every --save-every K steps and on\n"
+            "                     SIGINT/SIGTERM, keeping the last --keep (default 2); --resume DIR continues\n"
+            "SIZE takes bytes or strings like 2GiB.\n",
+            gpt_preset_names());
+}
+
+typedef struct args {
+    const char *model, *config, *data, *offload, *nvme_dir, *trace, *dtype;
+    const char *device_budget, *host_budget;
+    int layers, heads, hidden, vocab, context, batch, grad_accum, seq, threads, keep;
+    long long steps, warmup, save_every;
+    double lr, min_lr;
+    unsigned long long seed;
+    bool delayed, quiet;
+    trainer_opts topts;
+} args;
+
+static int bad(const char *flag, const char *value, const char *why)
+{
+    fprintf(stderr, "strata train: %s \"%s\": %s\n", flag, value, why);
+    return CLI_EXIT_USAGE;
+}
+
+static bool parse_ll(const char *text, long long lo, long long hi, long long *out)
+{
+    char *end;
+    long long v = strtoll(text, &end, 10);
+    if (!*text || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Reads argv into a; returns 0 or an exit code. */
+static int parse(int argc, char **argv, args *a)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (strcmp(f, "--delayed-update") == 0) {
+            a->delayed = true;
+            continue;
+        }
+        if (strcmp(f, "--quiet") == 0) {
+            a->quiet = true;
+            continue;
+        }
+        if (strncmp(f, "--", 2) != 0)
+            return bad("argument", f, "unexpected; see `strata train --help`");
+        if (i + 1 >= argc)
+            return bad(f, "", "needs a value");
+        const char *v = argv[++i];
+        long long n = 0;
+        struct {
+            const char *flag;
+            int *out;
+            long long lo, hi;
+        } ints[] = {{"--layers", &a->layers, 1, 4096},      {"--heads", &a->heads, 1, 1024},
+                    {"--hidden", &a->hidden, 1, 65536},     {"--vocab", &a->vocab, 256, 1 << 22},
+                    {"--context", &a->context, 1, 1 << 20}, {"--batch", &a->batch, 1, 1 << 20},
+                    {"--grad-accum", &a->grad_accum, 1, 1 << 20}, {"--seq", &a->seq, 1, 1 << 20},
+                    {"--threads", &a->threads, 1, 4096},    {"--keep", &a->keep, 1, 1000}};
+        bool done = false;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
+            if (strcmp(f, ints[k].flag) == 0) {
+                if (!parse_ll(v, ints[k].lo, ints[k].hi, &n)) {
+                    fprintf(stderr, "strata train: %s \"%s\" must be a whole number in [%lld, %lld]\n", f, v,
+                            ints[k].lo, ints[k].hi);
+                    return CLI_EXIT_USAGE;
+                }
+                *ints[k].out = (int)n;
+                done = true;
+            }
+        if (done)
+            continue;
+        if (strcmp(f, "--steps") == 0 || strcmp(f, "--warmup") == 0 || strcmp(f, "--save-every") == 0 ||
+            strcmp(f, "--seed") == 0) {
+            long long lo = strcmp(f, "--steps") == 0 ? 1 : 0;
+            if (!parse_ll(v, lo, (long long)1e15, &n)) {
+                fprintf(stderr, "strata train: %s \"%s\" must be a whole number of at least %lld\n", f, v, lo);
+                return CLI_EXIT_USAGE;
+            }
+            if (strcmp(f, "--steps") == 0)
+                a->steps = n;
+            else if (strcmp(f, "--warmup") == 0)
+                a->warmup = n;
+            else if (strcmp(f, "--save-every") == 0)
+                a->save_every = n;
+            else
+                a->seed = (unsigned long long)n;
+        } else if (strcmp(f, "--lr") == 0 || strcmp(f, "--min-lr") == 0) {
+            char *end;
+            double x = strtod(v, &end);
+            if (!*v || *end || !(x >= 0 && x < 10))
+                return bad(f, v, "must be a learning rate in [0, 10)");
+            *(strcmp(f, "--lr") == 0 ? &a->lr : &a->min_lr) = x;
+        } else if (strcmp(f, "--model") == 0) {
+            a->model = v;
+        } else if (strcmp(f, "--config") == 0) {
+            a->config = v;
+        } else if (strcmp(f, "--data") == 0) {
+            a->data = v;
+        } else if (strcmp(f, "--offload") == 0) {
+            a->offload = v;
+        } else if (strcmp(f, "--nvme-dir") == 0) {
+            a->nvme_dir = v;
+        } else if (strcmp(f, "--trace") == 0) {
+            a->trace = v;
+        } else if (strcmp(f, "--dtype") == 0) {
+            a->dtype = v;
+        } else if (strcmp(f, "--device-budget") == 0) {
+            a->device_budget = v;
+        } else if (strcmp(f, "--host-budget") == 0) {
+            a->host_budget = v;
+        } else if (strcmp(f, "--log-jsonl") == 0) {
+            a->topts.log_jsonl = v;
+        } else if (strcmp(f, "--dump-weights") == 0) {
+            a->topts.dump_weights = v;
+        } else if (strcmp(f, "--save") == 0) {
+            a->topts.save_dir = v;
+        } else if (strcmp(f, "--resume") == 0) {
+            a->topts.resume_dir = v;
+        } else {
+            return bad("option", f, "unknown; see `strata train --help`");
+        }
+    }
+    return 0;
+}
+
+static void place(strata_offload_config *o, strata_tier tier, const char *dir)
+{
+    o->device = tier;
+    if (tier == STRATA_TIER_NVME) {
+        snprintf(o->nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
+        o->nvme_path_count = 1;
+    }
+}
+
+/* The config: defaults, then --config, then the flags. Returns 0 or an exit code. */
+static int build_config(args *a, strata_config *cfg)
+{
+    strata_config_init(cfg);
+    cfg->backend = STRATA_BACKEND_HOST; /* the model computes on the host; a config may ask otherwise */
+    cfg->lr = 1e-3f;
+    cfg->weight_decay = 0.0f;
+    if (a->config) {
+        char err[4096];
+        if (strata_config_load_json(cfg, a->config, err, sizeof err) != STRATA_OK) {
+            fprintf(stderr, "strata train: --config \"%s\":\n%s\n", a->config, err);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (a->lr >= 0)
+        cfg->lr = (float)a->lr;
+    if (a->offload) {
+        strata_tier t;
+        if (strcmp(a->offload, "device") == 0)
+            t = STRATA_TIER_DEVICE;
+        else if (strcmp(a->offload, "host") == 0)
+            t = STRATA_TIER_HOST;
+        else if (strcmp(a->offload, "nvme") == 0)
+            t = STRATA_TIER_NVME;
+        else
+            return bad("--offload", a->offload, "allowed: device, host, nvme");
+        if (t == STRATA_TIER_NVME && !a->nvme_dir)
+            return bad("--offload", a->offload, "needs --nvme-dir DIR, a directory for the swap files");
+        place(&cfg->offload_param, t, a->nvme_dir);
+        place(&cfg->offload_optimizer, t, a->nvme_dir);
+        if (t != STRATA_TIER_DEVICE)
+            cfg->zero_stage = 3;
+    }
+    if (a->dtype) {
+        const char *names[] = {"fp32", "bf16", "fp16"};
+        int k = 0;
+        while (k < 3 && strcmp(a->dtype, names[k]) != 0)
+            k++;
+        if (k == 3)
+            return bad("--dtype", a->dtype, "allowed: fp32, bf16, fp16");
+        cfg->param_dtype = (strata_dtype)k;
+    }
+    const char *budgets[] = {a->device_budget, a->host_budget};
+    size_t *fields[] = {&cfg->device_budget_bytes, &cfg->host_budget_bytes};
+    for (int k = 0; k < 2; k++)
+        if (budgets[k] && !size_parse(budgets[k], fields[k]))
+            return bad(k ? "--host-budget" : "--device-budget", budgets[k], "is not a size (e.g. 512MiB, 2GiB)");
+    if (a->delayed)
+        cfg->delayed_update = true;
+    if (a->threads)
+        cfg->cpu_threads = a->threads;
+    if (a->trace)
+        snprintf(cfg->trace_path, sizeof cfg->trace_path, "%s", a->trace);
+    char err[4096];
+    if (strata_config_validate(cfg, err, sizeof err) != STRATA_OK) {
+        fprintf(stderr, "strata train: the configuration is not valid:\n%s\n", err);
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+static void print_setup(const args *a, const strata_config *cfg, const trainer_opts *t, const char *data_name)
+{
+    const gpt_dims *d = &t->dims;
+    const char *tiers[] = {"device", "host", "nvme"}, *dtypes[] = {"fp32", "bf16", "fp16"};
+    printf("strata train: model %s (layers %d, heads %d, hidden %d, vocab %d, context %d) = %.1fM parameters\n",
+           a->model ? a->model : "tiny", d->layers, d->heads, d->hidden, d->vocab, d->seq, (double)gpt_numel(d) / 1e6);
+    printf("  data %s (%zu bytes); batch %d x seq %d x grad-accum %d = %d tokens/step; %lld steps, seed %llu\n",
+           data_name, t->data->len, t->batch, t->seq, t->grad_accum, t->batch * t->seq * t->grad_accum,
+           (long long)t->steps, (unsigned long long)t->seed);
+    printf("  lr %.3g (warmup %lld, cosine to %.3g); params %s %s, optimizer %s; delayed update %s\n", cfg->lr,
+           (long long)t->warmup, t->min_lr, dtypes[cfg->param_dtype], tiers[cfg->offload_param.device],
+           tiers[cfg->offload_optimizer.device], cfg->delayed_update ? "on" : "off");
+    fflush(stdout);
+}
+
+int cmd_train(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    args a = {.batch = 8, .grad_accum = 1, .steps = 100, .warmup = -1, .lr = -1, .min_lr = -1, .keep = 2};
+    int rc = parse(argc, argv, &a);
+    if (rc)
+        return rc;
+    const gpt_shape *preset = gpt_preset(a.model ? a.model : "tiny");
+    if (!preset) {
+        fprintf(stderr, "strata train: --model \"%s\" is not a preset; allowed: %s\n", a.model, gpt_preset_names());
+        return CLI_EXIT_USAGE;
+    }
+    trainer_opts *t = &a.topts;
+    t->dims = gpt_shape_dims(preset);
+    int *over[] = {&a.layers, &a.heads, &a.hidden, &a.vocab, &a.context};
+    int *dims[] = {&t->dims.layers, &t->dims.heads, &t->dims.hidden, &t->dims.vocab, &t->dims.seq};
+    for (int k = 0; k < 5; k++)
+        if (*over[k])
+            *dims[k] = *over[k];
+    const char *why = gpt_dims_check(&t->dims);
+    if (why) {
+        fprintf(stderr, "strata train: --model/--layers/--heads/--hidden: %s\n", why);
+        return CLI_EXIT_USAGE;
+    }
+    t->seq = a.seq ? a.seq : t->dims.seq;
+    if (t->seq > t->dims.seq) {
+        fprintf(stderr, "strata train: --seq %d is longer than the model's context %d (set --context)\n", t->seq,
+                t->dims.seq);
+        return CLI_EXIT_USAGE;
+    }
+    strata_config cfg;
+    if ((rc = build_config(&a, &cfg)))
+        return rc;
+    gpt_data data;
+    char msg[600];
+    strata_status st = a.data ? data_load(a.data, &data, msg, sizeof msg) : data_builtin(BUILTIN_DATA_BYTES, &data);
+    if (st != STRATA_OK) {
+        fprintf(stderr, "strata train: %s\n", a.data ? msg : "out of memory for the built-in corpus");
+        return a.data ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+    }
+    if (data.len <= (size_t)t->seq) {
+        fprintf(stderr, "strata train: --seq %d is larger than the data (\"%s\", %zu bytes); it needs at least "
+                        "--seq + 1 bytes\n", t->seq, a.data ? a.data : "built-in", data.len);
+        data_free(&data);
+        return CLI_EXIT_USAGE;
+    }
+    t->data = &data;
+    t->batch = a.batch;
+    t->grad_accum = a.grad_accum;
+    t->steps = a.steps;
+    t->warmup = a.warmup >= 0 ? a.warmup : a.steps / 10;
+    t->lr = cfg.lr;
+    t->min_lr = a.min_lr >= 0 ? a.min_lr : cfg.lr / 10;
+    t->seed = a.seed;
+    t->save_every = a.save_every;
+    t->keep = a.keep;
+    t->quiet = a.quiet;
+    if (a.threads) {
+        /* The model's kernels; the engine takes its own thread count from cpu_threads. */
+        omp_set_num_threads(a.threads);
+        openblas_set_num_threads(a.threads);
+    }
+    print_setup(&a, &cfg, t, a.data ? a.data : "built-in corpus");
+    rc = trainer_run(t, &cfg);
+    data_free(&data);
+    return rc;
+}

@@ -24,36 +24,26 @@ const char *gpt_preset_names(void)
     return "tiny, 124M, 350M, 774M, 1.5B, 3B";
 }
 
+gpt_dims gpt_shape_dims(const gpt_shape *s)
+{
+    return (gpt_dims){s->layers, s->heads, s->hidden, s->vocab, s->seq};
+}
+
+/* The parameter layout itself lives with the model (model/gpt_layout.c), so estimate and train agree. */
 int gpt_module_count(const gpt_shape *s)
 {
-    return s->layers + 2;
+    gpt_dims d = gpt_shape_dims(s);
+    return gpt_modules(&d);
 }
 
 int gpt_module_params(const gpt_shape *s, int i, size_t *sizes)
 {
-    size_t h = (size_t)s->hidden;
-    if (i == 0) {
-        sizes[0] = (size_t)s->vocab * h; /* token embedding, tied to the head */
-        sizes[1] = (size_t)s->seq * h;   /* position embedding */
-        return 2;
-    }
-    if (i == s->layers + 1) {
-        sizes[0] = h; /* final LayerNorm */
-        sizes[1] = h;
-        return 2;
-    }
-    size_t block[] = {h, h, 3 * h * h, 3 * h, h * h, h, h, h, 4 * h * h, 4 * h, 4 * h * h, h};
-    memcpy(sizes, block, sizeof block); /* ln1, qkv, attn proj, ln2, fc, fc proj (weights, biases) */
-    return (int)(sizeof block / sizeof block[0]);
+    gpt_dims d = gpt_shape_dims(s);
+    return gpt_module_param_sizes(&d, i, sizes);
 }
 
 size_t gpt_param_count(const gpt_shape *s)
 {
-    size_t total = 0, sizes[16];
-    for (int i = 0; i < gpt_module_count(s); i++) {
-        int n = gpt_module_params(s, i, sizes);
-        for (int j = 0; j < n; j++)
-            total += sizes[j];
-    }
-    return total;
+    gpt_dims d = gpt_shape_dims(s);
+    return gpt_numel(&d);
 }

@@ -1,10 +1,12 @@
-/* GPT-2 style model shapes: the presets and the parameter list of each module, so that
- * `strata estimate` (and later `strata train`) describe the same model. */
+/* GPT-2 style model shapes: the presets by name, and the parameter list of each module (from the model's
+ * own layout in model/gpt.h), so that `strata estimate` and `strata train` describe the same model. */
 #ifndef STRATA_TOOLS_GPT_SHAPE_H
 #define STRATA_TOOLS_GPT_SHAPE_H
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "model/gpt.h"
 
 typedef struct gpt_shape {
     const char *name;
@@ -15,10 +17,12 @@ typedef struct gpt_shape {
 const gpt_shape *gpt_preset(const char *name);
 /* "tiny, 124M, 350M, 774M, 1.5B, 3B" for messages. */
 const char *gpt_preset_names(void);
+/* The model's dimensions of a shape. */
+gpt_dims gpt_shape_dims(const gpt_shape *s);
 
 /* Modules: 0 = embeddings (token + position), 1..layers = blocks, layers+1 = final LayerNorm. */
 int gpt_module_count(const gpt_shape *s);
-/* The parameter sizes of module i into sizes (at most 16); returns their count. */
+/* The parameter sizes of module i into sizes (at most GPT_MAX_MODULE_PARAMS = 12); returns their count. */
 int gpt_module_params(const gpt_shape *s, int i, size_t *sizes);
 /* Total parameters (unpadded). */
 size_t gpt_param_count(const gpt_shape *s);

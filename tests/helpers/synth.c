@@ -230,7 +230,9 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
     gbf = calloc(maxw, sizeof(float));
     target = calloc((size_t)B * o->width[L], sizeof(float));
 
-    for (int s = 0; s < o->steps; s++) {
+    if (o->load_dir)
+        CHECK(strata_load(e, o->load_dir));
+    for (int s = o->first_step; s < o->first_step + o->steps; s++) {
         double loss = 0;
         for (int mb = 0; mb < o->micro_batches; mb++) {
             synth_batch(o, s, mb, act[0], target);
@@ -277,8 +279,10 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
         }
         strata_step_args args = {.lr = o->lr_decay > 0 ? cfg->lr * pow(o->lr_decay, s) : 0};
         CHECK(strata_step(e, &args, NULL));
+        if (o->save_dir && s + 1 == o->save_after)
+            CHECK(strata_save(e, o->save_dir));
         if (losses)
-            losses[s] = loss / o->micro_batches;
+            losses[s - o->first_step] = loss / o->micro_batches;
     }
     size_t total = 0;
     for (int l = 0; l < L; l++)

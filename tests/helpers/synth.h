@@ -24,6 +24,11 @@ typedef struct synth_opts {
     bool declare_order;               /* strata_module_order instead of recording */
     int diverge_at_step;              /* 0 = never; else that step fetches in a different order */
     double lr_decay;                  /* lr of step s = cfg lr * lr_decay^s (0 = constant) */
+    /* Checkpoints (all off when zero): */
+    int first_step;                   /* the first step's index (data and lr continue from there) */
+    const char *load_dir;             /* strata_load from here right after finalize */
+    const char *save_dir;             /* strata_save here after step index save_after - 1 ... */
+    int save_after;                   /* ... i.e. once save_after steps (counted from 0) are done */
 } synth_opts;
 
 /* Trains with cfg and returns every parameter's master weights concatenated (malloc'd) in *weights,

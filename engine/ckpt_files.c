@@ -1,0 +1,427 @@
+/* Checkpoint directories on disk: checked writes, crash-safe replacement, cross-checked reading. */
+#include "engine/ckpt_files.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/crc32c.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#define WRITE_BUF_BYTES ((size_t)1 << 20)
+#define VERIFY_CHUNK_BYTES ((size_t)4 << 20)
+
+static strata_status errno_status(int errnum, const char *fmt_path, const char *what, const char *path)
+{
+    char eb[96];
+    return err_set(err_from_errno(errnum), fmt_path, what, path, err_errno_str(errnum, eb, sizeof eb));
+}
+
+/* ---------------------------------------------------------------- writing */
+
+strata_status ckpt_writer_open(ckpt_writer *w, const char *dir, const char *name)
+{
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    snprintf(w->path, sizeof w->path, "%s/%s", dir, name);
+    w->buf = malloc(WRITE_BUF_BYTES);
+    if (!w->buf)
+        return err_set(STRATA_ENOMEM, "checkpoint \"%s\": out of memory for the write buffer", w->path);
+    w->cap = WRITE_BUF_BYTES;
+    w->fd = open(w->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        strata_status st = errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "creating", w->path);
+        free(w->buf);
+        w->buf = NULL;
+        return st;
+    }
+    return STRATA_OK;
+}
+
+static strata_status write_all(ckpt_writer *w, const uint8_t *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(w->fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int errnum = n < 0 ? errno : EIO;
+            char eb[96];
+            return err_set(err_from_errno(errnum),
+                           "checkpoint \"%s\": write of %zu bytes at offset %" PRIu64 " failed: %s; the previous "
+                           "checkpoint (if any) is untouched%s", w->path, len, w->written,
+                           err_errno_str(errnum, eb, sizeof eb),
+                           errnum == ENOSPC ? " — free space on that filesystem or save elsewhere" : "");
+        }
+        p += n;
+        len -= (size_t)n;
+        w->written += (uint64_t)n;
+    }
+    return STRATA_OK;
+}
+
+static strata_status flush(ckpt_writer *w)
+{
+    strata_status st = write_all(w, w->buf, w->used);
+    w->used = 0;
+    return st;
+}
+
+strata_status ckpt_writer_put(ckpt_writer *w, const void *data, size_t len)
+{
+    if (w->used + len > w->cap) {
+        ERR_CHECK(flush(w));
+        if (len >= w->cap)
+            return write_all(w, data, len);
+    }
+    memcpy(w->buf + w->used, data, len);
+    w->used += len;
+    return STRATA_OK;
+}
+
+void ckpt_writer_abort(ckpt_writer *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    w->fd = -1;
+    free(w->buf);
+    w->buf = NULL;
+}
+
+strata_status ckpt_writer_close(ckpt_writer *w)
+{
+    strata_status st = flush(w);
+    if (st == STRATA_OK && fsync(w->fd) != 0)
+        st = errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "fsync of", w->path);
+    if (st == STRATA_OK && close(w->fd) != 0)
+        st = errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "close of", w->path);
+    else if (st != STRATA_OK)
+        close(w->fd);
+    w->fd = -1;
+    free(w->buf);
+    w->buf = NULL;
+    return st;
+}
+
+/* ---------------------------------------------------------------- directories */
+
+/* "<parent>/.<base><suffix>": the temporary and old names live next to dir, on its filesystem. */
+static strata_status sibling(const char *dir, const char *suffix, char *out, size_t len)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    size_t slash = n;
+    while (slash > 0 && dir[slash - 1] != '/')
+        slash--;
+    if (n == slash)
+        return err_set(STRATA_EINVAL, "checkpoint directory \"%s\" has no name to save under", dir);
+    int w = snprintf(out, len, "%.*s.%.*s%s", (int)slash, dir, (int)(n - slash), dir + slash, suffix);
+    if (w < 0 || (size_t)w >= len)
+        return err_set(STRATA_EINVAL, "checkpoint directory \"%s\" is too long (at most %zu bytes)", dir, len - 16);
+    return STRATA_OK;
+}
+
+static void parent_of(const char *dir, char *out, size_t len)
+{
+    snprintf(out, len, "%s", dir);
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/')
+        out[--n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (!slash)
+        snprintf(out, len, ".");
+    else if (slash == out)
+        out[1] = '\0';
+    else
+        *slash = '\0';
+}
+
+static strata_status fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "opening directory", dir);
+    strata_status st = STRATA_OK;
+    if (fsync(fd) != 0 && errno != EINVAL)
+        st = errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "fsync of directory", dir);
+    close(fd);
+    return st;
+}
+
+void ckpt_dir_remove(const char *dir)
+{
+    char path[STRATA_PATH_BYTES + 96];
+    for (int f = 0; f < CKPT_FILE_COUNT; f++) {
+        snprintf(path, sizeof path, "%s/%s", dir, ckpt_file_names[f]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST);
+    unlink(path);
+    if (rmdir(dir) != 0 && errno != ENOENT)
+        LOG_WARN(LOG_CORE, "checkpoint: could not remove \"%s\" (it holds files strata did not write?)", dir);
+}
+
+strata_status ckpt_dir_begin(const char *dir, char *tmp, size_t len)
+{
+    ERR_CHECK(sibling(dir, ".tmp", tmp, len));
+    ckpt_dir_remove(tmp); /* what a crashed save left behind */
+    if (mkdir(tmp, 0755) != 0)
+        return errno_status(errno, "checkpoint: %s \"%s\" failed: %s; the parent directory must exist and be "
+                            "writable", "creating", tmp);
+    return STRATA_OK;
+}
+
+strata_status ckpt_dir_commit(const char *tmp, const char *dir)
+{
+    char parent[STRATA_PATH_BYTES + 64], old[STRATA_PATH_BYTES + 64];
+    parent_of(dir, parent, sizeof parent);
+    ERR_CHECK(fsync_dir(tmp));
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+        ERR_CHECK(fsync_dir(parent));
+        ckpt_dir_remove(tmp); /* now the previous checkpoint */
+        return STRATA_OK;
+    }
+    int ex = errno;
+    if (ex == ENOENT) {
+        if (rename(tmp, dir) != 0)
+            return errno_status(errno, "checkpoint: renaming to %s\"%s\" failed: %s", "", dir);
+        return fsync_dir(parent);
+    }
+    if (ex != EINVAL && ex != ENOSYS && ex != EOPNOTSUPP)
+        return errno_status(ex, "checkpoint: %s \"%s\" failed: %s", "exchanging the new checkpoint with", dir);
+    /* No atomic exchange on this filesystem: move the old one aside first. A crash between the two
+     * renames leaves it at the ".old" name, which strata_load falls back to. */
+    ERR_CHECK(sibling(dir, ".old", old, sizeof old));
+    ckpt_dir_remove(old);
+    if (rename(dir, old) != 0)
+        return errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "moving aside", dir);
+    if (rename(tmp, dir) != 0)
+        return errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "renaming the new checkpoint to", dir);
+    ERR_CHECK(fsync_dir(parent));
+    ckpt_dir_remove(old);
+    return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+static strata_status read_exact(int fd, const char *path, uint64_t off, void *buf, size_t len, const char *what)
+{
+    uint8_t *p = buf;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(fd, p + done, len - done, (off_t)(off + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            char eb[96];
+            return err_set(STRATA_EIO, "checkpoint \"%s\": %s: read of %zu bytes at offset %" PRIu64 " failed: %s",
+                           path, what, len, off, err_errno_str(errno, eb, sizeof eb));
+        }
+        if (n == 0)
+            return err_set(STRATA_ECORRUPT, "checkpoint \"%s\": %s: the file ends at %" PRIu64 " bytes, inside the "
+                           "%zu bytes expected at offset %" PRIu64 " (truncated)", path, what, off + done, len, off);
+        done += (size_t)n;
+    }
+    return STRATA_OK;
+}
+
+/* Resolves where dir's checkpoint is: dir itself, or the ".old" copy a save on a filesystem without an atomic
+ * exchange left when it crashed between its two renames. */
+static void resolve(const char *dir, char *out, size_t len)
+{
+    char manifest[STRATA_PATH_BYTES + 96], old[STRATA_PATH_BYTES + 64];
+    snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
+    snprintf(out, len, "%s", dir);
+    if (access(manifest, F_OK) == 0 || sibling(dir, ".old", old, sizeof old) != STRATA_OK)
+        return;
+    snprintf(manifest, sizeof manifest, "%s/%s", old, CKPT_MANIFEST);
+    if (access(manifest, F_OK) == 0) {
+        LOG_WARN(LOG_CORE, "checkpoint \"%s\" is missing; using \"%s\", left by an interrupted save", dir, old);
+        snprintf(out, len, "%s", old);
+    }
+}
+
+strata_status ckpt_manifest_read(const char *dir_in, ckpt_manifest *m)
+{
+    memset(m, 0, sizeof *m);
+    char dir[STRATA_PATH_BYTES + 64], path[STRATA_PATH_BYTES + 128];
+    resolve(dir_in, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int errnum = errno;
+        char eb[96];
+        return err_set(errnum == ENOENT ? STRATA_ENOTFOUND : err_from_errno(errnum),
+                       "checkpoint \"%s\": cannot open its manifest \"%s\": %s%s", dir_in, path,
+                       err_errno_str(errnum, eb, sizeof eb),
+                       errnum == ENOENT ? "; is this a directory written by strata_save?" : "");
+    }
+    struct stat sb;
+    strata_status st = STRATA_OK;
+    char *text = NULL;
+    if (fstat(fd, &sb) != 0 || sb.st_size <= 0 || (uint64_t)sb.st_size > CKPT_MAX_MANIFEST_BYTES)
+        st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": manifest size %lld is outside (0, %" PRIu64 "] bytes", path,
+                     (long long)sb.st_size, CKPT_MAX_MANIFEST_BYTES);
+    if (st == STRATA_OK && !(text = malloc((size_t)sb.st_size)))
+        st = err_set(STRATA_ENOMEM, "checkpoint \"%s\": out of memory for the manifest", path);
+    if (st == STRATA_OK)
+        st = read_exact(fd, path, 0, text, (size_t)sb.st_size, "manifest");
+    if (st == STRATA_OK)
+        st = ckpt_manifest_parse(text, (size_t)sb.st_size, path, m);
+    free(text);
+    close(fd);
+    return st;
+}
+
+static strata_status cross_check(const ckpt_file *f, const ckpt_manifest *m, const ckpt_st_header *h)
+{
+    size_t expected = 0;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const ckpt_tensor *t = &m->tensors[i];
+        if (t->file != f->index)
+            continue;
+        expected++;
+        const ckpt_tensor *ht = NULL;
+        for (size_t j = 0; j < h->ntensors && !ht; j++)
+            if (strcmp(h->tensors[j].name, t->name) == 0)
+                ht = &h->tensors[j];
+        if (!ht)
+            return err_set(STRATA_ECORRUPT, "checkpoint \"%s\": tensor \"%s\" of the manifest is not in the file",
+                           f->path, t->name);
+        if (ht->dtype != t->dtype || ht->numel != t->numel || ht->begin != t->begin || ht->end != t->end)
+            return err_set(STRATA_ECORRUPT, "checkpoint \"%s\": tensor \"%s\": the file says %s x %" PRIu64
+                           " at [%" PRIu64 ", %" PRIu64 "), the manifest %s x %" PRIu64 " at [%" PRIu64 ", %" PRIu64
+                           ")", f->path, t->name, ckpt_dtype_name(ht->dtype), ht->numel, ht->begin, ht->end,
+                           ckpt_dtype_name(t->dtype), t->numel, t->begin, t->end);
+    }
+    if (expected != h->ntensors)
+        return err_set(STRATA_ECORRUPT, "checkpoint \"%s\": the file holds %zu tensors, the manifest lists %zu",
+                       f->path, h->ntensors, expected);
+    return STRATA_OK;
+}
+
+strata_status ckpt_file_open(const char *dir_in, const ckpt_manifest *m, int index, ckpt_file *f)
+{
+    char dir[STRATA_PATH_BYTES + 64];
+    resolve(dir_in, dir, sizeof dir);
+    memset(f, 0, sizeof *f);
+    f->index = index;
+    snprintf(f->path, sizeof f->path, "%s/%s", dir, ckpt_file_names[index]);
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) {
+        int errnum = errno;
+        char eb[96];
+        return err_set(errnum == ENOENT ? STRATA_ECORRUPT : err_from_errno(errnum),
+                       "checkpoint \"%s\": cannot open it: %s", f->path, err_errno_str(errnum, eb, sizeof eb));
+    }
+    struct stat sb;
+    uint8_t len8[8];
+    uint8_t *head = NULL;
+    ckpt_st_header h = {0};
+    strata_status st = STRATA_OK;
+    if (fstat(f->fd, &sb) != 0 || (uint64_t)sb.st_size != m->file_bytes[index])
+        st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": the file is %lld bytes, the manifest says %" PRIu64
+                     " (truncated or replaced)", f->path, (long long)sb.st_size, m->file_bytes[index]);
+    if (st == STRATA_OK)
+        st = read_exact(f->fd, f->path, 0, len8, 8, "header length");
+    uint64_t n = 0;
+    for (int i = 7; i >= 0 && st == STRATA_OK; i--)
+        n = n << 8 | len8[i];
+    if (st == STRATA_OK && (n > CKPT_MAX_HEADER_BYTES || n > (uint64_t)sb.st_size - 8))
+        st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": header length %" PRIu64 " exceeds the file's %lld bytes",
+                     f->path, n, (long long)sb.st_size);
+    if (st == STRATA_OK && !(head = malloc(8 + n)))
+        st = err_set(STRATA_ENOMEM, "checkpoint \"%s\": out of memory for its header", f->path);
+    if (st == STRATA_OK)
+        st = read_exact(f->fd, f->path, 0, head, 8 + n, "header");
+    if (st == STRATA_OK)
+        st = ckpt_st_header_parse(head, 8 + n, (uint64_t)sb.st_size, f->path, &h);
+    if (st == STRATA_OK) {
+        f->data_start = h.data_start;
+        st = cross_check(f, m, &h);
+    }
+    ckpt_st_header_free(&h);
+    free(head);
+    if (st != STRATA_OK)
+        ckpt_file_close(f);
+    return st;
+}
+
+void ckpt_file_close(ckpt_file *f)
+{
+    if (f->fd > 0)
+        close(f->fd);
+    f->fd = -1;
+}
+
+strata_status ckpt_file_read(const ckpt_file *f, uint64_t off, void *buf, size_t len, const char *what)
+{
+    return read_exact(f->fd, f->path, f->data_start + off, buf, len, what);
+}
+
+strata_status ckpt_verify(const char *dir, ckpt_verify_fn report, void *user, size_t *bad_out)
+{
+    ckpt_manifest m;
+    size_t bad = 0;
+    if (bad_out)
+        *bad_out = 0;
+    ERR_CHECK(ckpt_manifest_read(dir, &m));
+    uint8_t *buf = malloc(VERIFY_CHUNK_BYTES);
+    strata_status first = buf ? STRATA_OK : err_set(STRATA_ENOMEM, "checkpoint verify: out of memory");
+    char first_msg[ERR_MSG_BYTES] = "";
+    for (int fi = 0; fi < CKPT_FILE_COUNT && buf; fi++) {
+        if (!m.file_bytes[fi])
+            continue;
+        ckpt_file f;
+        strata_status st = ckpt_file_open(dir, &m, fi, &f);
+        if (st != STRATA_OK) {
+            if (first == STRATA_OK) {
+                first = st;
+                snprintf(first_msg, sizeof first_msg, "%s", err_last());
+            }
+            bad++;
+            continue;
+        }
+        for (size_t i = 0; i < m.ntensors; i++) {
+            const ckpt_tensor *t = &m.tensors[i];
+            if (t->file != fi)
+                continue;
+            uint32_t crc = 0;
+            st = STRATA_OK;
+            for (uint64_t off = t->begin; off < t->end && st == STRATA_OK; off += VERIFY_CHUNK_BYTES) {
+                size_t n = (size_t)MIN((uint64_t)VERIFY_CHUNK_BYTES, t->end - off);
+                st = ckpt_file_read(&f, off, buf, n, t->name);
+                crc = crc32c(crc, buf, n);
+            }
+            if (st == STRATA_OK && crc != t->crc)
+                st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": tensor \"%s\": crc32c %08x, the manifest says %08x "
+                             "(the file was damaged after it was written)", f.path, t->name, crc, t->crc);
+            if (st != STRATA_OK) {
+                bad++;
+                if (first == STRATA_OK) {
+                    first = st;
+                    snprintf(first_msg, sizeof first_msg, "%s", err_last());
+                }
+            }
+            if (report)
+                report(t, st == STRATA_OK, crc, user);
+        }
+        ckpt_file_close(&f);
+    }
+    free(buf);
+    ckpt_manifest_free(&m);
+    if (bad_out)
+        *bad_out = bad;
+    if (first != STRATA_OK && first_msg[0])
+        err_set(first, "%s", first_msg);
+    return first;
+}

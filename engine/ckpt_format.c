@@ -1,0 +1,427 @@
+/* Safetensors headers and the checkpoint manifest: build and bounds-checked parse (jansson). */
+#include "engine/ckpt_format.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "engine/config_schema.h"
+
+const char *const ckpt_file_names[CKPT_FILE_COUNT] = {"model.safetensors", "optimizer.safetensors",
+                                                      "params.safetensors"};
+
+static const struct {
+    const char *name;
+    strata_dtype dt;
+    size_t bytes;
+} dtypes[] = {{"F32", STRATA_DTYPE_FP32, 4}, {"BF16", STRATA_DTYPE_BF16, 2}, {"F16", STRATA_DTYPE_FP16, 2}};
+
+const char *ckpt_dtype_name(strata_dtype dt)
+{
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (dtypes[i].dt == dt)
+            return dtypes[i].name;
+    return "?";
+}
+
+size_t ckpt_dtype_bytes(strata_dtype dt)
+{
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (dtypes[i].dt == dt)
+            return dtypes[i].bytes;
+    return 0;
+}
+
+static bool dtype_parse(const char *s, strata_dtype *out)
+{
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (strcmp(dtypes[i].name, s) == 0) {
+            *out = dtypes[i].dt;
+            return true;
+        }
+    return false;
+}
+
+/* A non-negative JSON integer. */
+static bool get_u64(const json_t *v, uint64_t *out)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return false;
+    *out = (uint64_t)json_integer_value(v);
+    return true;
+}
+
+/* The fields every tensor entry shares (safetensors header and manifest): dtype, shape, data_offsets.
+ * data_bytes bounds the offsets. */
+static strata_status tensor_parse(const json_t *obj, const char *offsets_key, uint64_t data_bytes, const char *origin,
+                                  ckpt_tensor *t)
+{
+    const char *nm = t->name;
+    if (!json_is_object(obj))
+        return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": its entry is not a JSON object", origin, nm);
+    const json_t *dt = json_object_get(obj, "dtype");
+    if (!json_is_string(dt) || !dtype_parse(json_string_value(dt), &t->dtype))
+        return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": dtype %s is not one of F32, BF16, F16", origin, nm,
+                       json_is_string(dt) ? json_string_value(dt) : "(missing)");
+    const json_t *shape = json_object_get(obj, "shape");
+    if (!json_is_array(shape) || json_array_size(shape) > 8)
+        return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": shape is missing or has more than 8 dimensions", origin,
+                       nm);
+    uint64_t numel = 1;
+    for (size_t i = 0; i < json_array_size(shape); i++) {
+        uint64_t d;
+        if (!get_u64(json_array_get(shape, i), &d))
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": shape[%zu] is not a non-negative integer", origin, nm,
+                           i);
+        if (d && numel > UINT64_MAX / 8 / d)
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": shape overflows 64 bits", origin, nm);
+        numel *= d;
+    }
+    t->numel = numel;
+    const json_t *off = json_object_get(obj, offsets_key);
+    if (!json_is_array(off) || json_array_size(off) != 2 || !get_u64(json_array_get(off, 0), &t->begin) ||
+        !get_u64(json_array_get(off, 1), &t->end))
+        return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": %s must be [begin, end] of non-negative integers",
+                       origin, nm, offsets_key);
+    if (t->begin > t->end || t->end > data_bytes)
+        return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": %s [%" PRIu64 ", %" PRIu64 ") lie outside the %" PRIu64
+                       " bytes of data (truncated file?)", origin, nm, offsets_key, t->begin, t->end, data_bytes);
+    if (t->end - t->begin != numel * ckpt_dtype_bytes(t->dtype))
+        return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": %" PRIu64 " bytes of data for %" PRIu64
+                       " elements of %s", origin, nm, t->end - t->begin, numel, json_string_value(dt));
+    return STRATA_OK;
+}
+
+static bool set_name(ckpt_tensor *t, const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= sizeof t->name)
+        return false;
+    memcpy(t->name, name, n + 1);
+    return true;
+}
+
+strata_status ckpt_st_header_parse(const uint8_t *bytes, size_t len, uint64_t file_bytes, const char *origin,
+                                   ckpt_st_header *out)
+{
+    memset(out, 0, sizeof *out);
+    if (len < 8 || file_bytes < 8)
+        return err_set(STRATA_ECORRUPT, "%s: %" PRIu64 " bytes is too short for a safetensors file (truncated?)",
+                       origin, file_bytes);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | bytes[i];
+    if (n > CKPT_MAX_HEADER_BYTES || n > file_bytes - 8)
+        return err_set(STRATA_ECORRUPT, "%s: header length %" PRIu64 " exceeds the file (%" PRIu64 " bytes) or the "
+                       "%" PRIu64 "-byte limit (truncated or not a safetensors file)", origin, n, file_bytes,
+                       CKPT_MAX_HEADER_BYTES);
+    if (len - 8 < n)
+        return err_set(STRATA_EINTERNAL, "%s: the caller passed %zu bytes, the header needs %" PRIu64, origin, len,
+                       n + 8);
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)bytes + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return err_set(STRATA_ECORRUPT, "%s: the header is not valid JSON: %s (line %d)", origin, jerr.text,
+                       jerr.line);
+    strata_status st = STRATA_OK;
+    uint64_t data_bytes = file_bytes - 8 - n;
+    if (!json_is_object(root)) {
+        st = err_set(STRATA_ECORRUPT, "%s: the header is not a JSON object", origin);
+        goto out;
+    }
+    out->data_start = 8 + n;
+    out->tensors = calloc(json_object_size(root) + 1, sizeof *out->tensors);
+    if (!out->tensors) {
+        st = err_set(STRATA_ENOMEM, "%s: out of memory for %zu tensors", origin, json_object_size(root));
+        goto out;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (strcmp(key, "__metadata__") == 0)
+            continue;
+        ckpt_tensor *t = &out->tensors[out->ntensors];
+        if (!set_name(t, key)) {
+            st = err_set(STRATA_ECORRUPT, "%s: a tensor name is empty or longer than %d bytes", origin,
+                         CKPT_NAME_BYTES - 1);
+            goto out;
+        }
+        t->file = -1;
+        if ((st = tensor_parse(val, "data_offsets", data_bytes, origin, t)) != STRATA_OK)
+            goto out;
+        out->ntensors++;
+    }
+out:
+    json_decref(root);
+    if (st != STRATA_OK)
+        ckpt_st_header_free(out);
+    return st;
+}
+
+void ckpt_st_header_free(ckpt_st_header *h)
+{
+    free(h->tensors);
+    memset(h, 0, sizeof *h);
+}
+
+static json_t *u64_pair(uint64_t a, uint64_t b)
+{
+    return json_pack("[II]", (json_int_t)a, (json_int_t)b);
+}
+
+strata_status ckpt_st_header_build(ckpt_tensor *tensors, size_t n, uint8_t **out, size_t *out_len)
+{
+    *out = NULL;
+    json_t *root = json_object();
+    uint64_t pos = 0;
+    for (size_t i = 0; root && i < n; i++) {
+        ckpt_tensor *t = &tensors[i];
+        t->begin = pos;
+        t->end = pos + t->numel * ckpt_dtype_bytes(t->dtype);
+        pos = t->end;
+        json_t *e = json_pack("{s:s, s:[I], s:o}", "dtype", ckpt_dtype_name(t->dtype), "shape", (json_int_t)t->numel,
+                              "data_offsets", u64_pair(t->begin, t->end));
+        if (!e || json_object_set_new(root, t->name, e) != 0) {
+            json_decref(root);
+            root = NULL;
+        }
+    }
+    if (root)
+        json_object_set_new(root, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    char *text = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    if (!text)
+        return err_set(STRATA_ENOMEM, "checkpoint: out of memory building a safetensors header");
+    /* Pad the JSON with spaces so the data section starts 8-byte aligned (the format allows it). */
+    size_t jl = strlen(text), padded = (jl + 7) / 8 * 8;
+    uint8_t *buf = malloc(8 + padded);
+    if (!buf) {
+        free(text);
+        return err_set(STRATA_ENOMEM, "checkpoint: out of memory building a safetensors header");
+    }
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    memcpy(buf + 8, text, jl);
+    memset(buf + 8 + jl, ' ', padded - jl);
+    free(text);
+    *out = buf;
+    *out_len = 8 + padded;
+    return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------- manifest */
+
+/* Doubles travel as C99 hex floats: exact, and inf/NaN (an overflowed fp16 step's norm) survive. */
+static json_t *hex_double(double v)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%a", v);
+    return json_string(buf);
+}
+
+static bool parse_double(const json_t *v, double *out)
+{
+    if (json_is_number(v)) {
+        *out = json_number_value(v);
+        return true;
+    }
+    if (!json_is_string(v))
+        return false;
+    char *end;
+    *out = strtod(json_string_value(v), &end);
+    return end != json_string_value(v) && *end == '\0';
+}
+
+static json_t *config_object(const strata_config *cfg)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < cfg_key_count; i++) {
+        const cfg_key *k = &cfg_keys[i];
+        if (k->kind == CFG_SECTION || k->kind == CFG_UNIMPLEMENTED || k->kind == CFG_RENAMED)
+            continue;
+        char value[1024];
+        cfg_key_format(k, cfg, value, sizeof value);
+        json_object_set_new(o, k->path, json_string(value));
+    }
+    return o;
+}
+
+strata_status ckpt_manifest_build(const ckpt_manifest *m, const strata_config *cfg, char **out)
+{
+    *out = NULL;
+    json_t *files = json_object(), *tensors = json_array();
+    for (int f = 0; files && f < CKPT_FILE_COUNT; f++)
+        if (m->file_bytes[f])
+            json_object_set_new(files, ckpt_file_names[f], json_integer((json_int_t)m->file_bytes[f]));
+    for (size_t i = 0; tensors && i < m->ntensors; i++) {
+        const ckpt_tensor *t = &m->tensors[i];
+        char crc[16];
+        snprintf(crc, sizeof crc, "%08x", t->crc);
+        json_array_append_new(tensors, json_pack("{s:s, s:s, s:s, s:[I], s:o, s:s}", "name", t->name, "file",
+                                                 ckpt_file_names[t->file], "dtype", ckpt_dtype_name(t->dtype), "shape",
+                                                 (json_int_t)t->numel, "offsets", u64_pair(t->begin, t->end),
+                                                 "crc32c", crc));
+    }
+    json_t *pending = json_null();
+    if (m->pending)
+        pending = json_pack("{s:b, s:I, s:o, s:o}", "skipped", m->pending_result.skipped, "step",
+                            (json_int_t)m->pending_result.step, "grad_norm", hex_double(m->pending_result.grad_norm),
+                            "loss_scale", hex_double(m->pending_result.loss_scale));
+    json_t *root = json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:o, s:i, s:i, s:s, s:o, s:o, s:o}", "format",
+                             "strata-checkpoint", "version", CKPT_FORMAT_VERSION, "strata_version", strata_version(),
+                             "step", (json_int_t)m->step, "iterations", (json_int_t)m->iterations, "steps",
+                             (json_int_t)m->steps, "skipped_steps", (json_int_t)m->skipped_steps, "loss_scale",
+                             hex_double(m->loss_scale), "good_steps", m->good_steps, "hysteresis_left",
+                             m->hysteresis_left, "param_dtype", ckpt_dtype_name(m->param_dtype), "pending_update",
+                             pending, "files", files, "tensors", tensors);
+    if (root && cfg)
+        json_object_set_new(root, "config", config_object(cfg));
+    char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    if (!text)
+        return err_set(STRATA_ENOMEM, "checkpoint: out of memory building the manifest");
+    *out = text;
+    return STRATA_OK;
+}
+
+static strata_status get_i64(const json_t *root, const char *key, const char *origin, int64_t *out)
+{
+    const json_t *v = json_object_get(root, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return err_set(STRATA_ECORRUPT, "%s: \"%s\" is missing or not a non-negative integer", origin, key);
+    *out = json_integer_value(v);
+    return STRATA_OK;
+}
+
+static strata_status get_int(const json_t *root, const char *key, const char *origin, int *out)
+{
+    int64_t v = 0;
+    ERR_CHECK(get_i64(root, key, origin, &v));
+    if (v > INT32_MAX)
+        return err_set(STRATA_ECORRUPT, "%s: \"%s\" = %" PRId64 " is out of range", origin, key, v);
+    *out = (int)v;
+    return STRATA_OK;
+}
+
+static strata_status parse_pending(const json_t *p, const char *origin, ckpt_manifest *m)
+{
+    if (json_is_null(p) || !p)
+        return STRATA_OK;
+    const json_t *sk = json_object_get(p, "skipped");
+    if (!json_is_object(p) || !json_is_boolean(sk) || !parse_double(json_object_get(p, "grad_norm"),
+                                                                    &m->pending_result.grad_norm) ||
+        !parse_double(json_object_get(p, "loss_scale"), &m->pending_result.loss_scale))
+        return err_set(STRATA_ECORRUPT, "%s: \"pending_update\" must hold skipped, step, grad_norm and loss_scale",
+                       origin);
+    m->pending = true;
+    m->pending_result.skipped = json_is_true(sk);
+    m->pending_result.delayed = true;
+    return get_i64(p, "step", origin, &m->pending_result.step);
+}
+
+static strata_status parse_tensors(const json_t *arr, const char *origin, ckpt_manifest *m)
+{
+    if (!json_is_array(arr))
+        return err_set(STRATA_ECORRUPT, "%s: \"tensors\" is missing or not an array", origin);
+    m->tensors = calloc(json_array_size(arr) + 1, sizeof *m->tensors);
+    if (!m->tensors)
+        return err_set(STRATA_ENOMEM, "%s: out of memory for %zu tensors", origin, json_array_size(arr));
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        const json_t *e = json_array_get(arr, i);
+        ckpt_tensor *t = &m->tensors[i];
+        const json_t *nm = json_object_get(e, "name"), *file = json_object_get(e, "file");
+        const json_t *crc = json_object_get(e, "crc32c");
+        if (!json_is_string(nm) || !set_name(t, json_string_value(nm)))
+            return err_set(STRATA_ECORRUPT, "%s: tensors[%zu] has no name (or one longer than %d bytes)", origin, i,
+                           CKPT_NAME_BYTES - 1);
+        t->file = -1;
+        for (int f = 0; f < CKPT_FILE_COUNT && json_is_string(file); f++)
+            if (strcmp(json_string_value(file), ckpt_file_names[f]) == 0)
+                t->file = f;
+        if (t->file < 0 || !m->file_bytes[t->file])
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": file %s is not one of the checkpoint's files", origin,
+                           t->name, json_is_string(file) ? json_string_value(file) : "(missing)");
+        ERR_CHECK(tensor_parse(e, "offsets", m->file_bytes[t->file], origin, t));
+        char *end;
+        unsigned long v = json_is_string(crc) ? strtoul(json_string_value(crc), &end, 16) : 0;
+        if (!json_is_string(crc) || *end != '\0' || strlen(json_string_value(crc)) != 8 || v > UINT32_MAX)
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": crc32c must be 8 hex digits", origin, t->name);
+        t->crc = (uint32_t)v;
+        m->ntensors++;
+    }
+    return STRATA_OK;
+}
+
+static strata_status manifest_fields(const json_t *root, const char *origin, ckpt_manifest *m)
+{
+    const json_t *fmt = json_object_get(root, "format");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "strata-checkpoint") != 0)
+        return err_set(STRATA_ECORRUPT, "%s: not a strata checkpoint manifest (\"format\" is not "
+                       "\"strata-checkpoint\")", origin);
+    ERR_CHECK(get_int(root, "version", origin, &m->version));
+    if (m->version != CKPT_FORMAT_VERSION)
+        return err_set(STRATA_ECORRUPT, "%s: format version %d; this strata reads version %d", origin, m->version,
+                       CKPT_FORMAT_VERSION);
+    ERR_CHECK(get_i64(root, "step", origin, &m->step));
+    ERR_CHECK(get_i64(root, "iterations", origin, &m->iterations));
+    ERR_CHECK(get_i64(root, "steps", origin, &m->steps));
+    ERR_CHECK(get_i64(root, "skipped_steps", origin, &m->skipped_steps));
+    ERR_CHECK(get_int(root, "good_steps", origin, &m->good_steps));
+    ERR_CHECK(get_int(root, "hysteresis_left", origin, &m->hysteresis_left));
+    if (!parse_double(json_object_get(root, "loss_scale"), &m->loss_scale) || !(m->loss_scale > 0) ||
+        !isfinite(m->loss_scale))
+        return err_set(STRATA_ECORRUPT, "%s: \"loss_scale\" is missing or not a positive finite number", origin);
+    const json_t *dt = json_object_get(root, "param_dtype");
+    if (!json_is_string(dt) || !dtype_parse(json_string_value(dt), &m->param_dtype))
+        return err_set(STRATA_ECORRUPT, "%s: \"param_dtype\" is not one of F32, BF16, F16", origin);
+    ERR_CHECK(parse_pending(json_object_get(root, "pending_update"), origin, m));
+    const json_t *files = json_object_get(root, "files");
+    if (!json_is_object(files))
+        return err_set(STRATA_ECORRUPT, "%s: \"files\" is missing or not an object", origin);
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)files, key, val) {
+        int f = -1;
+        for (int i = 0; i < CKPT_FILE_COUNT; i++)
+            if (strcmp(key, ckpt_file_names[i]) == 0)
+                f = i;
+        if (f < 0 || !get_u64(val, &m->file_bytes[f]) || m->file_bytes[f] == 0)
+            return err_set(STRATA_ECORRUPT, "%s: files: \"%s\" is not a checkpoint file with a positive size", origin,
+                           key);
+    }
+    return parse_tensors(json_object_get(root, "tensors"), origin, m);
+}
+
+strata_status ckpt_manifest_parse(const char *text, size_t len, const char *origin, ckpt_manifest *out)
+{
+    memset(out, 0, sizeof *out);
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return err_set(STRATA_ECORRUPT, "%s: not valid JSON: %s (line %d, column %d)", origin, jerr.text, jerr.line,
+                       jerr.column);
+    strata_status st = json_is_object(root) ? manifest_fields(root, origin, out)
+                                            : err_set(STRATA_ECORRUPT, "%s: not a JSON object", origin);
+    json_decref(root);
+    if (st != STRATA_OK)
+        ckpt_manifest_free(out);
+    return st;
+}
+
+void ckpt_manifest_free(ckpt_manifest *m)
+{
+    free(m->tensors);
+    memset(m, 0, sizeof *m);
+}
+
+const ckpt_tensor *ckpt_manifest_find(const ckpt_manifest *m, int file, const char *name)
+{
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (m->tensors[i].file == file && strcmp(m->tensors[i].name, name) == 0)
+            return &m->tensors[i];
+    return NULL;
+}

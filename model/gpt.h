@@ -1,0 +1,82 @@
+/*
+ * A GPT-2 style decoder: token and position embeddings, pre-LayerNorm blocks with causal multi-head
+ * self-attention and a GELU MLP, a final LayerNorm, a head tied to the token embedding and the
+ * cross-entropy loss. Forward and backward on the host in fp32 (OpenBLAS sgemm + OpenMP).
+ *
+ * The network never owns its parameters: it asks a gpt_source for each module's fp32 parameters (and,
+ * in backward, gradient buffers) right before it uses them and tells the source when it is done.
+ * gpt_engine.h implements the source on a strata engine (fetch / grads_ready / release); gpt_flat_source
+ * below keeps everything in two flat host arrays (the oracle for the tests and the PyTorch check).
+ */
+#ifndef STRATA_MODEL_GPT_H
+#define STRATA_MODEL_GPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata.h"
+
+typedef struct gpt_dims {
+    int layers, heads, hidden, vocab, seq;
+} gpt_dims;
+
+#define GPT_MAX_MODULE_PARAMS 12
+
+/* Modules: 0 = embeddings (wte, wpe), 1..layers = blocks, layers + 1 = final LayerNorm. */
+int gpt_modules(const gpt_dims *d);
+/* The element counts of module i's parameters into sizes (at most GPT_MAX_MODULE_PARAMS); returns how many.
+ * Block order: ln1.w, ln1.b, qkv.w, qkv.b, proj.w, proj.b, ln2.w, ln2.b, fc.w, fc.b, fcproj.w, fcproj.b. */
+int gpt_module_param_sizes(const gpt_dims *d, int module, size_t *sizes);
+/* The names matching gpt_module_param_sizes (static strings). */
+const char *gpt_param_name(const gpt_dims *d, int module, int index);
+/* Elements of module i, and of the whole model. */
+size_t gpt_module_numel(const gpt_dims *d, int module);
+size_t gpt_numel(const gpt_dims *d);
+/* A readable error for dims that cannot work ("hidden 30 is not a multiple of heads 4"), or NULL. */
+const char *gpt_dims_check(const gpt_dims *d);
+
+/* The deterministic initial value (GPT-2's: normal(0, 0.02), residual projections scaled by
+ * 1/sqrt(2 * layers), LayerNorm weights 1, biases 0) of element i of parameter (module, index).
+ * Independent of chunking, so a model larger than RAM initialises chunk by chunk. */
+float gpt_init_value(const gpt_dims *d, uint64_t seed, int module, int index, size_t i);
+
+/* Where the network gets a module's parameters. acquire fills params[k] (and grads[k] when backward is true;
+ * the network adds its gradient into them) for every parameter k of module; finish says the network is done
+ * with them (in backward: the gradients are complete). */
+typedef struct gpt_source {
+    strata_status (*acquire)(void *ctx, int module, bool backward, float **params, float **grads);
+    strata_status (*finish)(void *ctx, int module, bool backward);
+    void *ctx;
+} gpt_source;
+
+typedef struct gpt_net gpt_net;
+
+/* Activation memory for micro-batches of batch sequences of seq tokens (seq <= d->seq). */
+size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq);
+
+/* Creates a network that computes in the caller's memory block of gpt_activation_bytes (device memory the
+ * trainer owns; the net does not free it). */
+strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, void *mem, size_t mem_bytes, gpt_net **out);
+void gpt_net_destroy(gpt_net *net);
+
+/* One micro-batch: tokens and targets are batch*seq byte tokens (host memory). Computes the mean cross-entropy
+ * into *loss; with backward, adds grad_scale * d(mean loss)/d(param) into the source's gradient buffers.
+ * Module order: forward 0..L+1, the head (module 0 again, forward and backward), then L+1..0 backward. */
+strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *tokens, const int32_t *targets,
+                           bool backward, float grad_scale, double *loss);
+
+/* Every parameter in one flat fp32 array, in module order, with a flat gradient array of the same layout that
+ * accumulates across steps (zero it to start over). */
+typedef struct gpt_flat {
+    gpt_dims dims;
+    float *params, *grads;
+    size_t *module_offset; /* gpt_modules + 1 entries */
+    float *scratch;        /* one module's gradients while it is in backward */
+} gpt_flat;
+
+strata_status gpt_flat_create(const gpt_dims *d, uint64_t seed, gpt_flat **out);
+void gpt_flat_destroy(gpt_flat *f);
+gpt_source gpt_flat_source(gpt_flat *f);
+
+#endif

@@ -1,0 +1,257 @@
+/* The GPT model as a strata trainer: registration, the engine-backed gpt_source and dtype conversion. */
+#include "model/gpt_engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct param_ctx {
+    const gpt_dims *d;
+    uint64_t seed;
+    int module, index;
+} param_ctx;
+
+struct gpt_model {
+    strata_engine *e;
+    gpt_dims d;
+    uint64_t seed;
+    int nmodules;
+    strata_module_id *mod;
+    strata_param_id (*param)[GPT_MAX_MODULE_PARAMS];
+    param_ctx (*ctx)[GPT_MAX_MODULE_PARAMS];
+    size_t *flat_offset;       /* the module's first element in gpt_flat's layout */
+    void *mem;                 /* strata_device_alloc'd: activations, then the fp32 conversion buffers */
+    gpt_net *net;
+    strata_dtype dtype;
+    float *conv_w, *conv_g;    /* fp32 copies of one module when param_dtype is not fp32 */
+    float *capture;
+    int cur_module;
+};
+
+static size_t max_module_numel(const gpt_dims *d)
+{
+    size_t best = 0;
+    for (int m = 0; m < gpt_modules(d); m++) {
+        size_t n = gpt_module_numel(d, m);
+        best = n > best ? n : best;
+    }
+    return best;
+}
+
+size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, strata_dtype param_dtype)
+{
+    size_t bytes = gpt_activation_bytes(d, batch, seq);
+    if (param_dtype != STRATA_DTYPE_FP32)
+        bytes += 2 * max_module_numel(d) * sizeof(float);
+    return bytes;
+}
+
+static strata_status init_param(void *vctx, strata_param_id param, size_t offset, size_t count, float *out)
+{
+    (void)param;
+    const param_ctx *c = vctx;
+    for (size_t i = 0; i < count; i++)
+        out[i] = gpt_init_value(c->d, c->seed, c->module, c->index, offset + i);
+    return STRATA_OK;
+}
+
+strata_status gpt_model_register(strata_engine *e, const gpt_dims *d, uint64_t seed, gpt_model **out)
+{
+    *out = NULL;
+    gpt_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return STRATA_ENOMEM;
+    m->e = e;
+    m->d = *d;
+    m->seed = seed;
+    m->nmodules = gpt_modules(d);
+    m->mod = calloc((size_t)m->nmodules, sizeof *m->mod);
+    m->param = calloc((size_t)m->nmodules, sizeof *m->param);
+    m->ctx = calloc((size_t)m->nmodules, sizeof *m->ctx);
+    m->flat_offset = calloc((size_t)m->nmodules, sizeof *m->flat_offset);
+    strata_status st = STRATA_ENOMEM;
+    if (!m->mod || !m->param || !m->ctx || !m->flat_offset)
+        goto fail;
+    size_t pos = 0;
+    for (int i = 0; i < m->nmodules; i++) {
+        char name[32];
+        if (i == 0)
+            snprintf(name, sizeof name, "embeddings");
+        else if (i == d->layers + 1)
+            snprintf(name, sizeof name, "ln_f");
+        else
+            snprintf(name, sizeof name, "block%d", i - 1);
+        if ((st = strata_module_add(e, name, &m->mod[i])) != STRATA_OK)
+            goto fail;
+        m->flat_offset[i] = pos;
+        size_t sizes[GPT_MAX_MODULE_PARAMS];
+        int np = gpt_module_param_sizes(d, i, sizes);
+        for (int k = 0; k < np; k++) {
+            m->ctx[i][k] = (param_ctx){&m->d, seed, i, k};
+            st = strata_param_add(e, m->mod[i], gpt_param_name(d, i, k), sizes[k], init_param, &m->ctx[i][k],
+                                  &m->param[i][k]);
+            if (st != STRATA_OK)
+                goto fail;
+            pos += sizes[k];
+        }
+    }
+    *out = m;
+    return STRATA_OK;
+fail:
+    gpt_model_destroy(m);
+    return st;
+}
+
+/* ---------------------------------------------------------------- dtype conversion */
+
+static float half_to_float(uint16_t h, strata_dtype dt)
+{
+    if (dt == STRATA_DTYPE_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+}
+
+static uint16_t float_to_half(float f, strata_dtype dt)
+{
+    if (dt == STRATA_DTYPE_BF16) {
+        uint32_t x;
+        memcpy(&x, &f, 4);
+        if ((x & 0x7fffffff) > 0x7f800000)
+            return (uint16_t)((x >> 16) | 0x40); /* keep NaN a NaN */
+        return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16); /* round to nearest even */
+    }
+    _Float16 h = (_Float16)f;
+    uint16_t b;
+    memcpy(&b, &h, 2);
+    return b;
+}
+
+/* ---------------------------------------------------------------- the engine source */
+
+static strata_status engine_acquire(void *vm, int module, bool backward, float **params, float **grads)
+{
+    gpt_model *m = vm;
+    strata_status st = strata_fetch(m->e, m->mod[module]);
+    if (st != STRATA_OK)
+        return st;
+    m->cur_module = module;
+    size_t sizes[GPT_MAX_MODULE_PARAMS], pos = 0;
+    int np = gpt_module_param_sizes(&m->d, module, sizes);
+    for (int k = 0; k < np; k++) {
+        void *p = strata_param_data(m->e, m->param[module][k]);
+        void *g = backward ? strata_grad_data(m->e, m->param[module][k]) : NULL;
+        if (!p || (backward && !g))
+            return STRATA_ESTATE; /* strata_last_error(engine) has the reason */
+        if (m->dtype == STRATA_DTYPE_FP32) {
+            params[k] = p;
+            if (backward)
+                grads[k] = g;
+        } else {
+            const uint16_t *h = p;
+            params[k] = m->conv_w + pos;
+            for (size_t i = 0; i < sizes[k]; i++)
+                params[k][i] = half_to_float(h[i], m->dtype);
+            if (backward) {
+                grads[k] = m->conv_g + pos;
+                memset(grads[k], 0, sizes[k] * sizeof(float));
+            }
+        }
+        pos += sizes[k];
+    }
+    return STRATA_OK;
+}
+
+static strata_status engine_finish(void *vm, int module, bool backward)
+{
+    gpt_model *m = vm;
+    if (backward) {
+        size_t sizes[GPT_MAX_MODULE_PARAMS], pos = 0;
+        int np = gpt_module_param_sizes(&m->d, module, sizes);
+        for (int k = 0; k < np; k++) {
+            void *g = strata_grad_data(m->e, m->param[module][k]);
+            if (!g)
+                return STRATA_ESTATE;
+            float *cap = m->capture ? m->capture + m->flat_offset[module] + pos : NULL;
+            if (m->dtype == STRATA_DTYPE_FP32) {
+                for (size_t i = 0; cap && i < sizes[k]; i++)
+                    cap[i] += ((const float *)g)[i];
+            } else {
+                uint16_t *h = g;
+                const float *src = m->conv_g + pos;
+                for (size_t i = 0; i < sizes[k]; i++) {
+                    h[i] = float_to_half(src[i], m->dtype);
+                    if (cap)
+                        cap[i] += half_to_float(h[i], m->dtype);
+                }
+            }
+            pos += sizes[k];
+        }
+        strata_status st = strata_grads_ready(m->e, m->mod[module]);
+        if (st != STRATA_OK)
+            return st;
+    }
+    return strata_release(m->e, m->mod[module]);
+}
+
+strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, strata_dtype dtype)
+{
+    if (strata_engine_backend(m->e) != STRATA_BACKEND_HOST)
+        return STRATA_EUNSUPPORTED; /* the host model reads parameters in place */
+    size_t act = gpt_activation_bytes(&m->d, batch, seq);
+    size_t bytes = gpt_engine_activation_bytes(&m->d, batch, seq, dtype);
+    strata_status st = strata_device_alloc(m->e, bytes, &m->mem);
+    if (st != STRATA_OK)
+        return st;
+    m->dtype = dtype;
+    if (dtype != STRATA_DTYPE_FP32) {
+        m->conv_w = (float *)((char *)m->mem + act);
+        m->conv_g = m->conv_w + max_module_numel(&m->d);
+    }
+    return gpt_net_create(&m->d, batch, seq, m->mem, act, &m->net);
+}
+
+strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const int32_t *targets, bool backward,
+                                   float grad_scale, double *loss)
+{
+    gpt_source src = {engine_acquire, engine_finish, m};
+    return gpt_net_step(m->net, &src, tokens, targets, backward, grad_scale, loss);
+}
+
+void gpt_model_capture_grads(gpt_model *m, float *capture)
+{
+    m->capture = capture;
+}
+
+strata_status gpt_model_read_weights(gpt_model *m, float *out)
+{
+    strata_status st = strata_sync(m->e);
+    for (int i = 0; i < m->nmodules && st == STRATA_OK; i++) {
+        size_t sizes[GPT_MAX_MODULE_PARAMS], pos = m->flat_offset[i];
+        int np = gpt_module_param_sizes(&m->d, i, sizes);
+        for (int k = 0; k < np && st == STRATA_OK; k++) {
+            st = strata_param_read_master(m->e, m->param[i][k], 0, sizes[k], out + pos);
+            pos += sizes[k];
+        }
+    }
+    return st;
+}
+
+void gpt_model_destroy(gpt_model *m)
+{
+    if (!m)
+        return;
+    gpt_net_destroy(m->net);
+    if (m->mem)
+        strata_device_free(m->e, m->mem);
+    free(m->mod);
+    free(m->param);
+    free(m->ctx);
+    free(m->flat_offset);
+    free(m);
+}

@@ -1,0 +1,39 @@
+/*
+ * The GPT model on a strata engine, through include/strata.h only: each module of the model (embeddings,
+ * each block, the final LayerNorm) is a strata module; the network fetches a module before using it,
+ * releases it after, and in backward hands its gradients over with strata_grads_ready. Activations live in
+ * device memory taken with strata_device_alloc (reserve gpt_engine_activation_bytes in
+ * strata_config.activation_bytes). Parameters of any param_dtype are computed on in fp32.
+ */
+#ifndef STRATA_MODEL_GPT_ENGINE_H
+#define STRATA_MODEL_GPT_ENGINE_H
+
+#include "model/gpt.h"
+
+typedef struct gpt_model gpt_model;
+
+/* Device bytes the model takes with strata_device_alloc for micro-batches of batch x seq tokens. */
+size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, strata_dtype param_dtype);
+
+/* Adds the model's modules and parameters (with GPT-2 initial values from seed) to an engine that is not
+ * finalized yet. On failure *out is NULL and strata_last_error(engine) says why. */
+strata_status gpt_model_register(strata_engine *engine, const gpt_dims *d, uint64_t seed, gpt_model **out);
+
+/* After strata_engine_finalize: takes the activation memory for micro-batches of batch x seq tokens.
+ * STRATA_EUNSUPPORTED on a backend the model cannot compute on; STRATA_EBUDGET when the reserve is too small. */
+strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, strata_dtype param_dtype);
+
+/* One micro-batch (see gpt_net_step): tokens/targets are batch*seq host tokens. */
+strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const int32_t *targets, bool backward,
+                                   float grad_scale, double *loss);
+
+/* For tests: every gradient handed to strata is also added (fp32) into capture, laid out as gpt_flat. NULL stops. */
+void gpt_model_capture_grads(gpt_model *m, float *capture);
+
+/* The fp32 master weights of the whole model in gpt_flat's layout into out (gpt_numel elements). */
+strata_status gpt_model_read_weights(gpt_model *m, float *out);
+
+/* Frees the activation memory (through the engine, which must still exist) and the model. NULL is a no-op. */
+void gpt_model_destroy(gpt_model *m);
+
+#endif

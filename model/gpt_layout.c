@@ -1,0 +1,195 @@
+/* The model's parameter layout and initial values: one description shared by the network, the engine
+ * registration, `strata estimate` and the tests. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gpt.h"
+
+enum { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCPROJ_W, FCPROJ_B, BLOCK_PARAMS };
+
+static const char *const block_names[BLOCK_PARAMS] = {
+    "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
+    "ln2.weight", "ln2.bias", "mlp.fc.weight",   "mlp.fc.bias",   "mlp.proj.weight",  "mlp.proj.bias"};
+
+int gpt_modules(const gpt_dims *d)
+{
+    return d->layers + 2;
+}
+
+int gpt_module_param_sizes(const gpt_dims *d, int module, size_t *sizes)
+{
+    size_t h = (size_t)d->hidden;
+    if (module == 0) {
+        sizes[0] = (size_t)d->vocab * h; /* token embedding, tied to the head */
+        sizes[1] = (size_t)d->seq * h;   /* position embedding */
+        return 2;
+    }
+    if (module == d->layers + 1) {
+        sizes[0] = h;
+        sizes[1] = h;
+        return 2;
+    }
+    size_t block[BLOCK_PARAMS] = {h, h, 3 * h * h, 3 * h, h * h, h, h, h, 4 * h * h, 4 * h, 4 * h * h, h};
+    memcpy(sizes, block, sizeof block);
+    return BLOCK_PARAMS;
+}
+
+const char *gpt_param_name(const gpt_dims *d, int module, int index)
+{
+    if (module == 0)
+        return index == 0 ? "wte" : "wpe";
+    if (module == d->layers + 1)
+        return index == 0 ? "ln_f.weight" : "ln_f.bias";
+    return block_names[index];
+}
+
+size_t gpt_module_numel(const gpt_dims *d, int module)
+{
+    size_t sizes[GPT_MAX_MODULE_PARAMS], total = 0;
+    int n = gpt_module_param_sizes(d, module, sizes);
+    for (int k = 0; k < n; k++)
+        total += sizes[k];
+    return total;
+}
+
+size_t gpt_numel(const gpt_dims *d)
+{
+    size_t total = 0;
+    for (int m = 0; m < gpt_modules(d); m++)
+        total += gpt_module_numel(d, m);
+    return total;
+}
+
+const char *gpt_dims_check(const gpt_dims *d)
+{
+    static _Thread_local char msg[160];
+    if (d->layers < 1 || d->heads < 1 || d->hidden < 1 || d->vocab < 1 || d->seq < 1)
+        snprintf(msg, sizeof msg, "layers %d, heads %d, hidden %d, vocab %d and seq %d must all be at least 1",
+                 d->layers, d->heads, d->hidden, d->vocab, d->seq);
+    else if (d->hidden % d->heads != 0)
+        snprintf(msg, sizeof msg, "hidden %d is not a multiple of heads %d", d->hidden, d->heads);
+    else if (d->vocab < 256)
+        snprintf(msg, sizeof msg, "vocab %d is smaller than 256, the byte-level tokens of the data", d->vocab);
+    else
+        return NULL;
+    return msg;
+}
+
+static uint64_t mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A standard normal from a counter (Box-Muller on two hashed uniforms), so any element can be made alone. */
+static float normal_at(uint64_t key)
+{
+    uint64_t a = mix(key), b = mix(a ^ 0x5851f42d4c957f2dull);
+    double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(b >> 11) * 0x1.0p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+float gpt_init_value(const gpt_dims *d, uint64_t seed, int module, int index, size_t i)
+{
+    uint64_t key = mix(seed) ^ mix(((uint64_t)module << 40) ^ ((uint64_t)index << 32)) ^ (i * 0x9e3779b97f4a7c15ull);
+    if (module == 0)
+        return 0.02f * normal_at(key);
+    if (module == d->layers + 1)
+        return index == 0 ? 1.0f : 0.0f;
+    switch (index) {
+    case LN1_W:
+    case LN2_W:
+        return 1.0f;
+    case QKV_W:
+    case FC_W:
+        return 0.02f * normal_at(key);
+    case PROJ_W:
+    case FCPROJ_W:
+        return (float)(0.02 / sqrt(2.0 * d->layers)) * normal_at(key);
+    default:
+        return 0.0f; /* biases */
+    }
+}
+
+/* ---------------------------------------------------------------- the flat source */
+
+strata_status gpt_flat_create(const gpt_dims *d, uint64_t seed, gpt_flat **out)
+{
+    *out = NULL;
+    int nm = gpt_modules(d);
+    gpt_flat *f = calloc(1, sizeof *f);
+    if (!f)
+        return STRATA_ENOMEM;
+    f->dims = *d;
+    size_t n = gpt_numel(d);
+    f->params = malloc(n * sizeof(float));
+    f->grads = calloc(n, sizeof(float));
+    f->module_offset = calloc((size_t)nm + 1, sizeof(size_t));
+    size_t biggest = 0;
+    for (int m = 0; m < nm; m++)
+        biggest = gpt_module_numel(d, m) > biggest ? gpt_module_numel(d, m) : biggest;
+    f->scratch = malloc(biggest * sizeof(float));
+    if (!f->params || !f->grads || !f->module_offset || !f->scratch) {
+        gpt_flat_destroy(f);
+        return STRATA_ENOMEM;
+    }
+    size_t pos = 0;
+    for (int m = 0; m < nm; m++) {
+        f->module_offset[m] = pos;
+        size_t sizes[GPT_MAX_MODULE_PARAMS];
+        int np = gpt_module_param_sizes(d, m, sizes);
+        for (int k = 0; k < np; k++)
+            for (size_t i = 0; i < sizes[k]; i++)
+                f->params[pos++] = gpt_init_value(d, seed, m, k, i);
+    }
+    f->module_offset[nm] = pos;
+    *out = f;
+    return STRATA_OK;
+}
+
+void gpt_flat_destroy(gpt_flat *f)
+{
+    if (!f)
+        return;
+    free(f->params);
+    free(f->grads);
+    free(f->module_offset);
+    free(f->scratch);
+    free(f);
+}
+
+/* Like strata's grad_data / grads_ready: each backward use of a module writes into zeroed buffers that are then
+ * added to the accumulated gradients, so the sums are grouped exactly as the engine groups them. */
+static strata_status flat_acquire(void *ctx, int module, bool backward, float **params, float **grads)
+{
+    gpt_flat *f = ctx;
+    size_t sizes[GPT_MAX_MODULE_PARAMS], pos = f->module_offset[module], base = pos;
+    int np = gpt_module_param_sizes(&f->dims, module, sizes);
+    for (int k = 0; k < np; k++) {
+        params[k] = f->params + pos;
+        if (backward)
+            grads[k] = f->scratch + (pos - base);
+        pos += sizes[k];
+    }
+    if (backward)
+        memset(f->scratch, 0, (pos - base) * sizeof(float));
+    return STRATA_OK;
+}
+
+static strata_status flat_finish(void *ctx, int module, bool backward)
+{
+    gpt_flat *f = ctx;
+    size_t lo = f->module_offset[module], hi = f->module_offset[module + 1];
+    for (size_t i = lo; backward && i < hi; i++)
+        f->grads[i] += f->scratch[i - lo];
+    return STRATA_OK;
+}
+
+gpt_source gpt_flat_source(gpt_flat *f)
+{
+    return (gpt_source){flat_acquire, flat_finish, f};
+}

@@ -1,0 +1,129 @@
+/* Progress line, JSONL log and summary of `strata train` (see train_report.h). */
+#include "model/train_report.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#define TAIL_STEPS 10
+
+const char *report_bytes(double bytes, char *buf, size_t len)
+{
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) {
+        bytes /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+    return buf;
+}
+
+static double ns_s(uint64_t ns)
+{
+    return (double)ns * 1e-9;
+}
+
+void report_begin(train_report *r, int64_t first_step, int64_t total_steps, int64_t tokens_per_step,
+                  const strata_stats *start, bool quiet, FILE *jsonl)
+{
+    memset(r, 0, sizeof *r);
+    r->first_step = first_step;
+    r->last_step = first_step - 1;
+    r->total_steps = total_steps;
+    r->tokens_per_step = tokens_per_step;
+    r->start = *start;
+    r->now = *start;
+    r->quiet = quiet;
+    r->tty = isatty(STDOUT_FILENO);
+    /* Plain lines (a log, a pipe) come about 20 times per run; a terminal line updates every step. */
+    int64_t run = total_steps - first_step;
+    r->print_every = r->tty ? 1 : (run > 20 ? run / 20 : 1);
+    r->jsonl = jsonl;
+}
+
+static double gb(uint64_t now, uint64_t then)
+{
+    return (double)(now - then) * 1e-9;
+}
+
+void report_step(train_report *r, int64_t step, double loss, double lr, double step_wall_s, double compute_s,
+                 const strata_stats *now, const strata_step_result *res)
+{
+    strata_stats prev = r->now;
+    if (step == r->first_step)
+        r->first_loss = loss;
+    r->last_loss = loss;
+    r->last_step = step;
+    if (r->total_steps - step <= TAIL_STEPS) {
+        r->tail_loss_sum += loss;
+        r->tail_count++;
+    }
+    r->wall_s += step_wall_s;
+    r->compute_s += compute_s;
+    r->now = *now;
+    int64_t done = step - r->first_step + 1;
+    double tps = r->wall_s > 0 ? (double)(done * r->tokens_per_step) / r->wall_s : 0;
+    double stall = ns_s(now->stall_ns - r->start.stall_ns);
+    double eta = r->wall_s / (double)done * (double)(r->total_steps - step - 1);
+    if (r->jsonl) {
+        fprintf(r->jsonl,
+                "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_s\":%.6f,\"stall_s\":%.6f,"
+                "\"optimizer_s\":%.6f,\"skipped\":%s,\"loss_scale\":%.1f,\"nvme_to_host_bytes\":%llu,"
+                "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,\"host_to_nvme_bytes\":%llu}\n",
+                (long long)step + 1, loss, lr, step_wall_s > 0 ? (double)r->tokens_per_step / step_wall_s : 0,
+                step_wall_s, ns_s(now->stall_ns - prev.stall_ns), ns_s(now->step_ns - prev.step_ns),
+                res->skipped ? "true" : "false", res->loss_scale,
+                (unsigned long long)(now->nvme_to_host_bytes - prev.nvme_to_host_bytes),
+                (unsigned long long)(now->host_to_device_bytes - prev.host_to_device_bytes),
+                (unsigned long long)(now->device_to_host_bytes - prev.device_to_host_bytes),
+                (unsigned long long)(now->host_to_nvme_bytes - prev.host_to_nvme_bytes));
+        fflush(r->jsonl);
+    }
+    if (r->quiet || (done % r->print_every != 0 && step + 1 != r->total_steps))
+        return;
+    const strata_stats *s0 = &r->start;
+    printf("%sstep %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  stall %.1f%%  GB nvme>host %.2f host>dev %.2f "
+           "dev>host %.2f host>nvme %.2f  ETA %.0fs%s",
+           r->tty ? "\r" : "", (long long)step + 1, (long long)r->total_steps, loss, lr, tps,
+           r->wall_s > 0 ? 100.0 * stall / r->wall_s : 0, gb(now->nvme_to_host_bytes, s0->nvme_to_host_bytes),
+           gb(now->host_to_device_bytes, s0->host_to_device_bytes),
+           gb(now->device_to_host_bytes, s0->device_to_host_bytes), gb(now->host_to_nvme_bytes, s0->host_to_nvme_bytes),
+           eta, r->tty ? "\033[K" : "\n");
+    fflush(stdout);
+}
+
+void report_summary(train_report *r, const char *trace_path)
+{
+    if (r->tty && !r->quiet)
+        printf("\n");
+    int64_t steps = r->last_step - r->first_step + 1;
+    const strata_stats *a = &r->start, *b = &r->now;
+    double stall = ns_s(b->stall_ns - a->stall_ns), opt = ns_s(b->step_ns - a->step_ns);
+    double compute = r->compute_s - stall, wall = r->wall_s > 0 ? r->wall_s : 1e-9;
+    char x[32], y[32], z[32], w[32];
+    printf("summary: %lld steps, %lld tokens in %.1f s\n", (long long)steps, (long long)(steps * r->tokens_per_step),
+           r->wall_s);
+    if (steps > 0) {
+        printf("  loss        %.4f -> %.4f (first -> last step", r->first_loss, r->last_loss);
+        if (r->tail_count > 1)
+            printf("; mean of the last %d: %.4f", r->tail_count, r->tail_loss_sum / r->tail_count);
+        printf(")\n");
+    }
+    printf("  throughput  %.0f tokens/s\n", (double)(steps * r->tokens_per_step) / wall);
+    printf("  time        compute %.2f s (%.0f%%), stall %.2f s (%.0f%%), optimizer step %.2f s (%.0f%%)\n", compute,
+           100 * compute / wall, stall, 100 * stall / wall, opt, 100 * opt / wall);
+    printf("  moved       nvme->host %s, host->device %s, device->host %s, host->nvme %s\n",
+           report_bytes((double)(b->nvme_to_host_bytes - a->nvme_to_host_bytes), x, sizeof x),
+           report_bytes((double)(b->host_to_device_bytes - a->host_to_device_bytes), y, sizeof y),
+           report_bytes((double)(b->device_to_host_bytes - a->device_to_host_bytes), z, sizeof z),
+           report_bytes((double)(b->host_to_nvme_bytes - a->host_to_nvme_bytes), w, sizeof w));
+    printf("  peak        device %s", report_bytes((double)b->device_peak_bytes, x, sizeof x));
+    printf(" of %s, host %s", report_bytes((double)b->device_budget_bytes, y, sizeof y),
+           report_bytes((double)b->host_peak_bytes, z, sizeof z));
+    printf(" of %s, nvme %s\n", report_bytes((double)b->host_budget_bytes, x, sizeof x),
+           report_bytes((double)b->nvme_peak_bytes, y, sizeof y));
+    if (trace_path && trace_path[0])
+        printf("  trace       %s — open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n",
+               trace_path);
+    fflush(stdout);
+}

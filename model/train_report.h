@@ -1,0 +1,35 @@
+/* What `strata train` shows while and after it trains: the live progress line (one updating line on a
+ * terminal, plain lines otherwise), one JSON object per step in a log file, and the closing summary. */
+#ifndef STRATA_MODEL_TRAIN_REPORT_H
+#define STRATA_MODEL_TRAIN_REPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "strata.h"
+
+typedef struct train_report {
+    int64_t first_step, last_step, total_steps;
+    int64_t tokens_per_step;
+    double first_loss, last_loss, tail_loss_sum;
+    int tail_count;
+    double wall_s, compute_s;            /* since the first step of this run; compute includes stalls */
+    strata_stats start, now;             /* stats at the first step of this run, and the latest */
+    bool tty, quiet;
+    int64_t print_every;
+    FILE *jsonl;
+} train_report;
+
+void report_begin(train_report *r, int64_t first_step, int64_t total_steps, int64_t tokens_per_step,
+                  const strata_stats *start, bool quiet, FILE *jsonl);
+/* Records step `step` (0-based) and prints the progress line when due. */
+void report_step(train_report *r, int64_t step, double loss, double lr, double step_wall_s, double compute_s,
+                 const strata_stats *now, const strata_step_result *res);
+/* Ends the progress line and prints the summary to stdout. */
+void report_summary(train_report *r, const char *trace_path);
+
+/* "1.23 GiB" style; buf of at least 32 bytes. */
+const char *report_bytes(double bytes, char *buf, size_t len);
+
+#endif
