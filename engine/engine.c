@@ -32,6 +32,8 @@ STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_e
         return err_set(STRATA_ENOMEM, "strata_engine_create: out of memory for the engine object");
     e->cfg = *cfg;
     pthread_mutex_init(&e->grad_lock, NULL);
+    pthread_mutex_init(&e->fetch_lock, NULL);
+    pthread_cond_init(&e->fetch_cv, NULL);
     pthread_mutex_init(&e->opt_lock, NULL);
     pthread_cond_init(&e->opt_cv, NULL);
     strata_status st = open_device(e);
@@ -91,6 +93,8 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     free(e->rec);
     free(e->frees);
     pthread_mutex_destroy(&e->grad_lock);
+    pthread_mutex_destroy(&e->fetch_lock);
+    pthread_cond_destroy(&e->fetch_cv);
     pthread_mutex_destroy(&e->opt_lock);
     pthread_cond_destroy(&e->opt_cv);
     free(e);

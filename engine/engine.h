@@ -44,6 +44,7 @@ typedef enum mod_state {
 } mod_state;
 
 typedef struct eng_module {
+    struct strata_engine *engine;  /* for callbacks that only get the module */
     char name[ENGINE_NAME_BYTES];
     strata_param_id *params;
     size_t nparams, cap;
@@ -56,7 +57,10 @@ typedef struct eng_module {
     void *dev;                     /* the device copy (or the device-tier array itself) */
     bool dev_owned;                /* dev was carved for this fetch and is freed on eviction */
     void *staging;                 /* pinned buffer of an NVMe fetch */
-    io_wait io;                    /* the NVMe read of a fetch */
+    io_wait io;                    /* the NVMe read of a fetch; its completion queues the copy */
+    bool copy_queued;              /* the read landed and the copy was queued (under fetch_lock) */
+    strata_status fetch_status;    /* a failed read or copy queueing (under fetch_lock) */
+    char fetch_msg[ERR_MSG_BYTES];
     dev_event *ready;              /* recorded after the host->device copy */
     size_t fetch_bytes;            /* counted in flight / resident */
     uint64_t issue_ns, loaded_ns;  /* when the fetch was queued / its copy finished (trace) */
@@ -127,6 +131,8 @@ struct strata_engine {
     strata_module_id *rec;          /* this step's fetches so far */
     size_t rec_len, rec_cap;
     size_t order_pos;
+    pthread_mutex_t fetch_lock;     /* NVMe fetch completions arrive on I/O threads */
+    pthread_cond_t fetch_cv;
     deferred_free *frees;
     size_t nfrees, frees_cap;
     grad_job *grad_jobs;            /* in flight, in submission order */

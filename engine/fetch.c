@@ -65,12 +65,46 @@ strata_status engine_process_frees(strata_engine *e, bool wait)
 
 /* ---------------------------------------------------------------- loading */
 
-/* Runs on the h2d stream before the copy of an NVMe fetch: the copy must not start before the
- * read has landed, and a failed read becomes the stream's error (so the fetch reports it). */
-static strata_status wait_nvme_read(void *arg)
+static strata_status mark_loaded(void *arg);
+
+/* Runs on the I/O thread when an NVMe fetch's read has landed: queues the host->device copy and
+ * records the module's event (both non-blocking), so no stream ever waits on the disk. The trainer
+ * waits for copy_queued, then for the event. */
+static void on_fetch_read(io_wait *w, void *ctx)
 {
-    eng_module *m = arg;
-    return io_wait_wait(&m->io);
+    eng_module *m = ctx;
+    strata_engine *e = m->engine;
+    char msg[ERR_MSG_BYTES];
+    strata_status st = io_wait_take_status(w, msg, sizeof msg);
+    if (st == STRATA_OK) {
+        st = dev_memcpy_async(e->h2d, m->dev, m->staging, m->fetch_bytes);
+        if (st == STRATA_OK && e->trace)
+            st = dev_host_fn(e->h2d, mark_loaded, m);
+        if (st == STRATA_OK)
+            st = dev_event_record(m->ready, e->h2d);
+        if (st != STRATA_OK)
+            snprintf(msg, sizeof msg, "%s", err_last());
+    }
+    pthread_mutex_lock(&e->fetch_lock);
+    m->fetch_status = st;
+    snprintf(m->fetch_msg, sizeof m->fetch_msg, "%s", msg);
+    m->copy_queued = true;
+    pthread_cond_broadcast(&e->fetch_cv);
+    pthread_mutex_unlock(&e->fetch_lock);
+}
+
+/* NVMe fetches: waits (or polls) until the read landed and its copy was queued; returns its failure. */
+static strata_status wait_copy_queued(strata_engine *e, eng_module *m, bool wait, bool *queued)
+{
+    pthread_mutex_lock(&e->fetch_lock);
+    while (wait && !m->copy_queued)
+        pthread_cond_wait(&e->fetch_cv, &e->fetch_lock);
+    *queued = m->copy_queued;
+    strata_status st = m->copy_queued ? m->fetch_status : STRATA_OK;
+    char msg[ERR_MSG_BYTES];
+    snprintf(msg, sizeof msg, "%s", m->fetch_msg);
+    pthread_mutex_unlock(&e->fetch_lock);
+    return st != STRATA_OK ? err_set(st, "%s", msg) : STRATA_OK;
 }
 
 /* The order is cyclic: a step with several micro-batches repeats it, and the next step starts it
@@ -133,24 +167,31 @@ strata_status fetch_start(strata_engine *e, eng_module *m)
     m->issue_ns = now_ns();
     const tier_array *src = &e->param[e->param_front];
     size_t bytes = m->fetch_bytes;
+    m->state = MOD_LOADING;
     if (e->param_tier == STRATA_TIER_NVME) {
+        m->engine = e;
+        m->copy_queued = false;
+        m->fetch_status = STRATA_OK;
         st = pool_acquire(e->pool, bytes, "NVMe fetch staging", &m->staging);
-        if (st == STRATA_OK)
+        if (st == STRATA_OK) {
+            io_wait_set_notify(&m->io, on_fetch_read, m);
             st = tarr_read(src, &e->env, m->offset, m->numel, m->staging, &m->io);
-        if (st == STRATA_OK)
-            st = dev_host_fn(e->h2d, wait_nvme_read, m);
-        if (st == STRATA_OK)
-            st = dev_memcpy_async(e->h2d, m->dev, m->staging, bytes);
+        }
+        if (st != STRATA_OK) {
+            /* Nothing (more) is in flight that would call on_fetch_read: mark the read finished. */
+            pthread_mutex_lock(&e->fetch_lock);
+            m->copy_queued = io_wait_idle(&m->io);
+            pthread_mutex_unlock(&e->fetch_lock);
+        }
         atomic_fetch_add(&e->ctr.nvme_to_host, bytes);
     } else {
         st = dev_memcpy_async(e->h2d, m->dev, tarr_host_ptr(src, &e->env, m->offset), bytes);
+        if (st == STRATA_OK && e->trace)
+            st = dev_host_fn(e->h2d, mark_loaded, m);
+        if (st == STRATA_OK)
+            st = dev_event_record(m->ready, e->h2d);
     }
-    if (st == STRATA_OK && e->trace)
-        st = dev_host_fn(e->h2d, mark_loaded, m);
-    if (st == STRATA_OK)
-        st = dev_event_record(m->ready, e->h2d);
     atomic_fetch_add(&e->ctr.host_to_device, bytes);
-    m->state = MOD_LOADING;
     e->inflight_bytes += bytes;
     e->resident_bytes += bytes;
     if (st != STRATA_OK) {
@@ -168,7 +209,11 @@ static strata_status settle(strata_engine *e, eng_module *m, bool wait)
     if (m->state != MOD_LOADING)
         return STRATA_OK;
     bool done = true;
-    strata_status st = wait ? dev_event_sync(m->ready) : dev_event_query(m->ready, &done);
+    strata_status st = STRATA_OK;
+    if (e->param_tier == STRATA_TIER_NVME)
+        st = wait_copy_queued(e, m, wait, &done);
+    if (st == STRATA_OK && done)
+        st = wait ? dev_event_sync(m->ready) : dev_event_query(m->ready, &done);
     if (st == STRATA_OK && !done)
         return STRATA_OK;
     if (m->staging) {
@@ -188,10 +233,13 @@ strata_status fetch_drop(strata_engine *e, eng_module *m)
         return STRATA_OK;
     strata_status st = STRATA_OK;
     if (m->state == MOD_LOADING) {
-        /* The copy may still be writing the buffer: wait before giving it back. */
-        st = dev_event_sync(m->ready);
-        if (st != STRATA_OK)
-            io_wait_wait(&m->io);
+        /* The read and the copy may still be writing the buffers: wait before giving them back. */
+        bool queued;
+        if (e->param_tier == STRATA_TIER_NVME)
+            st = wait_copy_queued(e, m, true, &queued);
+        strata_status est = dev_event_sync(m->ready);
+        if (st == STRATA_OK)
+            st = est;
         if (m->staging) {
             pool_release(e->pool, m->staging);
             m->staging = NULL;

@@ -1,3 +1,4 @@
+#include <hwloc.h>
 /*
  * Backend selection, devices, device memory and pinned memory (see device.h): argument checks, the
  * arena and its budget message, poisoning policy, and tracking of what the caller made so that
@@ -182,6 +183,27 @@ strata_backend_kind dev_kind(const device *dev)
 const char *dev_name(const device *dev)
 {
     return dev->name;
+}
+
+int dev_numa_node(const device *dev)
+{
+    char busid[32];
+    if (!dev->ops->pci_bus_id || !dev->ops->pci_bus_id(dev->impl, busid, sizeof busid))
+        return -1;
+    hwloc_topology_t topo;
+    int node = -1;
+    if (hwloc_topology_init(&topo) != 0)
+        return -1;
+    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (hwloc_topology_load(topo) == 0) {
+        hwloc_obj_t pci = hwloc_get_pcidev_by_busidstring(topo, busid);
+        hwloc_obj_t anc = pci ? hwloc_get_non_io_ancestor_obj(topo, pci) : NULL;
+        /* Only a real choice counts: on one NUMA node there is nothing to place. */
+        if (anc && anc->nodeset && hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE) > 1)
+            node = hwloc_bitmap_first(anc->nodeset);
+    }
+    hwloc_topology_destroy(topo);
+    return node;
 }
 
 bool dev_poisons(const device *dev)

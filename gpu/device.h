@@ -102,6 +102,11 @@ void dev_destroy(device *dev);
 strata_backend_kind dev_kind(const device *dev);
 const char *dev_name(const device *dev);
 
+/* The OS index of the NUMA node nearest the device (hwloc, from its PCI bus id), or -1 when there is
+ * no such locality (the host backend, a single-node machine, or hwloc cannot place the device). Pinned
+ * buffers the device copies from are best allocated there. */
+int dev_numa_node(const device *dev);
+
 /* Whether freed device memory is poisoned on this device (see dev_options.poison_on_free). */
 bool dev_poisons(const device *dev);
 
@@ -203,6 +208,8 @@ typedef struct dev_ops {
 
     /* Usable here? detail as for dev_probe(). */
     strata_status (*probe)(char *detail, size_t len);
+    /* The device's PCI bus id ("0000:17:00.0") into buf; false when it has none (host). May be NULL. */
+    bool (*pci_bus_id)(dev_impl *d, char *buf, size_t len);
     /* Opens the device; name receives a name for messages. */
     strata_status (*create)(const dev_options *opt, dev_impl **out, char *name, size_t name_len);
     /* Called after every stream, event and buffer is gone. */

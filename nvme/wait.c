@@ -70,6 +70,18 @@ strata_status io_wait_wait(io_wait *w)
     return st;
 }
 
+strata_status io_wait_take_status(io_wait *w, char *msg, size_t len)
+{
+    pthread_mutex_lock(&w->mu);
+    strata_status st = w->status;
+    if (msg && len)
+        snprintf(msg, len, "%s", st != STRATA_OK ? w->msg : "");
+    w->status = STRATA_OK;
+    w->msg[0] = '\0';
+    pthread_mutex_unlock(&w->mu);
+    return st;
+}
+
 bool io_wait_idle(io_wait *w)
 {
     pthread_mutex_lock(&w->mu);

@@ -43,6 +43,10 @@ void io_wait_finish(io_wait *w, strata_status st, const char *msg);
  * error) or STRATA_OK, and resets the status for the next round. */
 strata_status io_wait_wait(io_wait *w);
 
+/* For groups with a notify function (which io_wait_wait cannot wait on): returns the first failure
+ * (message into msg) and resets it. Call it from the notify function or after it ran. */
+strata_status io_wait_take_status(io_wait *w, char *msg, size_t len);
+
 /* True when nothing is pending (a later io_wait_wait returns without blocking). */
 bool io_wait_idle(io_wait *w);
 

@@ -1,5 +1,6 @@
 #include "offload/pool.h"
 
+#include <hwloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +19,37 @@ struct pinned_pool {
     size_t bytes;
     bool io_registered;
     arena *carver;
+    bool numa_bound;               /* allocated with hwloc next to the GPU, pinned by registration */
+    hwloc_topology_t topo;
     pthread_mutex_t lock;
 };
+
+/* The pool is allocated on the NUMA node nearest the GPU (when the machine has more than one node)
+ * and then pinned, because pages that are already pinned cannot be moved. Otherwise it is ordinary
+ * pinned memory from the device backend. */
+static strata_status alloc_near_device(pinned_pool *p)
+{
+    int node = dev_numa_node(p->dev);
+    if (node < 0)
+        return dev_host_alloc(p->dev, p->bytes, &p->base);
+    if (hwloc_topology_init(&p->topo) != 0 || hwloc_topology_load(p->topo) != 0)
+        return dev_host_alloc(p->dev, p->bytes, &p->base);
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    hwloc_bitmap_only(set, (unsigned)node);
+    p->base = hwloc_alloc_membind(p->topo, p->bytes, set, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
+    hwloc_bitmap_free(set);
+    if (!p->base)
+        return dev_host_alloc(p->dev, p->bytes, &p->base);
+    strata_status st = dev_host_register(p->dev, p->base, p->bytes);
+    if (st != STRATA_OK) {
+        hwloc_free(p->topo, p->base, p->bytes);
+        p->base = NULL;
+        return st;
+    }
+    p->numa_bound = true;
+    LOG_INFO(LOG_CORE, "pinned pool on NUMA node %d, next to the GPU", node);
+    return STRATA_OK;
+}
 
 strata_status pool_create(device *dev, nvme_io *io, size_t bytes, pinned_pool **out)
 {
@@ -30,7 +60,7 @@ strata_status pool_create(device *dev, nvme_io *io, size_t bytes, pinned_pool **
     pthread_mutex_init(&p->lock, NULL);
     p->dev = dev;
     p->bytes = align_up(MAX(bytes, (size_t)POOL_ALIGN), POOL_ALIGN);
-    strata_status st = dev_host_alloc(dev, p->bytes, &p->base);
+    strata_status st = alloc_near_device(p);
     if (st != STRATA_OK) {
         char human[32];
         err_set(st, "pinned pool: cannot pin %s of host memory (%s); lower strata.host_budget_bytes, "
@@ -68,8 +98,14 @@ void pool_destroy(pinned_pool *p)
     if (p->io_registered)
         nvme_io_unregister_buffer(p->io, p->base);
     arena_destroy(p->carver);
-    if (p->base)
+    if (p->base && p->numa_bound) {
+        dev_host_unregister(p->dev, p->base);
+        hwloc_free(p->topo, p->base, p->bytes);
+    } else if (p->base) {
         dev_host_free(p->dev, p->base);
+    }
+    if (p->topo)
+        hwloc_topology_destroy(p->topo);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }

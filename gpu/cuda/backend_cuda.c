@@ -98,6 +98,11 @@ static strata_status cuda_probe(char *detail, size_t len)
     return STRATA_OK;
 }
 
+static bool cuda_pci_bus_id(dev_impl *d, char *buf, size_t len)
+{
+    return cudaDeviceGetPCIBusId(buf, (int)len, d->id) == cudaSuccess;
+}
+
 static strata_status cuda_create(const dev_options *opt, dev_impl **out, char *name, size_t name_len)
 {
     int n = 0;
@@ -321,6 +326,7 @@ const dev_ops dev_ops_cuda = {
     .kind = STRATA_BACKEND_CUDA,
     .native_handles = true,
     .probe = cuda_probe,
+    .pci_bus_id = cuda_pci_bus_id,
     .create = cuda_create,
     .destroy = cuda_destroy,
     .arena_reserve = cuda_arena_reserve,
