@@ -41,9 +41,5 @@ STRATA_API strata_status strata_device_copy(strata_engine *e, void *dst, const v
 
 STRATA_API void *strata_compute_stream(strata_engine *e)
 {
-    (void)e;
-    /* The trainer computes on the default stream / calling thread; strata_fetch orders fetched
-     * parameters before it by waiting on the host. A dedicated compute stream can come with the
-     * CUDA model. */
-    return NULL;
+    return e && e->compute ? dev_stream_native(e->compute) : NULL;
 }

@@ -66,12 +66,13 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
             if (m->grad_dev)
                 dev_free(e->dev, m->grad_dev);
             dev_event_destroy(m->ready);
+            dev_event_destroy(m->grads_written);
         }
         io_wait_destroy(&m->io);
         free(m->params);
     }
     if (e->dev)
-        engine_process_frees(e, true);
+        engine_process_frees(e, true); /* buffers dropped above wait for the compute stream */
     tier_array *arrays[] = {&e->param[0], &e->param[1], &e->grad[0], &e->grad[1], &e->master, &e->exp_avg,
                             &e->exp_avg_sq};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
@@ -83,6 +84,7 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     dev_stream_destroy(e->d2h);
     dev_stream_destroy(e->copy);
     dev_stream_destroy(e->upd);
+    dev_stream_destroy(e->compute);
     dev_destroy(e->dev);
     trace_finish(e->trace);
     free(e->grad_touched[0]);

@@ -62,6 +62,7 @@ typedef struct eng_module {
     strata_status fetch_status;    /* a failed read or copy queueing (under fetch_lock) */
     char fetch_msg[ERR_MSG_BYTES];
     dev_event *ready;              /* recorded after the host->device copy */
+    dev_event *grads_written;      /* recorded on the compute stream at grads_ready */
     size_t fetch_bytes;            /* counted in flight / resident */
     uint64_t issue_ns, loaded_ns;  /* when the fetch was queued / its copy finished (trace) */
 
@@ -109,6 +110,7 @@ struct strata_engine {
     /* devices and tiers */
     device *dev;
     dev_stream *h2d, *d2h, *copy, *upd; /* fetches, gradients, sync copies, parameter updates */
+    dev_stream *compute;            /* the trainer's: a CUDA stream, or the caller's thread (host backend) */
     nvme_io *io;
     nvme_swap *swap;
     pinned_pool *pool;
@@ -184,7 +186,8 @@ bool registry_record(strata_engine *e, strata_module_id id);
 void registry_adopt_recording(strata_engine *e);
 
 /* Fetch machinery (fetch.c). */
-strata_status fetch_start(strata_engine *e, eng_module *m);
+/* Starts a fetch; a demand fetch (the trainer waits for it) may wait for prefetches to make room. */
+strata_status fetch_start(strata_engine *e, eng_module *m, bool demand);
 strata_status fetch_drop(strata_engine *e, eng_module *m);
 void fetch_invalidate_all(strata_engine *e);
 /* Starts fetches of the modules that come next in the order, within the window. */

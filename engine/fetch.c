@@ -66,6 +66,7 @@ strata_status engine_process_frees(strata_engine *e, bool wait)
 /* ---------------------------------------------------------------- loading */
 
 static strata_status mark_loaded(void *arg);
+static strata_status settle(strata_engine *e, eng_module *m, bool wait);
 
 /* Runs on the I/O thread when an NVMe fetch's read has landed: queues the host->device copy and
  * records the module's event (both non-blocking), so no stream ever waits on the disk. The trainer
@@ -154,14 +155,19 @@ static bool evict_one(strata_engine *e, const eng_module *keep)
     return true;
 }
 
-strata_status fetch_start(strata_engine *e, eng_module *m)
+strata_status fetch_start(strata_engine *e, eng_module *m, bool demand)
 {
     if (m->state != MOD_ABSENT)
         return STRATA_OK;
     strata_status st;
-    while ((st = dev_alloc(e->dev, m->fetch_bytes, &m->dev)) == STRATA_EBUDGET)
-        if (!evict_one(e, m))
-            return st;
+    while ((st = dev_alloc(e->dev, m->fetch_bytes, &m->dev)) == STRATA_EBUDGET) {
+        err_clear();
+        if (evict_one(e, m))
+            continue;
+        if (e->nfrees == 0)
+            return err_set(st, "device budget: no room for module \"%s\"", m->name);
+        engine_process_frees(e, true); /* dropped buffers waiting for the compute stream */
+    }
     ERR_CHECK(st);
     m->dev_owned = true;
     m->issue_ns = now_ns();
@@ -172,7 +178,15 @@ strata_status fetch_start(strata_engine *e, eng_module *m)
         m->engine = e;
         m->copy_queued = false;
         m->fetch_status = STRATA_OK;
-        st = pool_acquire(e->pool, bytes, "NVMe fetch staging", &m->staging);
+        st = pool_acquire(e->pool, POOL_FETCH, bytes, "NVMe fetch staging", &m->staging);
+        if (st == STRATA_EBUDGET && demand) {
+            /* Prefetches in flight hold the slice: let them land, then there is room for this one. */
+            err_clear();
+            for (size_t i = 0; i < e->nmodules; i++)
+                if (&e->modules[i] != m)
+                    settle(e, &e->modules[i], true);
+            st = pool_acquire(e->pool, POOL_FETCH, bytes, "NVMe fetch staging", &m->staging);
+        }
         if (st == STRATA_OK) {
             io_wait_set_notify(&m->io, on_fetch_read, m);
             st = tarr_read(src, &e->env, m->offset, m->numel, m->staging, &m->io);
@@ -227,6 +241,20 @@ static strata_status settle(strata_engine *e, eng_module *m, bool wait)
     return st;
 }
 
+/* Orders a fetched module before the trainer's next compute. The host waits only for the disk read
+ * (the copy cannot be queued before it); the copy itself is waited for by the compute stream — on the
+ * host backend the caller's thread, so there the module is resident when this returns. */
+static strata_status order_for_compute(strata_engine *e, eng_module *m)
+{
+    if (m->state != MOD_LOADING)
+        return STRATA_OK;
+    bool queued = true;
+    if (e->param_tier == STRATA_TIER_NVME)
+        ERR_CHECK(wait_copy_queued(e, m, true, &queued));
+    ERR_CHECK(dev_stream_wait_event(e->compute, m->ready));
+    return settle(e, m, false);
+}
+
 strata_status fetch_drop(strata_engine *e, eng_module *m)
 {
     if (!m->dev_owned)
@@ -246,7 +274,12 @@ strata_status fetch_drop(strata_engine *e, eng_module *m)
         }
         e->inflight_bytes -= m->fetch_bytes;
     }
-    dev_free(e->dev, m->dev);
+    /* The trainer's compute may still read the buffer: free it once the compute stream is past. */
+    if (!e->compute || engine_defer_free(e, m->dev, false, e->compute) != STRATA_OK) {
+        if (e->compute)
+            dev_stream_sync(e->compute);
+        dev_free(e->dev, m->dev);
+    }
     m->dev = NULL;
     m->dev_owned = false;
     m->state = MOD_ABSENT;
@@ -284,7 +317,7 @@ strata_status fetch_prefetch(strata_engine *e)
         if (e->inflight_bytes + m->fetch_bytes > e->prefetch_bytes ||
             e->resident_bytes + m->fetch_bytes > e->max_live_bytes)
             break;
-        strata_status st = fetch_start(e, m);
+        strata_status st = fetch_start(e, m, false);
         if (st == STRATA_EBUDGET) {
             err_clear(); /* a prefetch that does not fit waits for its demand fetch */
             break;
@@ -351,7 +384,7 @@ static strata_status fetch(strata_engine *e, strata_module_id id)
         /* Make room within the residency cap before a demand fetch. */
         while (e->resident_bytes + m->fetch_bytes > e->max_live_bytes && evict_one(e, m))
             ;
-        strata_status st = fetch_start(e, m);
+        strata_status st = fetch_start(e, m, true);
         if (st == STRATA_EBUDGET) {
             char need[32], live[32];
             return err_set(STRATA_EBUDGET, "strata_fetch(\"%s\"): the device budget cannot hold this module (%s) "
@@ -362,7 +395,7 @@ static strata_status fetch(strata_engine *e, strata_module_id id)
         ERR_CHECK(st);
     }
     uint64_t t0 = now_ns();
-    strata_status st = settle(e, m, true);
+    strata_status st = order_for_compute(e, m);
     uint64_t t1 = now_ns();
     e->stall_ns += t1 - t0;
     if (t1 - t0 > 2000)
@@ -397,7 +430,10 @@ static strata_status release(strata_engine *e, strata_module_id id)
     if (m->grad_dev) {
         LOG_ONCE(STRATA_LOG_WARN, LOG_SCHED, "module \"%s\" was released with gradient buffers that were never "
                  "handed over with strata_grads_ready; those gradients are discarded", m->name);
-        dev_free(e->dev, m->grad_dev);
+        if (engine_defer_free(e, m->grad_dev, false, e->compute) != STRATA_OK) {
+            dev_stream_sync(e->compute);
+            dev_free(e->dev, m->grad_dev);
+        }
         m->grad_dev = NULL;
     }
     /* Keep what the prefetcher would fetch again right away, and small persistent modules. */

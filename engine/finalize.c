@@ -193,6 +193,7 @@ static strata_status prepare_modules(strata_engine *e)
         eng_module *m = &e->modules[i];
         io_wait_init(&m->io);
         ERR_CHECK(dev_event_create(e->dev, &m->ready));
+        ERR_CHECK(dev_event_create(e->dev, &m->grads_written));
         m->fetch_bytes = m->numel * e->param_bytes;
         if (e->param_tier == STRATA_TIER_DEVICE) {
             /* Device-resident parameters are never fetched: the module points into the array. */
@@ -232,11 +233,17 @@ static strata_status finalize(strata_engine *e)
     ERR_CHECK(dev_stream_create(e->dev, "d2h", &e->d2h));
     ERR_CHECK(dev_stream_create(e->dev, "copy", &e->copy));
     ERR_CHECK(dev_stream_create(e->dev, "update", &e->upd));
+    /* The trainer computes on a stream strata orders fetches before: on the host backend that is the
+     * calling thread itself, so the same code orders by blocking it. */
+    if (e->backend == STRATA_BACKEND_HOST)
+        ERR_CHECK(dev_stream_wrap(e->dev, NULL, "compute", &e->compute));
+    else
+        ERR_CHECK(dev_stream_create(e->dev, "compute", &e->compute));
     if (pl.tier_bytes[STRATA_TIER_NVME])
         ERR_CHECK(open_nvme(e, pl.tier_bytes[STRATA_TIER_NVME]));
     e->env = (tier_env){.dev = e->dev, .copy_stream = e->copy, .swap = e->swap,
                         .host_addressable_device = e->backend == STRATA_BACKEND_HOST};
-    ERR_CHECK(pool_create(e->dev, e->io, pl.pinned_pool_bytes, &e->pool));
+    ERR_CHECK(pool_create(e->dev, e->io, pl.pool_part_bytes, &e->pool));
     ERR_CHECK(allocate_tiers(e));
     ERR_CHECK(write_initial_state(e));
     ERR_CHECK(prepare_modules(e));

@@ -40,7 +40,7 @@ static strata_status accumulate(void *arg)
         float *buf = NULL;
         io_wait w;
         io_wait_init(&w);
-        st = pool_acquire(e->pool, m->numel * 4, "gradient accumulation", (void **)&buf);
+        st = pool_acquire(e->pool, POOL_ACCUM, m->numel * 4, "gradient accumulation", (void **)&buf);
         if (st == STRATA_OK && !job->first) {
             st = tarr_read(store, &e->env, m->offset, m->numel, buf, &w);
             if (st == STRATA_OK)
@@ -102,11 +102,9 @@ STRATA_API void *strata_grad_data(strata_engine *e, strata_param_id param)
                 break;
             engine_process_frees(e, true);
         }
-        if (st == STRATA_OK) {
-            st = dev_memset_async(e->copy, m->grad_dev, 0, bytes);
-            if (st == STRATA_OK)
-                st = dev_stream_sync(e->copy);
-        }
+        /* Zeroed in the compute stream's order, before the trainer's backward writes it. */
+        if (st == STRATA_OK)
+            st = dev_memset_async(e->compute, m->grad_dev, 0, bytes);
         if (st != STRATA_OK) {
             if (m->grad_dev)
                 dev_free(e->dev, m->grad_dev);
@@ -134,13 +132,13 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
     grad_job *job = calloc(1, sizeof *job);
     if (!job)
         return err_set(STRATA_ENOMEM, "strata_grads_ready: out of memory");
-    strata_status st = pool_acquire(e->pool, bytes, "gradient staging", &job->staging);
+    strata_status st = pool_acquire(e->pool, POOL_GRAD, bytes, "gradient staging", &job->staging);
     if (st == STRATA_EBUDGET) {
         /* Earlier hand-offs hold the staging: wait for them, then try again. */
         err_clear();
         st = grads_drain(e);
         if (st == STRATA_OK)
-            st = pool_acquire(e->pool, bytes, "gradient staging", &job->staging);
+            st = pool_acquire(e->pool, POOL_GRAD, bytes, "gradient staging", &job->staging);
     }
     if (st != STRATA_OK) {
         free(job);
@@ -151,7 +149,12 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
     job->store = &e->grad[e->grad_front];
     job->first = !e->grad_touched[e->grad_front][id];
     job->submit_ns = now_ns();
-    st = dev_memcpy_async(e->d2h, job->staging, m->grad_dev, bytes);
+    /* The copy off the device waits for the trainer's backward kernels on the compute stream. */
+    st = dev_event_record(m->grads_written, e->compute);
+    if (st == STRATA_OK)
+        st = dev_stream_wait_event(e->d2h, m->grads_written);
+    if (st == STRATA_OK)
+        st = dev_memcpy_async(e->d2h, job->staging, m->grad_dev, bytes);
     if (st == STRATA_OK)
         st = dev_host_fn(e->d2h, accumulate, job);
     if (st != STRATA_OK) {

@@ -83,15 +83,17 @@ void plan_compute(const plan_input *in, plan *p)
 
     /* The pinned pool: staging for fetches from NVMe, gradient hand-offs, and the optimizer's
      * four sub-group slots (read k+1, compute k, write k-1 and k-2). */
+    size_t *part = p->pool_part_bytes;
     if (in->param_tier == STRATA_TIER_NVME)
-        add(p, "pinned: NVMe fetch staging", STRATA_TIER_HOST,
-            MIN(in->prefetch_bytes, n * in->param_bytes) + 2 * big, true);
-    add(p, "pinned: gradient staging", STRATA_TIER_HOST,
-        2 * big + (in->grad_tier == STRATA_TIER_NVME ? 2 * in->largest_module_numel * 4 : 0), true);
+        part[0] = MIN(in->prefetch_bytes, n * in->param_bytes) + 2 * big;
+    part[1] = 2 * big;
+    part[2] = in->grad_tier == STRATA_TIER_NVME ? in->largest_module_numel * 4 : 0;
     size_t slot = (in->opt_tier == STRATA_TIER_NVME ? 12 * sg : 0) + (in->grad_tier == STRATA_TIER_NVME ? 4 * sg : 0);
-    add(p, "pinned: optimizer sub-group slots (4)", STRATA_TIER_HOST, 4 * slot, true); /* see STEP_SLOTS */
-    if (in->param_tier != STRATA_TIER_HOST)
-        add(p, "pinned: updated-parameter staging (2)", STRATA_TIER_HOST, 2 * sg * in->param_bytes, true);
+    part[3] = 4 * slot + (in->param_tier != STRATA_TIER_HOST ? 2 * sg * in->param_bytes : 0); /* see STEP_SLOTS */
+    add(p, "pinned: NVMe fetch staging", STRATA_TIER_HOST, part[0], true);
+    add(p, "pinned: gradient staging", STRATA_TIER_HOST, part[1], true);
+    add(p, "pinned: gradient accumulation (NVMe)", STRATA_TIER_HOST, part[2], true);
+    add(p, "pinned: optimizer slots (4) + parameter staging (2)", STRATA_TIER_HOST, part[3], true);
 }
 
 static const char *const tier_names[] = {"device", "host", "nvme"};

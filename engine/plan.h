@@ -36,6 +36,7 @@ typedef struct plan {
     int nlines;
     size_t tier_bytes[3];          /* indexed by strata_tier */
     size_t pinned_pool_bytes;
+    size_t pool_part_bytes[4];     /* fetch staging, gradient staging, accumulation, step (offload/pool.h) */
     size_t live_window_bytes;      /* device bytes for fetched modules and gradient buffers */
 } plan;
 

@@ -165,18 +165,18 @@ static strata_status acquire_buffers(step_ctx *c)
         io_wait_init(&c->slot[i].rd);
         io_wait_init(&c->slot[i].wr);
         if (c->opt_nvme) {
-            ERR_CHECK(pool_acquire(e->pool, bytes, "optimizer slot", (void **)&c->slot[i].master));
-            ERR_CHECK(pool_acquire(e->pool, bytes, "optimizer slot", (void **)&c->slot[i].m));
-            ERR_CHECK(pool_acquire(e->pool, bytes, "optimizer slot", (void **)&c->slot[i].v));
+            ERR_CHECK(pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&c->slot[i].master));
+            ERR_CHECK(pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&c->slot[i].m));
+            ERR_CHECK(pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&c->slot[i].v));
         }
         if (c->grad_nvme)
-            ERR_CHECK(pool_acquire(e->pool, bytes, "gradient slot", (void **)&c->slot[i].grad));
+            ERR_CHECK(pool_acquire(e->pool, POOL_STEP, bytes, "gradient slot", (void **)&c->slot[i].grad));
     }
     for (int i = 0; i < 2; i++) {
         io_wait_init(&c->ps[i].wr);
         ERR_CHECK(dev_event_create(e->dev, &c->ps[i].copied));
         if (e->param_tier != STRATA_TIER_HOST)
-            ERR_CHECK(pool_acquire(e->pool, c->sg * e->param_bytes, "parameter staging", &c->ps[i].staging));
+            ERR_CHECK(pool_acquire(e->pool, POOL_STEP, c->sg * e->param_bytes, "parameter staging", &c->ps[i].staging));
     }
     return STRATA_OK;
 }

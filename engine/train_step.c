@@ -1,6 +1,7 @@
 /* strata_step and what surrounds it: loss scaling, the delayed update's buffer swaps, sync, reads. */
 #include <stdio.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
@@ -147,7 +148,9 @@ static strata_status read_master(strata_engine *e, strata_param_id id, size_t of
     /* NVMe reads move whole aligned blocks: read the covering block range through a buffer. */
     size_t first = (p->offset + offset) / 1024 * 1024, last = align_up(p->offset + offset + count, 1024);
     float *buf;
-    ERR_CHECK(pool_acquire(e->pool, (last - first) * 4, "master read", (void **)&buf));
+    /* Not a hot path: its own aligned buffer, so it never competes with the pool's planned slices. */
+    if (posix_memalign((void **)&buf, 4096, (last - first) * 4) != 0)
+        return err_set(STRATA_ENOMEM, "strata_param_read_master: out of memory for %zu elements", last - first);
     io_wait w;
     io_wait_init(&w);
     strata_status st = tarr_read(&e->master, &e->env, first, last - first, buf, &w);
@@ -157,7 +160,7 @@ static strata_status read_master(strata_engine *e, strata_param_id id, size_t of
         st = wst;
     if (st == STRATA_OK)
         memcpy(out, buf + (p->offset + offset - first), count * 4);
-    pool_release(e->pool, buf);
+    free(buf);
     return st;
 }
 

@@ -286,8 +286,9 @@ STRATA_API strata_status strata_module_order(strata_engine *engine, const strata
 
 /* ------------------------------------------------------------------ the training step */
 
-/* Makes module's parameters resident on the device and ordered before the trainer's next compute
- * (on the host backend: readable when this returns). Time spent waiting here is a stall in the stats.
+/* Makes module's parameters resident on the device and ordered before the trainer's next work on
+ * strata_compute_stream() (the host waits only for NVMe; on the host backend the parameters are
+ * readable when this returns). Time spent waiting here is a stall in the stats.
  * Modules that come next in the order are already being fetched. STRATA_ESTATE for an unknown
  * module, before finalize or when module is already held, STRATA_EBUDGET when the
  * device budget cannot hold it with the modules still held. */
@@ -352,9 +353,10 @@ STRATA_API strata_status strata_device_free(strata_engine *engine, void *ptr);
  * returns when the copy is done. For the trainer's inputs and outputs, not for model state. */
 STRATA_API strata_status strata_device_copy(strata_engine *engine, void *dst, const void *src, size_t bytes);
 
-/* The native stream the trainer should compute on (a cudaStream_t on the CUDA backend; NULL on the
+/* The native stream the trainer must compute on (a cudaStream_t on the CUDA backend; NULL on the
  * host backend, where the trainer computes on the calling thread): fetched parameters are ordered
- * before work on it. */
+ * before work on it, gradient buffers are zeroed on it, and strata_grads_ready / strata_release take
+ * effect after the work queued on it so far. Valid after strata_engine_finalize. */
 STRATA_API void *strata_compute_stream(strata_engine *engine);
 
 /* ------------------------------------------------------------------ checkpoints (issue 7) */
