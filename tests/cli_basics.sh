@@ -23,7 +23,7 @@ check "no command" 2 "usage: strata <command>" -- "$bin"
 check "unknown command" 2 'unknown command "frobnicate"' -- "$bin" frobnicate
 check "top help" 0 "commands:" -- "$bin" --help
 check "version" 0 "strata 0.1.0" -- "$bin" --version
-for cmd in info config nvme-bench bench; do
+for cmd in info config nvme-bench bench estimate train ckpt; do
     check "$cmd --help" 0 "usage: strata $cmd" -- "$bin" "$cmd" --help
 done
 
@@ -54,6 +54,24 @@ grep -qE '^aio.block_size +4194304 \(4.00 MiB\) +changed$' <<<"$out" && passed=$
     { echo "FAIL resolved table row for aio.block_size; got:"; echo "$out"; failed=$((failed + 1)); }
 grep -qE '^aio.single_submit +false +same$' <<<"$out" && passed=$((passed + 1)) ||
     { echo "FAIL resolved table row for aio.single_submit"; failed=$((failed + 1)); }
+
+# estimate: the planner's arithmetic for a shape, without allocating
+check "estimate over budget" 1 "device budget exceeded: the plan needs" -- "$bin" estimate --model 124M --device-budget 1GiB
+check "estimate names the knob" 1 'set zero_optimization.offload_param.device to "cpu" or "nvme"' -- \
+    "$bin" estimate --model 124M --device-budget 1GiB
+mkdir -p "$scratch/nvme"
+cat >"$scratch/nvme.json" <<JSON
+{"zero_optimization": {"offload_param": {"device": "nvme", "nvme_path": "$scratch/nvme"},
+                       "offload_optimizer": {"device": "nvme", "nvme_path": "$scratch/nvme"}, "sub_group_size": 5e7},
+ "bf16": {"enabled": true}, "strata": {"device_budget_bytes": "2GiB", "host_budget_bytes": "8GiB"}}
+JSON
+check "estimate 3B on NVMe fits" 0 "master weights + Adam moments (fp32)" -- "$bin" estimate --model 3B --config "$scratch/nvme.json"
+out=$("$bin" estimate --model 3B --config "$scratch/nvme.json")
+grep -qE '^device +[0-9.]+ [KMG]iB +2.00 GiB +yes$' <<<"$out" && grep -qE '^host +[0-9.]+ [KMG]iB +8.00 GiB +yes$' <<<"$out" &&
+    passed=$((passed + 1)) || { echo "FAIL estimate 3B table:"; echo "$out"; failed=$((failed + 1)); }
+check "estimate bad preset" 2 '--model "7T" is not a preset; allowed: tiny, 124M' -- "$bin" estimate --model 7T
+check "estimate custom needs hidden" 2 "a custom model needs --layers and --hidden" -- "$bin" estimate --layers 4
+check "estimate bad size" 2 '--device-budget "lots" is not a size' -- "$bin" estimate --device-budget lots
 
 echo "cli_basics: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
