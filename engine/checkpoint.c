@@ -36,10 +36,16 @@ typedef struct ckpt_ctx {
     size_t *ord;          /* parameter ids in flat-offset order */
     size_t *mod_first;    /* per module: its first index in ord (and one past the last module) */
     uint32_t *crc;        /* per position in ord: the running crc32c of the tensor being streamed */
-    uint8_t *buf;         /* CHUNK_NUMEL * 4 bytes, 4 KiB-aligned */
-    io_wait w;
+    uint8_t *buf[2];      /* CHUNK_NUMEL * 4 bytes each, 4 KiB-aligned: tier I/O of one chunk overlaps the
+                             file I/O of the other */
+    io_wait w[2];
     ckpt_manifest m;
 } ckpt_ctx;
+
+/* One aligned piece of one module's range: the unit of streaming. */
+typedef struct chunk {
+    size_t mi, c0, n;
+} chunk;
 
 static int by_offset(const void *a, const void *b, void *ctx)
 {
@@ -52,15 +58,18 @@ static strata_status ctx_init(ckpt_ctx *c, strata_engine *e)
 {
     memset(c, 0, sizeof *c);
     c->e = e;
-    io_wait_init(&c->w);
+    io_wait_init(&c->w[0]);
+    io_wait_init(&c->w[1]);
     c->ord = malloc(e->nparams * sizeof *c->ord);
     c->mod_first = malloc((e->nmodules + 1) * sizeof *c->mod_first);
     c->crc = malloc(e->nparams * sizeof *c->crc);
     c->m.tensors = calloc(e->nparams * 5, sizeof *c->m.tensors);
-    void *buf = NULL;
-    if (!c->ord || !c->mod_first || !c->crc || !c->m.tensors || posix_memalign(&buf, 4096, CHUNK_NUMEL * 4) != 0)
+    void *b0 = NULL, *b1 = NULL;
+    bool bufs = posix_memalign(&b0, 4096, CHUNK_NUMEL * 4) == 0 && posix_memalign(&b1, 4096, CHUNK_NUMEL * 4) == 0;
+    c->buf[0] = b0;
+    c->buf[1] = b1;
+    if (!c->ord || !c->mod_first || !c->crc || !c->m.tensors || !bufs)
         return err_set(STRATA_ENOMEM, "checkpoint: out of memory for the streaming buffers");
-    c->buf = buf;
     for (size_t i = 0; i < e->nparams; i++)
         c->ord[i] = i;
     qsort_r(c->ord, e->nparams, sizeof *c->ord, by_offset, e);
@@ -76,11 +85,13 @@ static strata_status ctx_init(ckpt_ctx *c, strata_engine *e)
 
 static void ctx_free(ckpt_ctx *c)
 {
-    io_wait_destroy(&c->w);
+    io_wait_destroy(&c->w[0]);
+    io_wait_destroy(&c->w[1]);
     free(c->ord);
     free(c->mod_first);
     free(c->crc);
-    free(c->buf);
+    free(c->buf[0]);
+    free(c->buf[1]);
     ckpt_manifest_free(&c->m);
 }
 
@@ -101,35 +112,86 @@ static strata_status quiesce(strata_engine *e, const char *what)
     return engine_process_frees(e, true);
 }
 
-/* Runs fn over every chunk of every module of array a: [c0, c0 + n) with n <= CHUNK_NUMEL, aligned. */
-#define FOR_EACH_CHUNK(e, mi, c0, n)                                                                    \
-    for (size_t mi = 0; mi < (e)->nmodules; mi++)                                                       \
-        for (size_t c0 = (e)->modules[mi].offset, n = 0;                                                \
-             c0 < (e)->modules[mi].offset + (e)->modules[mi].numel &&                                   \
-             (n = MIN(CHUNK_NUMEL, (e)->modules[mi].offset + (e)->modules[mi].numel - c0), 1);          \
-             c0 += n)
+/* The first chunk at or after module mi (false past the last module). */
+static bool chunk_at(const strata_engine *e, size_t mi, chunk *k)
+{
+    for (; mi < e->nmodules; mi++)
+        if (e->modules[mi].numel) {
+            *k = (chunk){mi, e->modules[mi].offset, MIN(CHUNK_NUMEL, e->modules[mi].numel)};
+            return true;
+        }
+    return false;
+}
+
+static bool chunk_next(const strata_engine *e, const chunk *cur, chunk *next)
+{
+    const eng_module *m = &e->modules[cur->mi];
+    size_t c0 = cur->c0 + cur->n, end = m->offset + m->numel;
+    if (c0 < end) {
+        *next = (chunk){cur->mi, c0, MIN(CHUNK_NUMEL, end - c0)};
+        return true;
+    }
+    return chunk_at(e, cur->mi + 1, next);
+}
+
+/* Waits for both buffers' tier I/O (before returning, even on failure: the buffers are about to be freed). */
+static strata_status drain(ckpt_ctx *c, strata_status st)
+{
+    for (int i = 0; i < 2; i++) {
+        strata_status wst = io_wait_wait(&c->w[i]);
+        if (st == STRATA_OK)
+            st = wst;
+    }
+    return st;
+}
 
 /* ---------------------------------------------------------------- save */
 
-/* Streams one array into the open file: every chunk read from its tier, cut into parameter slices. */
-static strata_status save_stream(ckpt_ctx *c, ckpt_writer *wr, const stream *s, ckpt_tensor *out)
+/* Streams one array into the open file: every chunk read from its tier (the next one in flight while this one
+ * is written), cut into parameter slices. */
+static strata_status save_chunk(ckpt_ctx *c, ckpt_writer *wr, const stream *s, const chunk *k, const uint8_t *buf)
 {
     strata_engine *e = c->e;
     size_t eb = s->arr->elem_bytes;
-    memset(c->crc, 0, e->nparams * sizeof *c->crc);
-    FOR_EACH_CHUNK(e, mi, c0, n) {
-        ERR_CHECK(tarr_read(s->arr, &e->env, c0, n, c->buf, &c->w));
-        ERR_CHECK(io_wait_wait(&c->w));
-        for (size_t k = c->mod_first[mi]; k < c->mod_first[mi + 1]; k++) {
-            const eng_param *p = &e->params[c->ord[k]];
-            size_t lo = MAX(p->offset, c0), hi = MIN(p->offset + p->numel, c0 + n);
-            if (lo >= hi)
-                continue;
-            const uint8_t *src = c->buf + (lo - c0) * eb;
-            c->crc[k] = crc32c(c->crc[k], src, (hi - lo) * eb);
-            ERR_CHECK(ckpt_writer_put(wr, src, (hi - lo) * eb));
-        }
+    for (size_t i = c->mod_first[k->mi]; i < c->mod_first[k->mi + 1]; i++) {
+        const eng_param *p = &e->params[c->ord[i]];
+        size_t lo = MAX(p->offset, k->c0), hi = MIN(p->offset + p->numel, k->c0 + k->n);
+        if (lo >= hi)
+            continue;
+        const uint8_t *src = buf + (lo - k->c0) * eb;
+        c->crc[i] = crc32c(c->crc[i], src, (hi - lo) * eb);
+        ERR_CHECK(ckpt_writer_put(wr, src, (hi - lo) * eb));
     }
+    return STRATA_OK;
+}
+
+static strata_status save_stream(ckpt_ctx *c, ckpt_writer *wr, const stream *s, ckpt_tensor *out)
+{
+    strata_engine *e = c->e;
+    memset(c->crc, 0, e->nparams * sizeof *c->crc);
+    chunk cur, next;
+    bool have = chunk_at(e, 0, &cur);
+    const uint8_t *host = tarr_host_ptr(s->arr, &e->env, 0);
+    if (host) { /* host memory: written from where it lies, no copy */
+        for (; have; have = chunk_next(e, &cur, &cur))
+            ERR_CHECK(save_chunk(c, wr, s, &cur, host + cur.c0 * s->arr->elem_bytes));
+        for (size_t k = 0; k < e->nparams; k++)
+            out[k].crc = c->crc[k];
+        return STRATA_OK;
+    }
+    strata_status st = have ? tarr_read(s->arr, &e->env, cur.c0, cur.n, c->buf[0], &c->w[0]) : STRATA_OK;
+    for (int b = 0; have && st == STRATA_OK; b ^= 1) {
+        bool more = chunk_next(e, &cur, &next);
+        if (more)
+            st = tarr_read(s->arr, &e->env, next.c0, next.n, c->buf[b ^ 1], &c->w[b ^ 1]);
+        if (st == STRATA_OK)
+            st = io_wait_wait(&c->w[b]);
+        if (st == STRATA_OK)
+            st = save_chunk(c, wr, s, &cur, c->buf[b]);
+        cur = next;
+        have = more;
+    }
+    ERR_CHECK(drain(c, st));
     for (size_t k = 0; k < e->nparams; k++)
         out[k].crc = c->crc[k];
     return STRATA_OK;
@@ -273,32 +335,53 @@ static strata_status match_stream(ckpt_ctx *c, stream *s, int file)
     return STRATA_OK;
 }
 
-/* Streams one family of tensors from f into its array, checking every tensor's crc32c. */
-static strata_status load_stream(ckpt_ctx *c, const ckpt_file *f, const stream *s)
+/* Fills buf with chunk k of stream s from the file, checking each tensor's crc32c as its last slice arrives. */
+static strata_status load_chunk(ckpt_ctx *c, const ckpt_file *f, const stream *s, const chunk *k, uint8_t *buf)
 {
     strata_engine *e = c->e;
     size_t eb = s->arr->elem_bytes;
-    memset(c->crc, 0, e->nparams * sizeof *c->crc);
-    FOR_EACH_CHUNK(e, mi, c0, n) {
-        memset(c->buf, 0, n * eb); /* padding between and after parameters is zero, as finalize wrote it */
-        for (size_t k = c->mod_first[mi]; k < c->mod_first[mi + 1]; k++) {
-            const eng_param *p = &e->params[c->ord[k]];
-            size_t lo = MAX(p->offset, c0), hi = MIN(p->offset + p->numel, c0 + n);
-            if (lo >= hi)
-                continue;
-            const ckpt_tensor *t = s->tensor[k];
-            uint8_t *dst = c->buf + (lo - c0) * eb;
-            ERR_CHECK(ckpt_file_read(f, t->begin + (lo - p->offset) * eb, dst, (hi - lo) * eb, t->name));
-            c->crc[k] = crc32c(c->crc[k], dst, (hi - lo) * eb);
-            if (hi == p->offset + p->numel && c->crc[k] != t->crc)
-                return err_set(STRATA_ECORRUPT, "strata_load: checkpoint \"%s\": tensor \"%s\": crc32c %08x, the "
-                               "manifest says %08x (the file was damaged after it was written); load another "
-                               "checkpoint", f->path, t->name, c->crc[k], t->crc);
-        }
-        ERR_CHECK(tarr_write(s->arr, &e->env, c0, n, c->buf, &c->w));
-        ERR_CHECK(io_wait_wait(&c->w));
+    memset(buf, 0, k->n * eb); /* padding between and after parameters is zero, as finalize wrote it */
+    for (size_t i = c->mod_first[k->mi]; i < c->mod_first[k->mi + 1]; i++) {
+        const eng_param *p = &e->params[c->ord[i]];
+        size_t lo = MAX(p->offset, k->c0), hi = MIN(p->offset + p->numel, k->c0 + k->n);
+        if (lo >= hi)
+            continue;
+        const ckpt_tensor *t = s->tensor[i];
+        uint8_t *dst = buf + (lo - k->c0) * eb;
+        ERR_CHECK(ckpt_file_read(f, t->begin + (lo - p->offset) * eb, dst, (hi - lo) * eb, t->name));
+        c->crc[i] = crc32c(c->crc[i], dst, (hi - lo) * eb);
+        if (hi == p->offset + p->numel && c->crc[i] != t->crc)
+            return err_set(STRATA_ECORRUPT, "strata_load: checkpoint \"%s\": tensor \"%s\": crc32c %08x, the manifest "
+                           "says %08x (the file was damaged after it was written); load another checkpoint", f->path,
+                           t->name, c->crc[i], t->crc);
     }
     return STRATA_OK;
+}
+
+/* Streams one family of tensors from f into its array: the tier write of one chunk overlaps the file read of
+ * the next. */
+static strata_status load_stream(ckpt_ctx *c, const ckpt_file *f, const stream *s)
+{
+    strata_engine *e = c->e;
+    memset(c->crc, 0, e->nparams * sizeof *c->crc);
+    chunk k;
+    bool have = chunk_at(e, 0, &k);
+    uint8_t *host = tarr_host_ptr(s->arr, &e->env, 0);
+    if (host) { /* host memory: read into place, no copy */
+        for (; have; have = chunk_next(e, &k, &k))
+            ERR_CHECK(load_chunk(c, f, s, &k, host + k.c0 * s->arr->elem_bytes));
+        return STRATA_OK;
+    }
+    strata_status st = STRATA_OK;
+    for (int b = 0; have && st == STRATA_OK; b ^= 1) {
+        st = io_wait_wait(&c->w[b]); /* the buffer's previous write has left it */
+        if (st == STRATA_OK)
+            st = load_chunk(c, f, s, &k, c->buf[b]);
+        if (st == STRATA_OK)
+            st = tarr_write(s->arr, &e->env, k.c0, k.n, c->buf[b], &c->w[b]);
+        have = chunk_next(e, &k, &k);
+    }
+    return drain(c, st);
 }
 
 static strata_status check_compatible(const strata_engine *e, const ckpt_manifest *m, const char *dir)

@@ -170,8 +170,29 @@ void ckpt_dir_remove(const char *dir)
         LOG_WARN(LOG_CORE, "checkpoint: could not remove \"%s\" (it holds files strata did not write?)", dir);
 }
 
+/* True when dir is an empty directory (what a user may create to save into). */
+static bool empty_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    struct dirent *de;
+    bool empty = true;
+    while (empty && (de = readdir(d)) != NULL)
+        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
 strata_status ckpt_dir_begin(const char *dir, char *tmp, size_t len)
 {
+    /* A save replaces dir as a whole: never a directory that holds something other than a checkpoint. */
+    char manifest[STRATA_PATH_BYTES + 96];
+    snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && (!S_ISDIR(sb.st_mode) || (access(manifest, F_OK) != 0 && !empty_dir(dir))))
+        return err_set(STRATA_EINVAL, "strata_save: \"%s\" exists and is not a strata checkpoint (no %s); "
+                       "refusing to replace it — save to a new or empty directory", dir, CKPT_MANIFEST);
     ERR_CHECK(sibling(dir, ".tmp", tmp, len));
     ckpt_dir_remove(tmp); /* what a crashed save left behind */
     if (mkdir(tmp, 0755) != 0)
@@ -194,7 +215,11 @@ strata_status ckpt_dir_commit(const char *tmp, const char *dir)
     if (ex == ENOENT) {
         if (rename(tmp, dir) != 0)
             return errno_status(errno, "checkpoint: renaming to %s\"%s\" failed: %s", "", dir);
-        return fsync_dir(parent);
+        ERR_CHECK(fsync_dir(parent));
+        /* An interrupted save's ".old" copy (see below) is superseded now. */
+        if (sibling(dir, ".old", old, sizeof old) == STRATA_OK)
+            ckpt_dir_remove(old);
+        return STRATA_OK;
     }
     if (ex != EINVAL && ex != ENOSYS && ex != EOPNOTSUPP)
         return errno_status(ex, "checkpoint: %s \"%s\" failed: %s", "exchanging the new checkpoint with", dir);

@@ -83,7 +83,9 @@ static strata_status open_nvme(strata_engine *e, size_t capacity)
         }
     }
     ERR_CHECK(nvme_io_create(&e->cfg.aio, &e->io));
-    return swap_create(e->io, paths, n, capacity, &e->swap);
+    ERR_CHECK(swap_create(e->io, paths, n, capacity, &e->swap));
+    swap_set_checksum(e->swap, e->cfg.swap_checksum);
+    return STRATA_OK;
 }
 
 /* Fills one chunk [first, first + count) of fp32 initial values, calling each parameter's init

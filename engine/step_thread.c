@@ -64,7 +64,8 @@ void opt_job_submit(strata_engine *e, double lr, double loss_scale, int grad_ind
     pthread_mutex_unlock(&e->opt_lock);
 }
 
-strata_status opt_job_join(strata_engine *e, strata_step_result *res, bool *had_job)
+/* Waits for the job in flight, if any; `take` ends it (opt_job_join), otherwise it stays for the next join. */
+static strata_status wait_job(strata_engine *e, strata_step_result *res, bool *had_job, bool take)
 {
     *had_job = false;
     if (!e->opt_thread_running)
@@ -76,7 +77,8 @@ strata_status opt_job_join(strata_engine *e, strata_step_result *res, bool *had_
     }
     while (!e->opt_job_done)
         pthread_cond_wait(&e->opt_cv, &e->opt_lock);
-    e->opt_job_in_flight = false;
+    if (take)
+        e->opt_job_in_flight = false;
     strata_status st = e->opt_job_status;
     *res = e->opt_job_result;
     char msg[ERR_MSG_BYTES];
@@ -88,27 +90,14 @@ strata_status opt_job_join(strata_engine *e, strata_step_result *res, bool *had_
     return STRATA_OK;
 }
 
+strata_status opt_job_join(strata_engine *e, strata_step_result *res, bool *had_job)
+{
+    return wait_job(e, res, had_job, true);
+}
+
 strata_status opt_job_settle(strata_engine *e, strata_step_result *res, bool *pending)
 {
-    *pending = false;
-    if (!e->opt_thread_running)
-        return STRATA_OK;
-    pthread_mutex_lock(&e->opt_lock);
-    if (!e->opt_job_in_flight) {
-        pthread_mutex_unlock(&e->opt_lock);
-        return STRATA_OK;
-    }
-    while (!e->opt_job_done)
-        pthread_cond_wait(&e->opt_cv, &e->opt_lock);
-    strata_status st = e->opt_job_status;
-    *res = e->opt_job_result;
-    char msg[ERR_MSG_BYTES];
-    snprintf(msg, sizeof msg, "%s", e->opt_job_msg);
-    pthread_mutex_unlock(&e->opt_lock);
-    *pending = true;
-    if (st != STRATA_OK)
-        return err_set(st, "delayed optimizer step: %s", msg);
-    return STRATA_OK;
+    return wait_job(e, res, pending, false);
 }
 
 void opt_job_restore(strata_engine *e, const strata_step_result *res)

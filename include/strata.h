@@ -364,9 +364,10 @@ STRATA_API void *strata_compute_stream(strata_engine *engine);
 /*
  * A checkpoint is a directory: manifest.json (format version, step, loss-scale state, resolved config, every
  * tensor with its file, dtype, shape, offsets and crc32c), model.safetensors (fp32 master weights named
- * "<module>.<param>", loadable by safetensors/PyTorch), optimizer.safetensors ("<name>.exp_avg",
- * "<name>.exp_avg_sq"), and params.safetensors (the trainer's bf16/fp16 parameter copy "<name>", plus
- * "<name>.next" while a delayed update is pending; absent for fp32 with nothing pending).
+ * "<module>.<param>", 1-D [numel] since the engine knows no shapes; loadable by safetensors/PyTorch),
+ * optimizer.safetensors ("<name>.exp_avg", "<name>.exp_avg_sq"), and params.safetensors (the trainer's
+ * bf16/fp16 parameter copy "<name>", plus "<name>.next" while a delayed update is pending; absent for fp32
+ * with nothing pending).
  */
 
 /* Writes a checkpoint of the whole training state (master weights, Adam moments, step, loss-scale state,
@@ -374,6 +375,7 @@ STRATA_API void *strata_compute_stream(strata_engine *engine);
  * gathering the model in RAM. It is written to ".<name>.tmp" beside dir, every file and the directory
  * fsynced, then atomically exchanged with dir: a crash or a full disk at any point leaves the previous
  * checkpoint at dir loadable (STRATA_ENOSPC / STRATA_EIO name the file; the engine stays usable).
+ * dir may be missing, empty or a checkpoint; anything else is refused (STRATA_EINVAL), never replaced.
  * Call between steps: STRATA_ESTATE while modules are held or gradients have been accumulated since the
  * last strata_step. A delayed update in flight is waited for but not made visible early. One save per
  * dir at a time (not thread-safe; the engine's thread). */

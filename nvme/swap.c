@@ -11,6 +11,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/size.h"
@@ -32,6 +33,9 @@ struct nvme_swap {
     free_range *free;         /* sorted by offset, never adjacent */
     size_t nfree, cap_free;
     uint64_t free_total;
+    bool checksum;
+    uint32_t *crc;            /* per SWAP_CRC_UNIT of the striped space */
+    uint8_t *crc_valid;       /* one byte per unit (not bits: units are updated from several I/O threads) */
 };
 
 /* A private file in dir: O_TMPFILE where the filesystem has it, else a named file unlinked at once. */
@@ -123,6 +127,7 @@ strata_status swap_create(nvme_io *io, const char *const *paths, int npaths, uin
         swap_destroy(s);
         return st;
     }
+    swap_set_checksum(s, true);
     s->cap_free = 16;
     s->free[0] = (free_range){0, s->capacity};
     s->nfree = 1;
@@ -141,20 +146,51 @@ void swap_destroy(nvme_swap *s)
     for (int i = 0; i < s->nfiles; i++)
         nvme_io_close(s->io, s->files[i]);
     free(s->free);
+    free(s->crc);
+    free(s->crc_valid);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
 
+void swap_set_checksum(nvme_swap *s, bool on)
+{
+    free(s->crc);
+    free(s->crc_valid);
+    s->crc = NULL;
+    s->crc_valid = NULL;
+    s->checksum = false;
+    if (!on)
+        return;
+    /* calloc of a large table maps zero pages lazily: only units written cost memory. */
+    size_t units = (size_t)(s->capacity / SWAP_CRC_UNIT);
+    s->crc = calloc(units ? units : 1, sizeof *s->crc);
+    s->crc_valid = calloc(units ? units : 1, 1);
+    if (!s->crc || !s->crc_valid) {
+        LOG_WARN(LOG_IO, "swap: out of memory for the checksum table of %zu units; swap checksums are off", units);
+        free(s->crc);
+        free(s->crc_valid);
+        s->crc = NULL;
+        s->crc_valid = NULL;
+        return;
+    }
+    s->checksum = true;
+}
+
+bool swap_checksum(const nvme_swap *s)
+{
+    return s->checksum;
+}
+
 strata_status swap_alloc(nvme_swap *s, uint64_t bytes, swap_extent *out)
 {
-    *out = (swap_extent){0, 0};
+    *out = (swap_extent){0, 0, NULL};
     uint64_t need = align_up(bytes ? bytes : 1, NVME_ALIGN);
     pthread_mutex_lock(&s->mu);
     uint64_t largest = 0;
     for (size_t i = 0; i < s->nfree; i++) {
         free_range *r = &s->free[i];
         if (r->len >= need) {
-            *out = (swap_extent){r->off, need};
+            *out = (swap_extent){r->off, need, NULL};
             r->off += need;
             r->len -= need;
             if (r->len == 0) {
@@ -217,7 +253,120 @@ void swap_free(nvme_swap *s, swap_extent e)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Where striped offset `at` lives: stripe k is in file k % n at (k / n) * unit. */
+static nvme_file *locate(const nvme_swap *s, uint64_t at, uint64_t *file_off)
+{
+    uint64_t stripe = at / s->unit, within = at % s->unit;
+    *file_off = stripe / (uint64_t)s->nfiles * s->unit + within;
+    return s->files[stripe % (uint64_t)s->nfiles];
+}
+
 /* Maps the striped range onto the files: stripe k lives in file k % n at (k / n) * unit. */
+static strata_status submit_pieces(nvme_swap *s, ring_op op, const swap_extent *e, uint64_t offset, void *buf,
+                                   size_t len, io_wait *w)
+{
+    uint64_t at = e->offset + offset;
+    char *p = buf;
+    while (len > 0) {
+        /* One path needs no cutting: the file offset is the striped offset. */
+        size_t take = s->nfiles == 1 ? len : (size_t)MIN((uint64_t)len, s->unit - at % s->unit);
+        uint64_t file_off;
+        nvme_file *f = locate(s, at, &file_off);
+        ERR_CHECK(nvme_io_submit(s->io, f, op, p, file_off, take, w));
+        p += take;
+        at += take;
+        len -= take;
+    }
+    return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------- checksummed requests
+ *
+ * A checked request collects its pieces on its own io_wait, whose completion callback (on the I/O thread
+ * that finished the last piece) records or checks the unit checksums and then finishes one count of the
+ * caller's io_wait. A "hold" count keeps the callback from running before every piece is submitted. */
+
+typedef struct checked_req {
+    io_wait inner;
+    io_wait *outer;
+    nvme_swap *s;
+    swap_extent ext;
+    ring_op op;
+    uint64_t offset;
+    uint8_t *buf;
+    size_t len;
+    bool submit_failed;
+} checked_req;
+
+/* The units wholly inside [offset, offset + len) of the extent; partial units at the edges lose their checksum. */
+static void unit_span(const checked_req *r, uint64_t *first, uint64_t *last, uint64_t *skip)
+{
+    uint64_t at = r->ext.offset + r->offset;
+    *first = (at + SWAP_CRC_UNIT - 1) / SWAP_CRC_UNIT;
+    *last = (at + r->len) / SWAP_CRC_UNIT;
+    *skip = *first * SWAP_CRC_UNIT - at;
+}
+
+/* After a write: the checksums of the units it covered, or (when it failed, and the drive may hold any mix
+ * of old and new bytes) no checksum for any unit it touched. */
+static void record(checked_req *r, bool ok)
+{
+    nvme_swap *s = r->s;
+    uint64_t first, last, skip, at = r->ext.offset + r->offset;
+    unit_span(r, &first, &last, &skip);
+    if (at % SWAP_CRC_UNIT)
+        s->crc_valid[at / SWAP_CRC_UNIT] = 0;
+    if ((at + r->len) % SWAP_CRC_UNIT)
+        s->crc_valid[(at + r->len) / SWAP_CRC_UNIT] = 0;
+    for (uint64_t u = first; u < last && !ok; u++)
+        s->crc_valid[u] = 0;
+    for (uint64_t u = first; u < last && ok; u++) {
+        s->crc[u] = crc32c(0, r->buf + skip + (u - first) * SWAP_CRC_UNIT, SWAP_CRC_UNIT);
+        s->crc_valid[u] = 1;
+    }
+}
+
+static strata_status check(checked_req *r, char *msg, size_t msglen)
+{
+    nvme_swap *s = r->s;
+    uint64_t first, last, skip;
+    unit_span(r, &first, &last, &skip);
+    for (uint64_t u = first; u < last; u++) {
+        if (!s->crc_valid[u])
+            continue;
+        uint32_t got = crc32c(0, r->buf + skip + (u - first) * SWAP_CRC_UNIT, SWAP_CRC_UNIT);
+        if (got == s->crc[u])
+            continue;
+        uint64_t file_off;
+        nvme_file *f = locate(s, u * SWAP_CRC_UNIT, &file_off);
+        snprintf(msg, msglen,
+                 "swap: checksum mismatch in %s (swap extent of %llu bytes at %llu): the 4 KiB unit at byte %llu of "
+                 "the extent, in the swap file under \"%s\" at offset %llu, has crc32c %08x but %08x was written; the data "
+                 "changed on the drive after strata wrote it (a failing drive or another writer to the swap file)",
+                 r->ext.what ? r->ext.what : "an extent", (unsigned long long)r->ext.bytes,
+                 (unsigned long long)r->ext.offset, (unsigned long long)(u * SWAP_CRC_UNIT - r->ext.offset), f->path,
+                 (unsigned long long)file_off, got, s->crc[u]);
+        return STRATA_ECORRUPT;
+    }
+    return STRATA_OK;
+}
+
+static void checked_done(io_wait *w, void *ctx)
+{
+    checked_req *r = ctx;
+    (void)w;
+    char msg[ERR_MSG_BYTES];
+    strata_status st = io_wait_take_status(&r->inner, msg, sizeof msg);
+    if (r->op == RING_WRITE)
+        record(r, st == STRATA_OK && !r->submit_failed);
+    else if (st == STRATA_OK && !r->submit_failed)
+        st = check(r, msg, sizeof msg);
+    io_wait *outer = r->outer;
+    io_wait_destroy(&r->inner);
+    free(r);
+    io_wait_finish(outer, st, msg);
+}
+
 static strata_status swap_io(nvme_swap *s, ring_op op, const swap_extent *e, uint64_t offset, void *buf,
                              size_t len, io_wait *w)
 {
@@ -225,17 +374,29 @@ static strata_status swap_io(nvme_swap *s, ring_op op, const swap_extent *e, uin
         return err_set(STRATA_EINVAL, "swap: %s of %zu bytes at offset %llu lies outside an extent of %llu bytes",
                        op == RING_READ ? "read" : "write", len, (unsigned long long)offset,
                        (unsigned long long)e->bytes);
+    if (!s->checksum)
+        return submit_pieces(s, op, e, offset, buf, len, w);
+    /* One checked request per stripe unit (aio.block_size): each piece's checksums are computed as soon as
+     * it lands, by the I/O thread that finished it, while the rest is still moving. */
     uint64_t at = e->offset + offset;
-    char *p = buf;
     while (len > 0) {
-        uint64_t stripe = at / s->unit, within = at % s->unit;
-        /* One path needs no cutting: the file offset is the striped offset. */
-        size_t take = s->nfiles == 1 ? len : (size_t)MIN((uint64_t)len, s->unit - within);
-        nvme_file *f = s->files[stripe % (uint64_t)s->nfiles];
-        uint64_t file_off = stripe / (uint64_t)s->nfiles * s->unit + within;
-        ERR_CHECK(nvme_io_submit(s->io, f, op, p, file_off, take, w));
-        p += take;
+        size_t take = (size_t)MIN((uint64_t)len, s->unit - at % s->unit);
+        checked_req *r = malloc(sizeof *r);
+        if (!r)
+            return err_set(STRATA_ENOMEM, "swap: out of memory for a request");
+        *r = (checked_req){.outer = w, .s = s, .ext = *e, .op = op, .offset = offset, .buf = buf, .len = take};
+        io_wait_init(&r->inner);
+        io_wait_set_notify(&r->inner, checked_done, r);
+        io_wait_add(w, 1);
+        io_wait_add(&r->inner, 1); /* the hold */
+        strata_status st = submit_pieces(s, op, e, offset, buf, take, &r->inner);
+        /* A failed submission is returned here; the pieces that did go out still finish into w. */
+        r->submit_failed = st != STRATA_OK;
+        io_wait_finish(&r->inner, STRATA_OK, NULL); /* releases the hold; r may be gone after this */
+        ERR_CHECK(st);
         at += take;
+        offset += take;
+        buf = (uint8_t *)buf + take;
         len -= take;
     }
     return STRATA_OK;

@@ -26,6 +26,7 @@ strata_status tarr_alloc(tier_array *a, const tier_env *env, strata_tier tier, s
         if (!env->swap)
             return err_set(STRATA_EINTERNAL, "%s: NVMe tier without swap space", what);
         st = swap_alloc(env->swap, bytes, &a->ext);
+        a->ext.what = what; /* names the state in checksum errors */
         break;
     default:
         return err_set(STRATA_EINTERNAL, "%s: unknown tier %d", what, (int)tier);

@@ -12,17 +12,7 @@ static const char *scratch;
 
 static strata_config base_config(strata_dtype dtype)
 {
-    strata_config c;
-    strata_config_init(&c);
-    c.backend = STRATA_BACKEND_HOST;
-    c.device_budget_bytes = 64u << 20;
-    c.host_budget_bytes = 1u << 30;
-    c.param_dtype = dtype;
-    c.sub_group_size = 12288;
-    c.cpu_threads = 2;
-    c.lr = 1e-2f;
-    c.weight_decay = 0.05f;
-    c.aio.block_size = 64 << 10;
+    strata_config c = synth_config(dtype);
     if (dtype == STRATA_DTYPE_FP16) {
         c.initial_scale_power = 8;
         c.loss_scale_window = 2; /* the scale grows during the run: good_steps must survive the save */
@@ -30,58 +20,9 @@ static strata_config base_config(strata_dtype dtype)
     return c;
 }
 
-static void use_nvme(strata_offload_config *o)
-{
-    o->device = STRATA_TIER_NVME;
-    snprintf(o->nvme_path[0], STRATA_PATH_BYTES, "%s", scratch);
-    o->nvme_path_count = 1;
-}
-
-static void all_device(strata_config *c) { (void)c; }
-static void opt_host(strata_config *c) { c->offload_optimizer.device = STRATA_TIER_HOST; }
-static void param_host(strata_config *c)
-{
-    c->offload_optimizer.device = STRATA_TIER_HOST;
-    c->offload_param.device = STRATA_TIER_HOST;
-}
-static void all_nvme(strata_config *c)
-{
-    use_nvme(&c->offload_optimizer);
-    use_nvme(&c->offload_param);
-}
-static void nvme_tiny(strata_config *c)
-{
-    all_nvme(c);
-    size_t big = 8192 * (c->param_dtype == STRATA_DTYPE_FP32 ? 4 : 2);
-    c->prefetch_bytes = 1;
-    c->max_live_bytes = 2 * big;
-    c->device_budget_bytes = 3 * big;
-}
-
-static const struct {
-    const char *name;
-    void (*apply)(strata_config *c);
-} placements[] = {
-    {"device", all_device},     {"optimizer on host", opt_host}, {"parameters and optimizer on host", param_host},
-    {"all on NVMe", all_nvme},  {"NVMe, two-module budget", nvme_tiny},
-};
-
-static size_t count_diff(const float *a, const float *b, size_t n, size_t *first)
-{
-    size_t d = 0;
-    *first = n;
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], 4) != 0) {
-            if (*first == n)
-                *first = i;
-            d++;
-        }
-    return d;
-}
-
 static void expect_same(const char *what, const float *a, const float *b, size_t n)
 {
-    size_t first, d = count_diff(a, b, n, &first);
+    size_t first, d = synth_count_diff(a, b, n, &first);
     T_CHECK(d == 0, "%s: %zu of %zu weights differ; first at %zu: %.9g (uninterrupted) vs %.9g", what, d, n, first,
             first < n ? (double)a[first] : 0.0, first < n ? (double)b[first] : 0.0);
 }
@@ -89,10 +30,10 @@ static void expect_same(const char *what, const float *a, const float *b, size_t
 static void run(const char *family, strata_dtype dtype, bool delayed, int p)
 {
     char label[160], dir[512];
-    snprintf(label, sizeof label, "%s / %s", family, placements[p].name);
+    snprintf(label, sizeof label, "%s / %s", family, synth_placements[p].name);
     snprintf(dir, sizeof dir, "%s/ckpt", scratch);
     strata_config c = base_config(dtype);
-    placements[p].apply(&c);
+    synth_placements[p].apply(&c, scratch);
     c.delayed_update = delayed;
     c.delayed_warmup_steps = 1;
     const int N = 3; /* > warmup: the save finds a delayed update in flight */
@@ -129,7 +70,7 @@ static void run(const char *family, strata_dtype dtype, bool delayed, int p)
     o.load_dir = NULL;
     T_OK(synth_train(&o, &c, &fresh, &n, NULL, NULL));
     if (full && fresh) {
-        size_t first, d = count_diff(full, fresh, n_full, &first);
+        size_t first, d = synth_count_diff(full, fresh, n_full, &first);
         T_CHECK(d > n_full / 2, "%s: a run that skipped the load matches in %zu of %zu weights", label, n_full - d,
                 n_full);
     }
@@ -143,7 +84,7 @@ int main(void)
 {
     t_rng_seed();
     scratch = t_scratch_dir("t_ckpt_resume");
-    for (size_t p = 0; p < sizeof placements / sizeof placements[0]; p++) {
+    for (size_t p = 0; p < synth_placement_count; p++) {
         run("fp32", STRATA_DTYPE_FP32, false, (int)p);
         run("fp32 delayed", STRATA_DTYPE_FP32, true, (int)p);
         run("bf16 delayed", STRATA_DTYPE_BF16, true, (int)p);

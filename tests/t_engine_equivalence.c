@@ -12,78 +12,6 @@
 
 static const char *nvme_dir;
 
-static strata_config base_config(strata_dtype dtype)
-{
-    strata_config c;
-    strata_config_init(&c);
-    c.backend = STRATA_BACKEND_HOST;
-    c.device_budget_bytes = 64u << 20;
-    c.host_budget_bytes = 1u << 30;
-    c.param_dtype = dtype;
-    c.sub_group_size = 12288; /* several sub-groups, so the pipeline really pipelines */
-    c.cpu_threads = 2;
-    c.lr = 1e-2f;
-    c.weight_decay = 0.05f;
-    c.aio.block_size = 64 << 10;
-    return c;
-}
-
-static void use_nvme(strata_offload_config *o)
-{
-    o->device = STRATA_TIER_NVME;
-    snprintf(o->nvme_path[0], STRATA_PATH_BYTES, "%s", nvme_dir);
-    o->nvme_path_count = 1;
-}
-
-typedef struct placement {
-    const char *name;
-    void (*apply)(strata_config *c);
-} placement;
-
-static void all_device(strata_config *c) { (void)c; }
-static void opt_host(strata_config *c) { c->offload_optimizer.device = STRATA_TIER_HOST; }
-static void param_host(strata_config *c)
-{
-    c->offload_optimizer.device = STRATA_TIER_HOST;
-    c->offload_param.device = STRATA_TIER_HOST;
-}
-static void all_nvme(strata_config *c)
-{
-    use_nvme(&c->offload_optimizer);
-    use_nvme(&c->offload_param);
-}
-static void nvme_tiny_budget(strata_config *c)
-{
-    all_nvme(c);
-    /* Room for two of the largest module (80*48 + 48 elements, padded to 4096-element blocks) and
-     * one gradient buffer: nothing can stay resident, nothing is prefetched. */
-    size_t big = 8192 * (c->param_dtype == STRATA_DTYPE_FP32 ? 4 : 2);
-    c->prefetch_bytes = 1;
-    c->max_live_bytes = 2 * big;
-    c->device_budget_bytes = 3 * big;
-}
-
-static const placement placements[] = {
-    {"all on the device tier", all_device},
-    {"optimizer on host", opt_host},
-    {"parameters and optimizer on host", param_host},
-    {"parameters and optimizer on NVMe", all_nvme},
-    {"NVMe with a device budget of two modules", nvme_tiny_budget},
-};
-
-static void compare(const char *what, const float *a, const float *b, size_t n)
-{
-    size_t diffs = 0, first = n;
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], 4) != 0) {
-            if (first == n)
-                first = i;
-            diffs++;
-        }
-    T_CHECK(diffs == 0, "%s: %zu of %zu weights differ; first at %zu: %.9g vs %.9g", what, diffs, n, first,
-            first < n ? (double)a[first] : 0.0, first < n ? (double)b[first] : 0.0);
-}
-
 static void run_family(const char *label, strata_dtype dtype, double clip, bool declare)
 {
     synth_opts o;
@@ -92,18 +20,18 @@ static void run_family(const char *label, strata_dtype dtype, double clip, bool 
     float *ref = NULL;
     size_t nref = 0;
     strata_stats st_tiny = {0};
-    for (size_t p = 0; p < sizeof placements / sizeof placements[0]; p++) {
-        strata_config c = base_config(dtype);
+    for (size_t p = 0; p < synth_placement_count; p++) {
+        strata_config c = synth_config(dtype);
         c.gradient_clipping = clip;
-        placements[p].apply(&c);
+        synth_placements[p].apply(&c, nvme_dir);
         float *w = NULL;
         size_t n = 0;
         strata_stats stats;
         strata_status st = synth_train(&o, &c, &w, &n, NULL, &stats);
-        T_CHECK(st == STRATA_OK, "%s / %s: training failed: %s", label, placements[p].name, strata_status_name(st));
+        T_CHECK(st == STRATA_OK, "%s / %s: training failed: %s", label, synth_placements[p].name, strata_status_name(st));
         if (st != STRATA_OK)
             continue;
-        if (p == sizeof placements / sizeof placements[0] - 1)
+        if (p == synth_placement_count - 1)
             st_tiny = stats;
         if (!ref) {
             ref = w;
@@ -115,10 +43,11 @@ static void run_family(const char *label, strata_dtype dtype, double clip, bool 
             T_CHECK(moved > n / 2, "%s: weights did not train", label);
             continue;
         }
-        char what[160];
-        snprintf(what, sizeof what, "%s: %s vs %s", label, placements[p].name, placements[0].name);
         T_EQ_INT(n, nref);
-        compare(what, ref, w, n < nref ? n : nref);
+        size_t first, diffs = synth_count_diff(ref, w, n < nref ? n : nref, &first);
+        T_CHECK(diffs == 0, "%s: %s vs %s: %zu of %zu weights differ; first at %zu: %.9g vs %.9g", label,
+                synth_placements[p].name, synth_placements[0].name, diffs, n, first,
+                first < n ? (double)ref[first] : 0.0, first < n ? (double)w[first] : 0.0);
         free(w);
     }
     /* With no room to keep anything, every fetch is a demand fetch from NVMe. */

@@ -1,4 +1,89 @@
-/* Placeholder until this command is written (being written now; replaced before commit). */
+/* `strata ckpt inspect DIR` (summary and a table of tensors with their checksum status) and
+ * `strata ckpt verify DIR` (every checksum; exit 1 on any damage). */
+#include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
+
+#include "base/size.h"
+#include "engine/ckpt_files.h"
+#include "strata.h"
 #include "tools/cli.h"
-int cmd_ckpt(int argc, char **argv) { (void)argc; fprintf(stderr, "strata %s: not built yet\n", argv[0]); return CLI_EXIT_FAIL; }
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: strata ckpt inspect DIR\n"
+            "       strata ckpt verify DIR\n\n"
+            "inspect  print the checkpoint's step, precision and files, and one row per tensor: name, file, dtype,\n"
+            "         shape, bytes and whether its crc32c matches the manifest\n"
+            "verify   read every tensor and check sizes, headers and checksums; exit 1 when anything is damaged\n");
+}
+
+static void row(const ckpt_tensor *t, bool ok, uint32_t actual, void *user)
+{
+    (void)user;
+    char bytes[32], status[48], shape[32];
+    snprintf(status, sizeof status, ok ? "ok" : "BAD (crc %08x)", actual);
+    snprintf(shape, sizeof shape, "[%" PRIu64 "]", t->numel);
+    printf("%-48s %-22s %-5s %-14s %12s  %08x  %s\n", t->name, ckpt_file_names[t->file], ckpt_dtype_name(t->dtype),
+           shape, size_format(t->end - t->begin, bytes, sizeof bytes), t->crc, status);
+}
+
+static int inspect(const char *dir)
+{
+    ckpt_manifest m;
+    if (ckpt_manifest_read(dir, &m) != STRATA_OK) {
+        fprintf(stderr, "strata ckpt inspect: %s\n", strata_last_error(NULL));
+        return CLI_EXIT_FAIL;
+    }
+    char sz[32];
+    printf("checkpoint   %s\n", dir);
+    printf("format       strata-checkpoint v%d\n", m.version);
+    printf("step         %" PRId64 " (%" PRId64 " strata_step calls; %" PRId64 " skipped)\n", m.step, m.iterations,
+           m.skipped_steps);
+    printf("parameters   %s; loss scale %g\n", ckpt_dtype_name(m.param_dtype), m.loss_scale);
+    printf("pending      %s\n", m.pending ? "a delayed update (saved as \"<name>.next\")" : "none");
+    for (int f = 0; f < CKPT_FILE_COUNT; f++)
+        if (m.file_bytes[f])
+            printf("file         %-22s %s\n", ckpt_file_names[f], size_format(m.file_bytes[f], sz, sizeof sz));
+    ckpt_manifest_free(&m);
+    printf("\n%-48s %-22s %-5s %-14s %12s  %-8s  %s\n", "TENSOR", "FILE", "DTYPE", "SHAPE", "BYTES", "CRC32C",
+           "STATUS");
+    size_t bad = 0;
+    strata_status st = ckpt_verify(dir, row, NULL, &bad);
+    if (st != STRATA_OK) {
+        fprintf(stderr, "\nstrata ckpt inspect: %zu problem(s); the first: %s\n", bad, strata_last_error(NULL));
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int verify(const char *dir)
+{
+    strata_checkpoint_info info;
+    size_t bad = 0;
+    strata_status st = strata_checkpoint_inspect(dir, &info);
+    if (st == STRATA_OK)
+        st = ckpt_verify(dir, NULL, NULL, &bad);
+    if (st != STRATA_OK) {
+        fprintf(stderr, "strata ckpt verify: %s: %s (%zu bad)\n", dir, strata_last_error(NULL), bad);
+        return CLI_EXIT_FAIL;
+    }
+    char sz[32];
+    printf("%s: ok — step %" PRId64 ", %zu tensors, %s, every checksum matches\n", dir, info.step, info.tensors,
+           size_format(info.bytes, sz, sizeof sz));
+    return CLI_EXIT_OK;
+}
+
+int cmd_ckpt(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (argc != 3 || (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0)) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    return strcmp(argv[1], "inspect") == 0 ? inspect(argv[2]) : verify(argv[2]);
+}

@@ -100,6 +100,83 @@ void synth_defaults(synth_opts *o, uint64_t seed)
     o->seed = seed;
 }
 
+strata_config synth_config(strata_dtype dtype)
+{
+    strata_config c;
+    strata_config_init(&c);
+    c.backend = STRATA_BACKEND_HOST;
+    c.device_budget_bytes = 64u << 20;
+    c.host_budget_bytes = 1u << 30;
+    c.param_dtype = dtype;
+    c.sub_group_size = 12288;
+    c.cpu_threads = 2;
+    c.lr = 1e-2f;
+    c.weight_decay = 0.05f;
+    c.aio.block_size = 64 << 10;
+    return c;
+}
+
+void synth_use_nvme(strata_config *c, const char *dir, bool params, bool optimizer)
+{
+    strata_offload_config *blocks[] = {params ? &c->offload_param : NULL, optimizer ? &c->offload_optimizer : NULL};
+    for (int i = 0; i < 2; i++) {
+        if (!blocks[i])
+            continue;
+        blocks[i]->device = STRATA_TIER_NVME;
+        snprintf(blocks[i]->nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
+        blocks[i]->nvme_path_count = 1;
+    }
+}
+
+static void all_device(strata_config *c, const char *dir) { (void)c, (void)dir; }
+static void opt_host(strata_config *c, const char *dir)
+{
+    (void)dir;
+    c->offload_optimizer.device = STRATA_TIER_HOST;
+}
+static void param_host(strata_config *c, const char *dir)
+{
+    (void)dir;
+    c->offload_optimizer.device = STRATA_TIER_HOST;
+    c->offload_param.device = STRATA_TIER_HOST;
+}
+static void all_nvme(strata_config *c, const char *dir)
+{
+    synth_use_nvme(c, dir, true, true);
+}
+static void nvme_tiny_budget(strata_config *c, const char *dir)
+{
+    all_nvme(c, dir);
+    /* Room for two of the largest default module (80*48 + 48 elements, padded to 4096-element blocks) and
+     * one gradient buffer. */
+    size_t big = 8192 * (c->param_dtype == STRATA_DTYPE_FP32 ? 4 : 2);
+    c->prefetch_bytes = 1;
+    c->max_live_bytes = 2 * big;
+    c->device_budget_bytes = 3 * big;
+}
+
+const synth_placement synth_placements[] = {
+    {"all on the device tier", all_device},
+    {"optimizer on host", opt_host},
+    {"parameters and optimizer on host", param_host},
+    {"parameters and optimizer on NVMe", all_nvme},
+    {"NVMe with a device budget of two modules", nvme_tiny_budget},
+};
+const size_t synth_placement_count = sizeof synth_placements / sizeof synth_placements[0];
+
+size_t synth_count_diff(const float *a, const float *b, size_t n, size_t *first)
+{
+    size_t d = 0;
+    *first = n;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4) != 0) {
+            if (*first == n)
+                *first = i;
+            d++;
+        }
+    return d;
+}
+
 /* ---------------------------------------------------------------- the math, shared with the reference */
 
 void synth_batch(const synth_opts *o, int step, int mb, float *input, float *target)
@@ -177,6 +254,43 @@ static void store_all(void *dst, strata_dtype dt, const float *src, size_t n)
         store_elem(dst, dt, i, src[i]);
 }
 
+/* Creates and finalizes the engine with the model's modules: "layer<l>" holding "weight" and "bias". */
+static strata_status build(const synth_opts *o, const strata_config *cfg, strata_engine **out, strata_module_id *mod,
+                           strata_param_id *W, strata_param_id *b)
+{
+    init_ctx ictx[2 * SYNTH_MAX_LAYERS];
+    strata_engine *e = NULL;
+    strata_status st = strata_engine_create(cfg, &e);
+    for (int l = 0; l < o->layers && st == STRATA_OK; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer%d", l);
+        st = strata_module_add(e, name, &mod[l]);
+        ictx[2 * l] = (init_ctx){o->seed, 2 * l};
+        ictx[2 * l + 1] = (init_ctx){o->seed, 2 * l + 1};
+        if (st == STRATA_OK)
+            st = strata_param_add(e, mod[l], "weight", (size_t)o->width[l + 1] * o->width[l], init_param,
+                                  &ictx[2 * l], &W[l]);
+        if (st == STRATA_OK)
+            st = strata_param_add(e, mod[l], "bias", (size_t)o->width[l + 1], init_param, &ictx[2 * l + 1], &b[l]);
+    }
+    if (st == STRATA_OK)
+        st = strata_engine_finalize(e);
+    if (st != STRATA_OK && e) {
+        fprintf(stderr, "synth: building the engine: %s: %s\n", strata_status_name(st), strata_last_error(e));
+        strata_engine_destroy(e);
+        e = NULL;
+    }
+    *out = e;
+    return st;
+}
+
+strata_status synth_engine(const synth_opts *o, const strata_config *cfg, strata_engine **out)
+{
+    strata_module_id mod[SYNTH_MAX_LAYERS];
+    strata_param_id W[SYNTH_MAX_LAYERS], b[SYNTH_MAX_LAYERS];
+    return build(o, cfg, out, mod, W, b);
+}
+
 #define CHECK(call)                          \
     do {                                     \
         st = (call);                         \
@@ -192,25 +306,13 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
     int L = o->layers, B = o->batch;
     strata_module_id mod[SYNTH_MAX_LAYERS];
     strata_param_id W[SYNTH_MAX_LAYERS], b[SYNTH_MAX_LAYERS];
-    init_ctx ictx[2 * SYNTH_MAX_LAYERS];
     float *act[SYNTH_MAX_LAYERS + 1] = {0}, *delta = NULL, *target = NULL;
     float *wf = NULL, *bf = NULL, *gwf = NULL, *gbf = NULL; /* one layer in fp32 */
     size_t maxw = 0;
     *weights = NULL;
     strata_dtype dt = cfg->param_dtype;
 
-    CHECK(strata_engine_create(cfg, &e));
-    for (int l = 0; l < L; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "layer%d", l);
-        CHECK(strata_module_add(e, name, &mod[l]));
-        ictx[2 * l] = (init_ctx){o->seed, 2 * l};
-        ictx[2 * l + 1] = (init_ctx){o->seed, 2 * l + 1};
-        CHECK(strata_param_add(e, mod[l], "weight", (size_t)o->width[l + 1] * o->width[l], init_param, &ictx[2 * l],
-                               &W[l]));
-        CHECK(strata_param_add(e, mod[l], "bias", (size_t)o->width[l + 1], init_param, &ictx[2 * l + 1], &b[l]));
-    }
-    CHECK(strata_engine_finalize(e));
+    CHECK(build(o, cfg, &e, mod, W, b));
     if (o->declare_order) {
         strata_module_id order[2 * SYNTH_MAX_LAYERS];
         for (int l = 0; l < L; l++) {

@@ -36,6 +36,31 @@ typedef struct synth_opts {
 strata_status synth_train(const synth_opts *o, const strata_config *cfg, float **weights, size_t *n, double *losses,
                           strata_stats *stats);
 
+/* The model's engine alone, created and finalized with its initial values (modules "layer<l>" holding
+ * parameters "weight" and "bias", ids in that order), for tests that drive it themselves. */
+strata_status synth_engine(const synth_opts *o, const strata_config *cfg, strata_engine **out);
+
+/* A host-backend configuration for it: 64 MiB device and 1 GiB host budgets, dtype parameters, two Adam
+ * threads, sub-groups of 12288 elements (several per model, so the step pipeline pipelines), 64 KiB aio blocks,
+ * lr 1e-2 with weight decay 0.05. Tests change what they are about. */
+strata_config synth_config(strata_dtype dtype);
+
+/* Places the parameters and/or the optimizer state on NVMe, with dir as their one nvme_path. */
+void synth_use_nvme(strata_config *c, const char *dir, bool params, bool optimizer);
+
+/* The placements the equivalence-style tests sweep: everything on the device tier, optimizer on host,
+ * parameters and optimizer on host, both on NVMe under nvme_dir, and NVMe with a device budget of two
+ * modules (nothing stays resident, nothing is prefetched: every fetch is a demand fetch from NVMe). */
+typedef struct synth_placement {
+    const char *name;
+    void (*apply)(strata_config *c, const char *nvme_dir);
+} synth_placement;
+extern const synth_placement synth_placements[];
+extern const size_t synth_placement_count;
+
+/* How many of n floats differ bitwise; *first is the first index (n when none). */
+size_t synth_count_diff(const float *a, const float *b, size_t n, size_t *first);
+
 /* Sensible small defaults: 4 layers of widths 24..80, batch 6, 2 micro-batches, 4 steps. */
 void synth_defaults(synth_opts *o, uint64_t seed);
 
