@@ -139,14 +139,16 @@ strata_status fetch_start(strata_engine *e, eng_module *m, bool demand)
             st = pool_acquire(e->pool, POOL_FETCH, bytes, "NVMe fetch staging", &m->staging);
         }
         if (st == STRATA_OK) {
+            /* The read is queued in parts (one per stripe unit), each counted as it goes, and a part
+             * can finish before the next is counted. A guard count held until every part is queued
+             * keeps on_fetch_read from running on a half-read buffer. */
             io_wait_set_notify(&m->io, on_fetch_read, m);
+            io_wait_add(&m->io, 1);
             st = tarr_read(src, &e->env, m->offset, m->numel, m->staging, &m->io);
-        }
-        if (st != STRATA_OK) {
-            /* Nothing (more) is in flight that would call on_fetch_read: mark the read finished. */
-            pthread_mutex_lock(&e->fetch_lock);
-            m->copy_queued = io_wait_idle(&m->io);
-            pthread_mutex_unlock(&e->fetch_lock);
+            char why[ERR_MSG_BYTES];
+            snprintf(why, sizeof why, "%s", st != STRATA_OK ? err_last() : "");
+            io_wait_finish(&m->io, st, why); /* drops the guard; a failure reaches on_fetch_read */
+            st = STRATA_OK;                  /* reported through the fetch's status from now on */
         }
         atomic_fetch_add(&e->ctr.nvme_to_host, bytes);
     } else {
