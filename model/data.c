@@ -2,20 +2,13 @@
  * grammar of subjects, verbs, objects and endings, so the byte statistics a tiny model can learn (spelling,
  * word order, punctuation) are real but the text needs no file. */
 #include "model/data.h"
+#include "model/gpt.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static uint64_t mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -38,7 +31,7 @@ strata_status data_builtin(size_t len, gpt_data *out)
     uint64_t state = 0x5eed;
     while (out->len < len) {
         char sentence[160];
-        state = mix(state);
+        state = gpt_mix64(state);
         int n = snprintf(sentence, sizeof sentence, "%s %s %s%s.%s", subjects[state % COUNT(subjects)],
                          verbs[(state >> 8) % COUNT(verbs)], objects[(state >> 16) % COUNT(objects)],
                          endings[(state >> 24) % COUNT(endings)], (state >> 32) % 5 == 0 ? "\n" : " ");
@@ -65,7 +58,8 @@ strata_status data_load(const char *path, gpt_data *out, char *errmsg, size_t er
     }
     if (sb.st_size == 0) {
         fclose(f);
-        snprintf(errmsg, errlen, "--data \"%s\": the file is empty; give a text file of at least --seq + 1 bytes", path);
+        snprintf(errmsg, errlen, "--data \"%s\": the file is empty; give a text file of at least --seq + 1 bytes",
+                 path);
         return STRATA_EINVAL;
     }
     out->bytes = malloc((size_t)sb.st_size);
@@ -97,7 +91,8 @@ void data_batch(const gpt_data *d, uint64_t seed, int64_t step, int micro, int b
 {
     size_t span = d->len - (size_t)seq; /* windows start in [0, span) so that seq + 1 bytes fit */
     for (int b = 0; b < batch; b++) {
-        uint64_t r = mix(mix(seed ^ 0xda7a) ^ mix((uint64_t)step * 1000003u + (uint64_t)micro * 1009u + (uint64_t)b));
+        uint64_t key = (uint64_t)step * 1000003u + (uint64_t)micro * 1009u + (uint64_t)b;
+        uint64_t r = gpt_mix64(gpt_mix64(seed ^ 0xda7a) ^ gpt_mix64(key));
         size_t start = (size_t)(r % span);
         for (int t = 0; t < seq; t++) {
             tokens[b * seq + t] = d->bytes[start + t];

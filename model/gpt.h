@@ -41,6 +41,9 @@ const char *gpt_dims_check(const gpt_dims *d);
  * Independent of chunking, so a model larger than RAM initialises chunk by chunk. */
 float gpt_init_value(const gpt_dims *d, uint64_t seed, int module, int index, size_t i);
 
+/* SplitMix64's finaliser: the counter-based hash behind the initial values and the data order. */
+uint64_t gpt_mix64(uint64_t z);
+
 /* Where the network gets a module's parameters. acquire fills params[k] (and grads[k] when backward is true;
  * the network adds its gradient into them) for every parameter k of module; finish says the network is done
  * with them (in backward: the gradients are complete). */

@@ -50,6 +50,8 @@ static strata_status init_param(void *vctx, strata_param_id param, size_t offset
 {
     (void)param;
     const param_ctx *c = vctx;
+    /* Billions of elements at start-up for the large presets: worth the cores. */
+#pragma omp parallel for schedule(static) if (count > 65536)
     for (size_t i = 0; i < count; i++)
         out[i] = gpt_init_value(c->d, c->seed, c->module, c->index, offset + i);
     return STRATA_OK;

@@ -77,7 +77,7 @@ const char *gpt_dims_check(const gpt_dims *d)
     return msg;
 }
 
-static uint64_t mix(uint64_t z)
+uint64_t gpt_mix64(uint64_t z)
 {
     z += 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -88,14 +88,15 @@ static uint64_t mix(uint64_t z)
 /* A standard normal from a counter (Box-Muller on two hashed uniforms), so any element can be made alone. */
 static float normal_at(uint64_t key)
 {
-    uint64_t a = mix(key), b = mix(a ^ 0x5851f42d4c957f2dull);
+    uint64_t a = gpt_mix64(key), b = gpt_mix64(a ^ 0x5851f42d4c957f2dull);
     double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(b >> 11) * 0x1.0p-53;
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
 
 float gpt_init_value(const gpt_dims *d, uint64_t seed, int module, int index, size_t i)
 {
-    uint64_t key = mix(seed) ^ mix(((uint64_t)module << 40) ^ ((uint64_t)index << 32)) ^ (i * 0x9e3779b97f4a7c15ull);
+    uint64_t tensor = ((uint64_t)module << 40) ^ ((uint64_t)index << 32);
+    uint64_t key = gpt_mix64(seed) ^ gpt_mix64(tensor) ^ (i * 0x9e3779b97f4a7c15ull);
     if (module == 0)
         return 0.02f * normal_at(key);
     if (module == d->layers + 1)

@@ -79,8 +79,11 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
                 (unsigned long long)(now->host_to_nvme_bytes - prev.host_to_nvme_bytes));
         fflush(r->jsonl);
     }
-    if (r->quiet || (done % r->print_every != 0 && step + 1 != r->total_steps))
+    /* Plain lines also come at least every 10 s, so a long run in a log shows it is alive. */
+    bool due = done % r->print_every == 0 || step + 1 == r->total_steps || r->wall_s - r->last_print_s >= 10.0;
+    if (r->quiet || !due)
         return;
+    r->last_print_s = r->wall_s;
     const strata_stats *s0 = &r->start;
     printf("%sstep %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  stall %.1f%%  GB nvme>host %.2f host>dev %.2f "
            "dev>host %.2f host>nvme %.2f  ETA %.0fs%s",
@@ -117,11 +120,14 @@ void report_summary(train_report *r, const char *trace_path)
            report_bytes((double)(b->host_to_device_bytes - a->host_to_device_bytes), y, sizeof y),
            report_bytes((double)(b->device_to_host_bytes - a->device_to_host_bytes), z, sizeof z),
            report_bytes((double)(b->host_to_nvme_bytes - a->host_to_nvme_bytes), w, sizeof w));
-    printf("  peak        device %s", report_bytes((double)b->device_peak_bytes, x, sizeof x));
-    printf(" of %s, host %s", report_bytes((double)b->device_budget_bytes, y, sizeof y),
-           report_bytes((double)b->host_peak_bytes, z, sizeof z));
-    printf(" of %s, nvme %s\n", report_bytes((double)b->host_budget_bytes, x, sizeof x),
-           report_bytes((double)b->nvme_peak_bytes, y, sizeof y));
+    char budget_dev[48] = "", budget_host[48] = "";
+    if (b->device_budget_bytes)
+        snprintf(budget_dev, sizeof budget_dev, " of %s", report_bytes((double)b->device_budget_bytes, x, sizeof x));
+    if (b->host_budget_bytes)
+        snprintf(budget_host, sizeof budget_host, " of %s", report_bytes((double)b->host_budget_bytes, x, sizeof x));
+    printf("  peak        device %s%s, host %s%s, nvme %s\n", report_bytes((double)b->device_peak_bytes, y, sizeof y),
+           budget_dev, report_bytes((double)b->host_peak_bytes, z, sizeof z), budget_host,
+           report_bytes((double)b->nvme_peak_bytes, w, sizeof w));
     if (trace_path && trace_path[0])
         printf("  trace       %s — open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n",
                trace_path);

@@ -261,7 +261,7 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
     strata_stats_get(e, &stats);
     rep.now = stats;
     report_summary(&rep, cfg->trace_path);
-    if (o->save_dir && last_saved != s) {
+    if (o->save_dir && s > start && last_saved != s) {
         if (save_checkpoint(e, o, s) != STRATA_OK)
             goto out;
         printf("checkpoint: %s/step-%lld\n", o->save_dir, (long long)s);

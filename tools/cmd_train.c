@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/size.h"
 #include "model/data.h"
@@ -23,8 +24,9 @@ static void usage(FILE *out)
             "                    [--config FILE] [--data FILE] [--steps N] [--batch N] [--grad-accum N] [--seq N]\n"
             "                    [--lr X] [--min-lr X] [--warmup N] [--seed N] [--dtype fp32|bf16|fp16]\n"
             "                    [--offload device|host|nvme] [--nvme-dir DIR] [--device-budget SIZE]\n"
-            "                    [--host-budget SIZE] [--delayed-update] [--threads N] [--trace FILE]\n"
-            "                    [--log-jsonl FILE] [--dump-weights FILE] [--save DIR] [--save-every K] [--keep N]\n"
+            "                    [--host-budget SIZE] [--prefetch SIZE] [--delayed-update] [--delayed-warmup N]\n"
+            "                    [--threads N] [--trace FILE] [--log-jsonl FILE]\n"
+            "                    [--dump-weights FILE] [--save DIR] [--save-every K] [--keep N]\n"
             "                    [--resume DIR] [--quiet]\n\n"
             "Trains a GPT-2 style model (byte-level tokens) with strata holding its parameters and optimizer state.\n"
             "  --model PRESET     %s (default tiny); --layers/--heads/--hidden/--vocab/--context override it\n"
@@ -37,6 +39,9 @@ static void usage(FILE *out)
             "                     steps (default steps/10), then cosine down to --min-lr (default lr/10)\n"
             "  --offload TIER     where parameters and optimizer state live: device (default), host or nvme\n"
             "                     (nvme needs --nvme-dir DIR, a scratch directory for the swap files)\n"
+            "  --device-budget, --host-budget SIZE  memory strata may use per tier; --prefetch SIZE the bytes\n"
+            "                     of parameters fetched ahead\n"
+            "  --delayed-update   ZeRO-Offload's one-step-delayed optimizer step, after --delayed-warmup N steps\n"
             "  --trace FILE       Chrome trace-event JSON of every transfer and step (open in ui.perfetto.dev)\n"
             "  --log-jsonl FILE   one JSON object per step (loss, lr, tokens/s, stall, bytes per link)\n"
             "  --dump-weights F   write the final fp32 master weights (raw, model order) to F\n"
@@ -48,8 +53,8 @@ static void usage(FILE *out)
 
 typedef struct args {
     const char *model, *config, *data, *offload, *nvme_dir, *trace, *dtype;
-    const char *device_budget, *host_budget;
-    int layers, heads, hidden, vocab, context, batch, grad_accum, seq, threads, keep;
+    const char *device_budget, *host_budget, *prefetch;
+    int layers, heads, hidden, vocab, context, batch, grad_accum, seq, threads, keep, delayed_warmup;
     long long steps, warmup, save_every;
     double lr, min_lr;
     unsigned long long seed;
@@ -100,7 +105,8 @@ static int parse(int argc, char **argv, args *a)
                     {"--hidden", &a->hidden, 1, 65536},     {"--vocab", &a->vocab, 256, 1 << 22},
                     {"--context", &a->context, 1, 1 << 20}, {"--batch", &a->batch, 1, 1 << 20},
                     {"--grad-accum", &a->grad_accum, 1, 1 << 20}, {"--seq", &a->seq, 1, 1 << 20},
-                    {"--threads", &a->threads, 1, 4096},    {"--keep", &a->keep, 1, 1000}};
+                    {"--threads", &a->threads, 1, 4096},    {"--keep", &a->keep, 1, 1000},
+                    {"--delayed-warmup", &a->delayed_warmup, 0, 1 << 30}};
         bool done = false;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
             if (strcmp(f, ints[k].flag) == 0) {
@@ -153,6 +159,8 @@ static int parse(int argc, char **argv, args *a)
             a->device_budget = v;
         } else if (strcmp(f, "--host-budget") == 0) {
             a->host_budget = v;
+        } else if (strcmp(f, "--prefetch") == 0) {
+            a->prefetch = v;
         } else if (strcmp(f, "--log-jsonl") == 0) {
             a->topts.log_jsonl = v;
         } else if (strcmp(f, "--dump-weights") == 0) {
@@ -219,13 +227,16 @@ static int build_config(args *a, strata_config *cfg)
             return bad("--dtype", a->dtype, "allowed: fp32, bf16, fp16");
         cfg->param_dtype = (strata_dtype)k;
     }
-    const char *budgets[] = {a->device_budget, a->host_budget};
-    size_t *fields[] = {&cfg->device_budget_bytes, &cfg->host_budget_bytes};
-    for (int k = 0; k < 2; k++)
-        if (budgets[k] && !size_parse(budgets[k], fields[k]))
-            return bad(k ? "--host-budget" : "--device-budget", budgets[k], "is not a size (e.g. 512MiB, 2GiB)");
+    const char *sizes[] = {a->device_budget, a->host_budget, a->prefetch};
+    const char *flags[] = {"--device-budget", "--host-budget", "--prefetch"};
+    size_t *fields[] = {&cfg->device_budget_bytes, &cfg->host_budget_bytes, &cfg->prefetch_bytes};
+    for (int k = 0; k < 3; k++)
+        if (sizes[k] && !size_parse(sizes[k], fields[k]))
+            return bad(flags[k], sizes[k], "is not a size (e.g. 512MiB, 2GiB)");
     if (a->delayed)
         cfg->delayed_update = true;
+    if (a->delayed_warmup >= 0)
+        cfg->delayed_warmup_steps = a->delayed_warmup;
     if (a->threads)
         cfg->cpu_threads = a->threads;
     if (a->trace)
@@ -240,16 +251,26 @@ static int build_config(args *a, strata_config *cfg)
 
 static void print_setup(const args *a, const strata_config *cfg, const trainer_opts *t, const char *data_name)
 {
+    bool custom = a->layers || a->heads || a->hidden || a->vocab || a->context;
     const gpt_dims *d = &t->dims;
     const char *tiers[] = {"device", "host", "nvme"}, *dtypes[] = {"fp32", "bf16", "fp16"};
     printf("strata train: model %s (layers %d, heads %d, hidden %d, vocab %d, context %d) = %.1fM parameters\n",
-           a->model ? a->model : "tiny", d->layers, d->heads, d->hidden, d->vocab, d->seq, (double)gpt_numel(d) / 1e6);
+           custom ? "custom" : a->model ? a->model : "tiny", d->layers, d->heads, d->hidden, d->vocab, d->seq,
+           (double)gpt_numel(d) / 1e6);
     printf("  data %s (%zu bytes); batch %d x seq %d x grad-accum %d = %d tokens/step; %lld steps, seed %llu\n",
            data_name, t->data->len, t->batch, t->seq, t->grad_accum, t->batch * t->seq * t->grad_accum,
            (long long)t->steps, (unsigned long long)t->seed);
     printf("  lr %.3g (warmup %lld, cosine to %.3g); params %s %s, optimizer %s; delayed update %s\n", cfg->lr,
            (long long)t->warmup, t->min_lr, dtypes[cfg->param_dtype], tiers[cfg->offload_param.device],
            tiers[cfg->offload_optimizer.device], cfg->delayed_update ? "on" : "off");
+    /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master and moments. */
+    size_t pbytes = cfg->param_dtype == STRATA_DTYPE_FP32 ? 4 : 2;
+    double states = (double)gpt_numel(d) * (double)(2 * pbytes + 12);
+    printf("  model states %.1f MiB (parameters, gradients, master weights, Adam moments)", states / 1048576);
+    if (cfg->device_budget_bytes)
+        printf(" = %.1fx the device budget of %.1f MiB", states / (double)cfg->device_budget_bytes,
+               (double)cfg->device_budget_bytes / 1048576);
+    printf("\n");
     fflush(stdout);
 }
 
@@ -259,7 +280,8 @@ int cmd_train(int argc, char **argv)
         usage(stdout);
         return CLI_EXIT_OK;
     }
-    args a = {.batch = 8, .grad_accum = 1, .steps = 100, .warmup = -1, .lr = -1, .min_lr = -1, .keep = 2};
+    args a = {.batch = 8, .grad_accum = 1, .steps = 100, .warmup = -1, .lr = -1, .min_lr = -1, .keep = 2,
+              .delayed_warmup = -1};
     int rc = parse(argc, argv, &a);
     if (rc)
         return rc;

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A GPT model of at least 3 billion parameters trained for a few steps by `strata train` on this machine with
+# the host budget <= 8 GiB and the device budget <= 2 GiB: bf16 parameters, fp32 master weights, Adam moments
+# and gradient store on NVMe (about 51 GiB). Reports peak RSS of the process, NVMe bytes per step and seconds
+# per step. The swap extents are checksummed (strata.swap_checksum), so data that came back wrong from NVMe
+# fails the run instead of training on it; #wrong counts steps whose loss is not finite.
+#
+# usage: benchmarks/scale.sh [--json] [--steps N] [--dir DIR]   (needs ~52 GiB free in DIR; removed at the end)
+#   STRATA_BIN: the strata binary (default build/strata)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${STRATA_BIN:-$here/build/strata}
+json=0 steps=3 dir=$here/build/scratch/scale
+while [ $# -gt 0 ]; do
+    case $1 in
+    --json) json=1 ;;
+    --steps) steps=$2; shift ;;
+    --dir) dir=$2; shift ;;
+    *) echo "usage: $0 [--json] [--steps N] [--dir DIR]" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ -x "$bin" ] || { echo "strata binary not found at $bin (set STRATA_BIN)" >&2; exit 2; }
+[ -x /usr/bin/time ] || { echo "/usr/bin/time not found (Debian: apt-get install time)" >&2; exit 2; }
+mkdir -p "$dir"
+out=$(mktemp -d)
+trap 'rm -rf "$out" "$dir"' EXIT INT TERM
+free_gib=$(df -B1G --output=avail "$dir" | tail -1 | tr -d ' ')
+[ "$free_gib" -ge 53 ] || { echo "scale.sh: $dir has $free_gib GiB free; the run needs about 53 GiB" >&2; exit 2; }
+
+cat >"$out/config.json" <<JSON
+{"zero_optimization": {"stage": 3, "sub_group_size": 50000000},
+ "strata": {"swap_checksum": true}}
+JSON
+model=(--layers 32 --hidden 2816 --heads 32 --vocab 256 --context 64 --seq 32 --batch 1)
+budgets=(--device-budget 2GiB --host-budget 8GiB)
+cmd=("$bin" train "${model[@]}" --dtype bf16 --offload nvme --nvme-dir "$dir" "${budgets[@]}" --config "$out/config.json"
+    --steps "$steps" --warmup "$steps" --lr 3e-5 --seed 5 --threads "$(nproc)" --log-jsonl "$out/log.jsonl")
+
+echo "machine: $(uname -n), Linux $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; strata $("$bin" --version)"
+echo "build:   $bin"
+echo "run:     ${cmd[*]}"
+echo "config:  $(tr -d '\n' <"$out/config.json")"
+echo "nvme:    $dir ($(df -T "$dir" | awk 'NR==2{print $2}'), $free_gib GiB free)"
+echo
+
+t0=$(date +%s.%N)
+/usr/bin/time -v -o "$out/time.txt" "${cmd[@]}" 2>&1 | tee "$out/train.out"
+rc=${PIPESTATUS[0]}
+t1=$(date +%s.%N)
+[ "$rc" -eq 0 ] || { echo "scale.sh: strata train failed (exit $rc)"; exit 1; }
+rss_kib=$(awk -F: '/Maximum resident set size/ {gsub(/ /, "", $2); print $2}' "$out/time.txt")
+params=$(sed -n 's/.* = \([0-9.]*\)M parameters.*/\1/p' "$out/train.out")
+
+python3 - "$out/log.jsonl" "$rss_kib" "$params" "$t0" "$t1" "$json" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rss = int(sys.argv[2]) * 1024
+params_m, t0, t1, want_json = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), sys.argv[6] == "1"
+wrong = sum(not math.isfinite(r["loss"]) for r in rows)
+print()
+print(f"{'step':>4} {'loss':>8} {'seconds':>9} {'stall s':>8} {'optimizer s':>11} {'NVMe read GB':>12} {'NVMe write GB':>13} {'#wrong':>6}")
+for r in rows:
+    print(f"{r['step']:>4} {r['loss']:8.4f} {r['step_s']:9.1f} {r['stall_s']:8.1f} {r['optimizer_s']:11.1f} "
+          f"{r['nvme_to_host_bytes'] / 1e9:12.2f} {r['host_to_nvme_bytes'] / 1e9:13.2f} {int(not math.isfinite(r['loss'])):>6}")
+per_step = sum(r["step_s"] for r in rows) / len(rows)
+io = sum(r["nvme_to_host_bytes"] + r["host_to_nvme_bytes"] for r in rows) / len(rows)
+print(f"\nparameters {params_m / 1000:.2f} billion; peak RSS {rss / 2**30:.2f} GiB (host budget 8 GiB + device budget "
+      f"2 GiB, which the host backend keeps in RAM); {per_step:.1f} s/step; NVMe {io / 1e9:.1f} GB/step; "
+      f"wall {t1 - t0:.0f} s including start-up (initialising the model on NVMe)")
+if want_json:
+    print(json.dumps({"params": params_m * 1e6, "peak_rss_bytes": rss, "seconds_per_step": per_step,
+                      "nvme_bytes_per_step": io, "steps": len(rows), "wall_s": t1 - t0, "wrong": wrong}))
+sys.exit(1 if wrong else 0)
+PY
