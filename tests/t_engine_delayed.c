@@ -108,19 +108,6 @@ static float *reference(const synth_opts *o, const strata_config *c, int warmup,
     return out;
 }
 
-static size_t count_diff(const float *a, const float *b, size_t n, size_t *first)
-{
-    size_t d = 0;
-    *first = n;
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], 4) != 0) {
-            if (*first == n)
-                *first = i;
-            d++;
-        }
-    return d;
-}
-
 static void run(const char *label, bool nvme, const char *dir)
 {
     synth_opts o;
@@ -152,7 +139,7 @@ static void run(const char *label, bool nvme, const char *dir)
     float *ref = reference(&o, &c, c.delayed_warmup_steps, &nref);
     T_EQ_INT(n, nref);
     if (w && n == nref) {
-        size_t d = count_diff(w, ref, n, &first);
+        size_t d = synth_count_diff(w, ref, n, &first);
         T_CHECK(d == 0, "%s: %zu of %zu master weights differ from the reference recurrence; first at %zu: "
                 "engine %.9g, reference %.9g", label, d, n, first, first < n ? (double)w[first] : 0.0,
                 first < n ? (double)ref[first] : 0.0);
@@ -161,7 +148,7 @@ static void run(const char *label, bool nvme, const char *dir)
     c.delayed_warmup_steps = o.steps;
     T_OK(synth_train(&o, &c, &plain, &nplain, NULL, NULL));
     if (w && plain && nplain == n) {
-        size_t d = count_diff(w, plain, n, &first);
+        size_t d = synth_count_diff(w, plain, n, &first);
         T_CHECK(d > n / 2, "%s: the delayed run matches the undelayed one in %zu of %zu weights", label, n - d, n);
     }
     free(w);
