@@ -2,7 +2,8 @@
  * The GPT model's backward against finite differences of its forward, on a tiny config with perturbed
  * weights (so LayerNorm weights and biases are not at their trivial initial values). For every parameter
  * tensor a random direction v is drawn and the analytic directional derivative g.v is compared with the
- * central difference (L(p + hv) - L(p - hv)) / 2h, computed in double from the fp32 forward.
+ * fourth-order central difference (8(L(+h) - L(-h)) - (L(+2h) - L(-2h))) / 12h along v, computed in double
+ * from the fp32 forward.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -62,14 +63,23 @@ int main(void)
             }
             /* Scale the step to the tensor: every element moves by about h / sqrt(elements) ... h. */
             double step = h / sqrt(vv / (double)sizes[k]);
-            for (size_t i = 0; i < sizes[k]; i++)
-                f->params[pos + i] = (float)(save[pos + i] + step * v[i]);
-            double lp = loss_at(net, f, tok, tgt);
-            for (size_t i = 0; i < sizes[k]; i++)
-                f->params[pos + i] = (float)(save[pos + i] - step * v[i]);
-            double lm = loss_at(net, f, tok, tgt);
+            /* Fourth-order central difference: the O(h^2) truncation term of the plain central
+             * difference reached 1e-2 for attention projections (all elements move at once), while a
+             * smaller h would drown the difference in fp32 rounding. This stencil cancels that term. */
+            double l[4];
+            const double at[4] = {1, -1, 2, -2};
+            for (int s = 0; s < 4; s++) {
+                for (size_t i = 0; i < sizes[k]; i++)
+                    f->params[pos + i] = (float)(save[pos + i] + at[s] * step * v[i]);
+                l[s] = loss_at(net, f, tok, tgt);
+            }
             memcpy(f->params + pos, save + pos, sizes[k] * sizeof(float));
-            double fd = (lp - lm) / (2 * step), err = fabs(fd - gv) / fmax(fabs(gv), 1e-3);
+            double fd = (8 * (l[0] - l[1]) - (l[2] - l[3])) / (12 * step);
+            /* Relative error with an absolute floor: a random direction can nearly cancel a tensor's
+             * gradient (|g.v| ~ 1e-4), and there the difference of two fp32 forwards is only good to
+             * about 1e-5 (worst seen over 180 tensors: 7.5e-6). err < 1e-2 thus means
+             * |fd - g.v| < 1e-2 |g.v| + 2e-5. */
+            double err = fabs(fd - gv) / fmax(fabs(gv), 2e-3);
             worst = fmax(worst, err);
             printf("  %-10s %-18s analytic %+.6e  finite-diff %+.6e  rel.err %.2e\n", m == 0 ? "embed"
                    : m == d.layers + 1 ? "ln_f" : "block", gpt_param_name(&d, m, k), gv, fd, err);
