@@ -9,18 +9,6 @@
 
 #include "testlib.h"
 
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            n++;
-    if (d)
-        closedir(d);
-    return n;
-}
-
 /* Runs a shell command, returns its exit status and (up to len bytes of) its stdout. */
 static int run(const char *cmd, char *out, size_t len)
 {
@@ -58,7 +46,7 @@ int main(void)
     T_CHECK(bs == 131072 || bs == 1048576, "aio.block_size = %lld is not from the grid", (long long)bs);
     T_CHECK(qd == 1 || qd == 4, "aio.queue_depth = %lld is not from the grid", (long long)qd);
     json_decref(cfg);
-    T_EQ_INT(count_entries(data), 0);
+    T_EQ_INT(t_dir_entries(data), 0);
 
     snprintf(cmd, sizeof cmd, "%s nvme-bench %s %s --modes read,rw --json 2>/dev/null", bin, data, grid);
     T_EQ_INT(run(cmd, out, sizeof out), 0);
@@ -82,12 +70,12 @@ int main(void)
         _exit(127);
     }
     usleep(700 * 1000);
-    T_EQ_INT(count_entries(data), 0); /* private files are never visible, even while running */
+    T_EQ_INT(t_dir_entries(data), 0); /* private files are never visible, even while running */
     kill(pid, SIGINT);
     int status = 0;
     waitpid(pid, &status, 0);
     T_CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 130 || WEXITSTATUS(status) == 1),
             "after SIGINT: status %#x (expected exit 130, or 1 when still writing the test data)", status);
-    T_EQ_INT(count_entries(data), 0);
+    T_EQ_INT(t_dir_entries(data), 0);
     return t_done();
 }

@@ -15,18 +15,6 @@ static strata_status wait_io(io_wait *w)
     return io_wait_wait(w);
 }
 
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            n++;
-    if (d)
-        closedir(d);
-    return n;
-}
-
 static void striping(const char *a, const char *b)
 {
     strata_aio_config cfg;
@@ -42,8 +30,8 @@ static void striping(const char *a, const char *b)
         nvme_io_destroy(io);
         return;
     }
-    T_EQ_INT(count_entries(a), 0);
-    T_EQ_INT(count_entries(b), 0);
+    T_EQ_INT(t_dir_entries(a), 0);
+    T_EQ_INT(t_dir_entries(b), 0);
     struct stat sb;
     T_OK(fstat(swap_file_fd(s, 0), &sb) == 0 ? STRATA_OK : STRATA_EIO);
     T_EQ_INT(sb.st_mode & 0777, 0600);

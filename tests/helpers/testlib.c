@@ -1,5 +1,6 @@
 #include "testlib.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -125,6 +126,18 @@ void t_rand_bytes(void *buf, size_t len)
 size_t t_rand_range(size_t lo, size_t hi)
 {
     return lo + (size_t)(t_rand_u64() % (uint64_t)(hi - lo + 1));
+}
+
+int t_dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            n++;
+    if (d)
+        closedir(d);
+    return n;
 }
 
 static char scratch_path[4096];

@@ -77,6 +77,10 @@ float t_rand_normal(void);                /* standard normal */
 void t_rand_bytes(void *buf, size_t len);
 size_t t_rand_range(size_t lo, size_t hi); /* [lo, hi] */
 
+/* How many entries dir holds, "." and ".." aside (0 when it cannot be opened): private swap and
+ * benchmark files must never be visible. */
+int t_dir_entries(const char *dir);
+
 /* A fresh directory under $STRATA_SCRATCH (or /tmp) for this test; removed by t_scratch_cleanup(). */
 const char *t_scratch_dir(const char *name);
 void t_scratch_cleanup(void);
