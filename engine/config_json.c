@@ -69,7 +69,11 @@ static void out_of_range(walk_ctx *c, const cfg_key *k, const char *path, const 
 {
     char shown[80], range[96];
     cfg_range_format(k, range, sizeof range);
-    cfg_report_add(c->report, "%s = %s is out of range %s", path, show(v, shown, sizeof shown), range);
+    if (strncmp(range, "at least", 8) == 0) /* unbounded above: only a value past 2^64 gets here that way */
+        cfg_report_add(c->report, "%s = %s is out of range: %s and below 2^64 allowed", path,
+                       show(v, shown, sizeof shown), range);
+    else
+        cfg_report_add(c->report, "%s = %s is out of range %s", path, show(v, shown, sizeof shown), range);
 }
 
 /* A JSON number as a double, or false when v is not a number. */
@@ -197,12 +201,14 @@ static void apply_value(walk_ctx *c, const cfg_key *k, const char *path, const j
             }
             d = (double)bytes;
         } else if (number_of(v, &d) && d == floor(d) && d >= 0) {
-            bytes = (size_t)d;
+            bytes = 0; /* converted only after the range check: a huge double does not fit a size_t */
         } else {
             return wrong_type(c, path, v, "a number of bytes or a size string like \"8GiB\"");
         }
         if (d < k->min || d > k->max)
             return out_of_range(c, k, path, v);
+        if (!json_is_string(v))
+            bytes = (size_t)d;
         *(size_t *)field = bytes;
         return;
     }

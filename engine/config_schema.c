@@ -13,7 +13,8 @@
 #define OFF(field) offsetof(strata_config, field)
 #define NOFIELD 0
 #define INT_MAX_D 2147483647.0
-#define SIZE_MAX_D 1.8446744073709552e19
+/* The largest double below 2^64: (double)SIZE_MAX rounds up to 2^64, which does not convert back to a size_t. */
+#define SIZE_MAX_D 0x1.fffffffffffffp63
 
 static const cfg_choice tier_choices[] = {
     {"none", STRATA_TIER_DEVICE}, {"cpu", STRATA_TIER_HOST}, {"nvme", STRATA_TIER_NVME}, {NULL, 0}};

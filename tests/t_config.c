@@ -62,6 +62,10 @@ static void test_error_classes(void)
                  "like \"512MiB\", \"8GiB\", \"1.5TB\"");
     expect_error("{\"aio\": {\"block_size\": \"128MiB\"}}",
                  "config: aio.block_size = \"128MiB\" is out of range [4.00 KiB, 64.00 MiB]");
+    /* numbers too large for a size_t are range errors, not undefined conversions (found by fuzz_config) */
+    expect_error("{\"aio\": {\"block_size\": 1e60}}", "config: aio.block_size = 1e60 is out of range [4.00 KiB, 64.00 MiB]");
+    expect_error("{\"zero_optimization\": {\"sub_group_size\": 18446744073709551616.0}}",
+                 "config: zero_optimization.sub_group_size = 1.84467440737096e19 is out of range: at least 1 and below 2^64 allowed");
     /* malformed JSON with line and column */
     expect_error("{\n  \"aio\": {\"block_size\": 4096,}\n}",
                  "config: test.json:2:30: malformed JSON: string or '}' expected near '}'");
