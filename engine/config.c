@@ -51,6 +51,7 @@ STRATA_API strata_status strata_config_init(strata_config *cfg)
     cfg->backend = STRATA_BACKEND_AUTO;
     cfg->delayed_warmup_steps = 10;
     cfg->swap_checksum = true;
+    cfg->gradients_on_nvme = STRATA_SWITCH_AUTO;
     return STRATA_OK;
 }
 

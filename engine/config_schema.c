@@ -135,6 +135,7 @@ const cfg_key cfg_keys[] = {
     {"strata.delayed_warmup_steps", CFG_INT, OFF(delayed_warmup_steps), 0, INT_MAX_D, NULL, NULL},
     {"strata.trace_path", CFG_STRING, OFF(trace_path), 0, 0, NULL, NULL},
     {"strata.swap_checksum", CFG_BOOL, OFF(swap_checksum), 0, 0, NULL, NULL},
+    {"strata.gradients_on_nvme", CFG_ENUM, OFF(gradients_on_nvme), 0, 0, switch_choices, NULL},
     {"strata.ignore_unimplemented", CFG_BOOL, OFF(ignore_unimplemented), 0, 0, NULL, NULL},
     {"strata.aio", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
     {"strata.aio.direct", CFG_ENUM, OFF(aio.direct), 0, 0, switch_choices, NULL},

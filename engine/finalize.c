@@ -225,7 +225,8 @@ static strata_status finalize(strata_engine *e)
     plan_input in;
     plan pl;
     plan_input_of(e, &in);
-    plan_compute(&in, &pl);
+    plan_choose_grad_tier(&e->cfg, &in, plan_host_budget(&e->cfg), &pl);
+    e->grad_tier = in.grad_tier;
     dev_mem_stats ds;
     dev_mem_stats_get(e->dev, &ds);
     ERR_CHECK(plan_check(&pl, &in, ds.budget_bytes, plan_host_budget(&e->cfg)));

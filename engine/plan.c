@@ -11,7 +11,18 @@ void plan_tiers(const strata_config *cfg, strata_tier *param, strata_tier *opt, 
 {
     *param = cfg->offload_param.device;
     *opt = cfg->offload_optimizer.device;
-    *grad = *opt == STRATA_TIER_NVME ? STRATA_TIER_NVME : STRATA_TIER_HOST;
+    *grad = *opt == STRATA_TIER_NVME && cfg->gradients_on_nvme == STRATA_SWITCH_ON ? STRATA_TIER_NVME
+                                                                                     : STRATA_TIER_HOST;
+}
+
+void plan_choose_grad_tier(const strata_config *cfg, plan_input *in, size_t host_budget, plan *out)
+{
+    plan_compute(in, out);
+    if (cfg->gradients_on_nvme != STRATA_SWITCH_AUTO || in->opt_tier != STRATA_TIER_NVME ||
+        out->tier_bytes[STRATA_TIER_HOST] <= host_budget)
+        return;
+    in->grad_tier = STRATA_TIER_NVME;
+    plan_compute(in, out);
 }
 
 size_t plan_dtype_bytes(strata_dtype dtype)

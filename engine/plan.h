@@ -40,8 +40,9 @@ typedef struct plan {
     size_t live_window_bytes;      /* device bytes for fetched modules and gradient buffers */
 } plan;
 
-/* The tiers a config puts each state class in (gradients follow the optimizer state to NVMe,
- * and otherwise accumulate in host memory). */
+/* The tiers a config puts each state class in. Gradients accumulate in host memory, or on NVMe when the
+ * optimizer state is there and strata.gradients_on_nvme says so; with auto this first answer is host, and
+ * plan_choose_grad_tier settles it once the sizes are known. */
 void plan_tiers(const strata_config *cfg, strata_tier *param, strata_tier *opt, strata_tier *grad);
 
 /* Bytes of one element of a parameter dtype. */
@@ -59,6 +60,10 @@ void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch
 size_t plan_module_layout(const size_t *param_numel, size_t nparams, size_t *offsets, size_t *used_numel);
 
 void plan_compute(const plan_input *in, plan *out);
+
+/* With gradients_on_nvme auto and the optimizer state on NVMe: keeps in->grad_tier on the host when the plan's
+ * host bytes fit host_budget, else moves it to NVMe; then computes the plan into out. */
+void plan_choose_grad_tier(const strata_config *cfg, plan_input *in, size_t host_budget, plan *out);
 
 /* STRATA_EBUDGET naming the tier, what the plan needs line by line, what is allowed and the knob
  * to change; STRATA_OK when every tier fits. device_budget/host_budget in bytes. */

@@ -202,6 +202,8 @@ typedef struct strata_config {
     int delayed_warmup_steps;                /* steps run undelayed first */
     char trace_path[STRATA_PATH_BYTES];      /* Chrome trace-event JSON; "" = no trace */
     bool swap_checksum;                      /* crc32c per swap extent, checked on read */
+    strata_switch gradients_on_nvme;         /* with the optimizer state on NVMe: auto = only when the host
+                                                budget cannot hold the fp32 gradient store */
     bool ignore_unimplemented;               /* warn (instead of fail) on DeepSpeed keys strata lacks */
 } strata_config;
 

@@ -69,6 +69,10 @@ check "estimate 3B on NVMe fits" 0 "master weights + Adam moments (fp32)" -- "$b
 out=$("$bin" estimate --model 3B --config "$scratch/nvme.json")
 grep -qE '^device +[0-9.]+ [KMG]iB +2.00 GiB +yes$' <<<"$out" && grep -qE '^host +[0-9.]+ [KMG]iB +8.00 GiB +yes$' <<<"$out" &&
     passed=$((passed + 1)) || { echo "FAIL estimate 3B table:"; echo "$out"; failed=$((failed + 1)); }
+# The gradient store stays in host memory when the host budget holds it (124M: 0.5 GB), else goes to NVMe (3B: 12 GB).
+check "estimate 3B gradients on NVMe" 0 "optimizer state nvme, gradients nvme" -- "$bin" estimate --model 3B --config "$scratch/nvme.json"
+check "estimate 124M gradients on host" 0 "optimizer state nvme, gradients host" -- \
+    "$bin" estimate --model 124M --config "$scratch/nvme.json" --device-budget 4GiB
 check "estimate bad preset" 2 '--model "7T" is not a preset; allowed: tiny, 124M' -- "$bin" estimate --model 7T
 check "estimate custom needs hidden" 2 "a custom model needs --layers and --hidden" -- "$bin" estimate --layers 4
 check "estimate bad size" 2 '--device-budget "lots" is not a size' -- "$bin" estimate --device-budget lots

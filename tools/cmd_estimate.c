@@ -126,7 +126,7 @@ int cmd_estimate(int argc, char **argv)
         in.largest_module_numel = MAX(in.largest_module_numel, numel);
     }
     plan p;
-    plan_compute(&in, &p);
+    plan_choose_grad_tier(&cfg, &in, plan_host_budget(&cfg), &p);
 
     char b1[32], b2[32], b3[32];
     double count = (double)gpt_param_count(shape);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testlib.h"
+
 /* Reading and writing device buffers of the parameter dtype. On the host backend device memory is
  * host memory; a GPU test would copy instead. */
 static float load_elem(const void *p, strata_dtype dt, size_t i)
@@ -126,6 +128,9 @@ void synth_use_nvme(strata_config *c, const char *dir, bool params, bool optimiz
         snprintf(blocks[i]->nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
         blocks[i]->nvme_path_count = 1;
     }
+    /* The fault and integrity tests that use this mean every swapped state class, the gradient store included. */
+    if (optimizer)
+        c->gradients_on_nvme = STRATA_SWITCH_ON;
 }
 
 static void all_device(strata_config *c, const char *dir) { (void)c, (void)dir; }
@@ -143,10 +148,11 @@ static void param_host(strata_config *c, const char *dir)
 static void all_nvme(strata_config *c, const char *dir)
 {
     synth_use_nvme(c, dir, true, true);
+    c->gradients_on_nvme = STRATA_SWITCH_AUTO; /* the gradient store fits the host: it stays there */
 }
 static void nvme_tiny_budget(strata_config *c, const char *dir)
 {
-    all_nvme(c, dir);
+    synth_use_nvme(c, dir, true, true); /* the gradient store on NVMe too */
     /* Room for two of the largest default module (80*48 + 48 elements, padded to 4096-element blocks) and
      * one gradient buffer. */
     size_t big = 8192 * (c->param_dtype == STRATA_DTYPE_FP32 ? 4 : 2);
@@ -163,6 +169,14 @@ const synth_placement synth_placements[] = {
     {"NVMe with a device budget of two modules", nvme_tiny_budget},
 };
 const size_t synth_placement_count = sizeof synth_placements / sizeof synth_placements[0];
+
+void synth_rand_tokens(int32_t *tokens, int32_t *targets, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        tokens[i] = (int32_t)t_rand_range(0, 255);
+        targets[i] = (int32_t)t_rand_range(0, 255);
+    }
+}
 
 size_t synth_count_diff(const float *a, const float *b, size_t n, size_t *first)
 {

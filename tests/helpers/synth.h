@@ -45,12 +45,14 @@ strata_status synth_engine(const synth_opts *o, const strata_config *cfg, strata
  * lr 1e-2 with weight decay 0.05. Tests change what they are about. */
 strata_config synth_config(strata_dtype dtype);
 
-/* Places the parameters and/or the optimizer state on NVMe, with dir as their one nvme_path. */
+/* Places the parameters and/or the optimizer state on NVMe, with dir as their one nvme_path; with the optimizer
+ * state, the gradient store too (strata.gradients_on_nvme = true). */
 void synth_use_nvme(strata_config *c, const char *dir, bool params, bool optimizer);
 
 /* The placements the equivalence-style tests sweep: everything on the device tier, optimizer on host,
- * parameters and optimizer on host, both on NVMe under nvme_dir, and NVMe with a device budget of two
- * modules (nothing stays resident, nothing is prefetched: every fetch is a demand fetch from NVMe). */
+ * parameters and optimizer on host, both on NVMe under nvme_dir (the gradient store in host memory, where it
+ * fits), and NVMe with a device budget of two modules (the gradient store on NVMe too; nothing stays resident,
+ * nothing is prefetched: every fetch is a demand fetch from NVMe). */
 typedef struct synth_placement {
     const char *name;
     void (*apply)(strata_config *c, const char *nvme_dir);
@@ -59,6 +61,9 @@ extern const synth_placement synth_placements[];
 extern const size_t synth_placement_count;
 
 /* How many of n floats differ bitwise; *first is the first index (n when none). */
+/* Fresh random byte tokens and targets (n each) for the GPT model tests. */
+void synth_rand_tokens(int32_t *tokens, int32_t *targets, size_t n);
+
 size_t synth_count_diff(const float *a, const float *b, size_t n, size_t *first);
 
 /* Sensible small defaults: 4 layers of widths 24..80, batch 6, 2 micro-batches, 4 steps. */
