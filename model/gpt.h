@@ -1,7 +1,8 @@
 /*
  * A GPT-2 style decoder: token and position embeddings, pre-LayerNorm blocks with causal multi-head
  * self-attention and a GELU MLP, a final LayerNorm, a head tied to the token embedding and the
- * cross-entropy loss. Forward and backward on the host in fp32 (OpenBLAS sgemm + OpenMP).
+ * cross-entropy loss. Forward and backward through a kernel table (gpt_ops.h): on the host in fp32 (OpenBLAS sgemm +
+ * OpenMP) or on a CUDA stream (cuBLAS, bf16/fp16 tensor-core math with fp32 accumulation).
  *
  * The network never owns its parameters: it asks a gpt_source for each module's fp32 parameters (and,
  * in backward, gradient buffers) right before it uses them and tells the source when it is done.
@@ -15,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/gpt_ops.h"
 #include "strata.h"
 
 typedef struct gpt_dims {
@@ -33,6 +35,9 @@ const char *gpt_param_name(const gpt_dims *d, int module, int index);
 /* Elements of module i, and of the whole model. */
 size_t gpt_module_numel(const gpt_dims *d, int module);
 size_t gpt_numel(const gpt_dims *d);
+/* Forward + backward FLOPs per token of sequences of seq tokens, the usual estimate: 6 per parameter (the matrix
+ * products, the tied head included) plus 12 * layers * seq * hidden for attention's two T x T products. */
+double gpt_flops_per_token(const gpt_dims *d, int seq);
 /* A readable error for dims that cannot work ("hidden 30 is not a multiple of heads 4"), or NULL. */
 const char *gpt_dims_check(const gpt_dims *d);
 
@@ -58,9 +63,10 @@ typedef struct gpt_net gpt_net;
 /* Activation memory for micro-batches of batch sequences of seq tokens (seq <= d->seq). */
 size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq);
 
-/* Creates a network that computes in the caller's memory block of gpt_activation_bytes (device memory the
- * trainer owns; the net does not free it). */
-strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, void *mem, size_t mem_bytes, gpt_net **out);
+/* Creates a network that runs ops's kernels in the caller's memory block of gpt_activation_bytes (device memory of
+ * ops's backend that the trainer owns; the net does not free it). ops must outlive the net. */
+strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, const gpt_ops *ops, void *mem, size_t mem_bytes,
+                             gpt_net **out);
 void gpt_net_destroy(gpt_net *net);
 
 /* One micro-batch: tokens and targets are batch*seq byte tokens (host memory). Computes the mean cross-entropy

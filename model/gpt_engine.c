@@ -21,10 +21,14 @@ struct gpt_model {
     param_ctx (*ctx)[GPT_MAX_MODULE_PARAMS];
     size_t *flat_offset;       /* the module's first element in gpt_flat's layout */
     void *mem;                 /* strata_device_alloc'd: activations, then the fp32 conversion buffers */
+    const gpt_ops *ops;        /* the kernels of the engine's backend */
+    gpt_ops *cuda_ops;         /* owned when the backend is CUDA */
     gpt_net *net;
     strata_dtype dtype;
     float *conv_w, *conv_g;    /* fp32 copies of one module when param_dtype is not fp32 */
     float *capture;
+    void *capture_raw;         /* host copies of one module's gradients for capture */
+    float *capture_f32;
     int cur_module;
 };
 
@@ -104,36 +108,6 @@ fail:
     return st;
 }
 
-/* ---------------------------------------------------------------- dtype conversion */
-
-static float half_to_float(uint16_t h, strata_dtype dt)
-{
-    if (dt == STRATA_DTYPE_BF16) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
-}
-
-static uint16_t float_to_half(float f, strata_dtype dt)
-{
-    if (dt == STRATA_DTYPE_BF16) {
-        uint32_t x;
-        memcpy(&x, &f, 4);
-        if ((x & 0x7fffffff) > 0x7f800000)
-            return (uint16_t)((x >> 16) | 0x40); /* keep NaN a NaN */
-        return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16); /* round to nearest even */
-    }
-    _Float16 h = (_Float16)f;
-    uint16_t b;
-    memcpy(&b, &h, 2);
-    return b;
-}
-
 /* ---------------------------------------------------------------- the engine source */
 
 static strata_status engine_acquire(void *vm, int module, bool backward, float **params, float **grads)
@@ -155,17 +129,28 @@ static strata_status engine_acquire(void *vm, int module, bool backward, float *
             if (backward)
                 grads[k] = g;
         } else {
-            const uint16_t *h = p;
             params[k] = m->conv_w + pos;
-            for (size_t i = 0; i < sizes[k]; i++)
-                params[k][i] = half_to_float(h[i], m->dtype);
+            m->ops->to_f32(m->ops->ctx, params[k], p, sizes[k], m->dtype);
             if (backward) {
                 grads[k] = m->conv_g + pos;
-                memset(grads[k], 0, sizes[k] * sizeof(float));
+                m->ops->zero(m->ops->ctx, grads[k], sizes[k]);
             }
         }
         pos += sizes[k];
     }
+    return STRATA_OK;
+}
+
+/* Adds the gradient g (param_dtype, device) as the engine will receive it into cap (fp32, host). */
+static strata_status capture_add(gpt_model *m, float *cap, const void *g, size_t n)
+{
+    size_t esize = m->dtype == STRATA_DTYPE_FP32 ? 4 : 2;
+    strata_status st = m->ops->to_host(m->ops->ctx, m->capture_raw, g, n * esize);
+    if (st != STRATA_OK)
+        return st;
+    gpt_ops_host()->to_f32(NULL, m->capture_f32, m->capture_raw, n, m->dtype);
+    for (size_t i = 0; i < n; i++)
+        cap[i] += m->capture_f32[i];
     return STRATA_OK;
 }
 
@@ -179,18 +164,12 @@ static strata_status engine_finish(void *vm, int module, bool backward)
             void *g = strata_grad_data(m->e, m->param[module][k]);
             if (!g)
                 return STRATA_ESTATE;
-            float *cap = m->capture ? m->capture + m->flat_offset[module] + pos : NULL;
-            if (m->dtype == STRATA_DTYPE_FP32) {
-                for (size_t i = 0; cap && i < sizes[k]; i++)
-                    cap[i] += ((const float *)g)[i];
-            } else {
-                uint16_t *h = g;
-                const float *src = m->conv_g + pos;
-                for (size_t i = 0; i < sizes[k]; i++) {
-                    h[i] = float_to_half(src[i], m->dtype);
-                    if (cap)
-                        cap[i] += half_to_float(h[i], m->dtype);
-                }
+            if (m->dtype != STRATA_DTYPE_FP32)
+                m->ops->from_f32(m->ops->ctx, g, m->conv_g + pos, sizes[k], m->dtype);
+            if (m->capture) {
+                strata_status st = capture_add(m, m->capture + m->flat_offset[module] + pos, g, sizes[k]);
+                if (st != STRATA_OK)
+                    return st;
             }
             pos += sizes[k];
         }
@@ -201,21 +180,43 @@ static strata_status engine_finish(void *vm, int module, bool backward)
     return strata_release(m->e, m->mod[module]);
 }
 
+/* The kernel table of the engine's backend. */
+static strata_status choose_ops(gpt_model *m, strata_dtype dtype)
+{
+    if (strata_engine_backend(m->e) == STRATA_BACKEND_HOST) {
+        m->ops = gpt_ops_host();
+        return STRATA_OK;
+    }
+#ifdef STRATA_MODEL_CUDA
+    const char *why = "";
+    strata_status st = gpt_ops_cuda_create(strata_compute_stream(m->e), dtype, &m->cuda_ops, &why);
+    if (st != STRATA_OK) {
+        fprintf(stderr, "gpt model: the CUDA kernels cannot start: %s\n", why);
+        return st;
+    }
+    m->ops = m->cuda_ops;
+    return STRATA_OK;
+#else
+    (void)dtype;
+    return STRATA_EUNSUPPORTED; /* this build has no CUDA kernels */
+#endif
+}
+
 strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, strata_dtype dtype)
 {
-    if (strata_engine_backend(m->e) != STRATA_BACKEND_HOST)
-        return STRATA_EUNSUPPORTED; /* the host model reads parameters in place */
+    strata_status st = choose_ops(m, dtype);
+    if (st != STRATA_OK)
+        return st;
     size_t act = gpt_activation_bytes(&m->d, batch, seq);
     size_t bytes = gpt_engine_activation_bytes(&m->d, batch, seq, dtype);
-    strata_status st = strata_device_alloc(m->e, bytes, &m->mem);
-    if (st != STRATA_OK)
+    if ((st = strata_device_alloc(m->e, bytes, &m->mem)) != STRATA_OK)
         return st;
     m->dtype = dtype;
     if (dtype != STRATA_DTYPE_FP32) {
         m->conv_w = (float *)((char *)m->mem + act);
         m->conv_g = m->conv_w + max_module_numel(&m->d);
     }
-    return gpt_net_create(&m->d, batch, seq, m->mem, act, &m->net);
+    return gpt_net_create(&m->d, batch, seq, m->ops, m->mem, act, &m->net);
 }
 
 strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const int32_t *targets, bool backward,
@@ -225,9 +226,22 @@ strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const in
     return gpt_net_step(m->net, &src, tokens, targets, backward, grad_scale, loss);
 }
 
-void gpt_model_capture_grads(gpt_model *m, float *capture)
+const char *gpt_model_error(gpt_model *m)
 {
+    return m->ops ? m->ops->error(m->ops->ctx) : "";
+}
+
+strata_status gpt_model_capture_grads(gpt_model *m, float *capture)
+{
+    if (capture && !m->capture_raw) {
+        size_t n = max_module_numel(&m->d);
+        m->capture_raw = malloc(n * sizeof(float));
+        m->capture_f32 = malloc(n * sizeof(float));
+        if (!m->capture_raw || !m->capture_f32)
+            return STRATA_ENOMEM;
+    }
     m->capture = capture;
+    return STRATA_OK;
 }
 
 strata_status gpt_model_read_weights(gpt_model *m, float *out)
@@ -251,6 +265,11 @@ void gpt_model_destroy(gpt_model *m)
     gpt_net_destroy(m->net);
     if (m->mem)
         strata_device_free(m->e, m->mem);
+#ifdef STRATA_MODEL_CUDA
+    gpt_ops_cuda_destroy(m->cuda_ops);
+#endif
+    free(m->capture_raw);
+    free(m->capture_f32);
     free(m->mod);
     free(m->param);
     free(m->ctx);

@@ -3,7 +3,8 @@
  * each block, the final LayerNorm) is a strata module; the network fetches a module before using it,
  * releases it after, and in backward hands its gradients over with strata_grads_ready. Activations live in
  * device memory taken with strata_device_alloc (reserve gpt_engine_activation_bytes in
- * strata_config.activation_bytes). Parameters of any param_dtype are computed on in fp32.
+ * strata_config.activation_bytes). Parameters of any param_dtype are computed on in fp32, with the kernels of the
+ * engine's backend (gpt_ops.h): host or CUDA.
  */
 #ifndef STRATA_MODEL_GPT_ENGINE_H
 #define STRATA_MODEL_GPT_ENGINE_H
@@ -20,15 +21,21 @@ size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, strata
 strata_status gpt_model_register(strata_engine *engine, const gpt_dims *d, uint64_t seed, gpt_model **out);
 
 /* After strata_engine_finalize: takes the activation memory for micro-batches of batch x seq tokens.
- * STRATA_EUNSUPPORTED on a backend the model cannot compute on; STRATA_EBUDGET when the reserve is too small. */
+ * STRATA_EUNSUPPORTED on the CUDA backend in a build without CUDA kernels; STRATA_EBUDGET when the reserve is too
+ * small. */
 strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, strata_dtype param_dtype);
 
 /* One micro-batch (see gpt_net_step): tokens/targets are batch*seq host tokens. */
 strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const int32_t *targets, bool backward,
                                    float grad_scale, double *loss);
 
-/* For tests: every gradient handed to strata is also added (fp32) into capture, laid out as gpt_flat. NULL stops. */
-void gpt_model_capture_grads(gpt_model *m, float *capture);
+/* Why the model's kernels last failed (a cuBLAS or CUDA error), or "" when the failure, if any, was strata's
+ * (strata_last_error then says why). */
+const char *gpt_model_error(gpt_model *m);
+
+/* For tests: every gradient handed to strata is also added (fp32) into capture (host memory), laid out as gpt_flat.
+ * NULL stops. STRATA_ENOMEM when the host copies cannot be allocated. */
+strata_status gpt_model_capture_grads(gpt_model *m, float *capture);
 
 /* The fp32 master weights of the whole model in gpt_flat's layout into out (gpt_numel elements). */
 strata_status gpt_model_read_weights(gpt_model *m, float *out);

@@ -6,8 +6,9 @@
 #include <math.h>
 #include <string.h>
 
-void k_embed_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T, int C)
+void k_embed_forward(void *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T, int C)
 {
+    (void)ctx;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *te = wte + (size_t)tok[n] * C, *pe = wpe + (size_t)(n % T) * C;
@@ -17,8 +18,9 @@ void k_embed_forward(float *out, const int32_t *tok, const float *wte, const flo
     }
 }
 
-void k_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int N, int T, int C)
+void k_embed_backward(void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int N, int T, int C)
 {
+    (void)ctx;
     /* Rows of the same token collide, so wte is accumulated in row order on one thread; wpe by position. */
     for (int n = 0; n < N; n++) {
         float *d = dwte + (size_t)tok[n] * C;
@@ -36,9 +38,10 @@ void k_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t
         }
 }
 
-void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                         int N, int C)
+void k_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int N, int C)
 {
+    (void)ctx;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -58,9 +61,10 @@ void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
     }
 }
 
-void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                          const float *mean, const float *rstd, int N, int C)
+void k_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd, int N, int C)
 {
+    (void)ctx;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *g = dout + (size_t)n * C, *x = inp + (size_t)n * C;
@@ -92,8 +96,9 @@ void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, 
     }
 }
 
-void k_linear_forward(float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC)
+void k_linear_forward(void *ctx, float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC)
 {
+    (void)ctx;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, 0.0f, out, OC);
     if (!bias)
         return;
@@ -103,9 +108,10 @@ void k_linear_forward(float *out, const float *inp, const float *W, const float 
             out[(size_t)n * OC + o] += bias[o];
 }
 
-void k_linear_backward(float *dinp, float *dW, float *dbias, const float *dout, const float *inp, const float *W,
-                       int N, int C, int OC)
+void k_linear_backward(void *ctx, float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
+                       const float *W, int N, int C, int OC)
 {
+    (void)ctx;
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, W, C, 1.0f, dinp, C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW, C);
@@ -120,8 +126,9 @@ void k_linear_backward(float *dinp, float *dW, float *dbias, const float *dout, 
     }
 }
 
-void k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+void k_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
+    (void)ctx;
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
@@ -148,9 +155,10 @@ void k_attention_forward(float *out, float *att, const float *qkv, int B, int T,
         }
 }
 
-void k_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B,
-                          int T, int C, int NH)
+void k_attention_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
+                          int B, int T, int C, int NH)
 {
+    (void)ctx;
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
@@ -182,8 +190,9 @@ void k_attention_backward(float *dqkv, float *scratch, const float *dout, const 
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 
-void k_gelu_forward(float *out, const float *inp, size_t n)
+void k_gelu_forward(void *ctx, float *out, const float *inp, size_t n)
 {
+    (void)ctx;
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
@@ -191,8 +200,9 @@ void k_gelu_forward(float *out, const float *inp, size_t n)
     }
 }
 
-void k_gelu_backward(float *d, const float *inp, size_t n)
+void k_gelu_backward(void *ctx, float *d, const float *inp, size_t n)
 {
+    (void)ctx;
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
         float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x), th = tanhf(u);
@@ -202,23 +212,23 @@ void k_gelu_backward(float *d, const float *inp, size_t n)
     }
 }
 
-void k_residual_forward(float *out, const float *a, const float *b, size_t n)
+void k_residual_forward(void *ctx, float *out, const float *a, const float *b, size_t n)
 {
+    (void)ctx;
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
 }
 
-double k_head_loss(float *dx, float *dwte, float *logits, const float *x, const float *wte, const int32_t *targets,
-                   int N, int C, int V, int chunk, float scale)
+void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, float *row_loss, const float *x, const float *wte,
+                 const int32_t *targets, int N, int C, int V, int chunk, float scale)
 {
-    double total = 0;
+    (void)ctx;
     for (int r0 = 0; r0 < N; r0 += chunk) {
         int rows = N - r0 < chunk ? N - r0 : chunk;
         const float *xr = x + (size_t)r0 * C;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, xr, C, wte, C, 0.0f, logits, V);
-        double part = 0;
-#pragma omp parallel for reduction(+ : part)
+#pragma omp parallel for
         for (int r = 0; r < rows; r++) {
             float *l = logits + (size_t)r * V, mx = -INFINITY;
             double sum = 0;
@@ -227,7 +237,7 @@ double k_head_loss(float *dx, float *dwte, float *logits, const float *x, const 
             for (int v = 0; v < V; v++)
                 sum += expf(l[v] - mx);
             int t = targets[r0 + r];
-            part += log(sum) - (double)(l[t] - mx);
+            row_loss[r0 + r] = (float)(log(sum) - (double)(l[t] - mx));
             if (dx) {
                 float inv = (float)(1.0 / sum);
                 for (int v = 0; v < V; v++)
@@ -235,13 +245,10 @@ double k_head_loss(float *dx, float *dwte, float *logits, const float *x, const 
                 l[t] -= scale;
             }
         }
-        /* The reduction's order varies with the threads; the loss is only reported, never trained on. */
-        total += part;
         if (dx) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, wte, C, 0.0f,
                         dx + (size_t)r0 * C, C);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, xr, C, 1.0f, dwte, C);
         }
     }
-    return total;
 }

@@ -1,6 +1,7 @@
-/* The host kernels of the GPT model, fp32, row-major (N rows of C channels). Matrix products go to
- * OpenBLAS; the rest are OpenMP loops whose reductions run in a fixed order, so results do not depend on
- * the thread count or on where the engine keeps the weights. Backward kernels add into their outputs. */
+/* The host kernels of the GPT model: the host gpt_ops table (gpt_ops.h). fp32, row-major (N rows of C channels). Matrix
+ * products go to OpenBLAS; the rest are OpenMP loops whose reductions run in a fixed order, so results do not depend on
+ * the thread count or on where the engine keeps the weights. Backward kernels add into their outputs.
+ * ctx is the table's context, unused: the host kernels keep no state. */
 #ifndef STRATA_MODEL_GPT_KERNELS_H
 #define STRATA_MODEL_GPT_KERNELS_H
 
@@ -8,38 +9,39 @@
 #include <stdint.h>
 
 /* out[n] = wte[tok[n]] + wpe[n % T]. */
-void k_embed_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T, int C);
-void k_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int N, int T, int C);
+void k_embed_forward(void *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T,
+                     int C);
+void k_embed_backward(void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int N, int T, int C);
 
-void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                         int N, int C);
-void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                          const float *mean, const float *rstd, int N, int C);
+void k_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int N, int C);
+void k_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd, int N, int C);
 
 /* out (N x OC) = inp (N x C) W^T + bias; W is OC x C. */
-void k_linear_forward(float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC);
+void k_linear_forward(void *ctx, float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC);
 /* dinp += dout W; dW += dout^T inp; dbias += column sums of dout. dinp may be NULL. */
-void k_linear_backward(float *dinp, float *dW, float *dbias, const float *dout, const float *inp, const float *W,
-                       int N, int C, int OC);
+void k_linear_backward(void *ctx, float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
+                       const float *W, int N, int C, int OC);
 
 /* Causal multi-head attention on qkv (B, T, 3C) into out (B, T, C); att (B, NH, T, T) keeps the probabilities. */
-void k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv (overwritten) from dout; scratch holds T*T floats. */
-void k_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B,
-                          int T, int C, int NH);
+void k_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* dqkv (overwritten) from dout; scratch holds at least T*T floats (one head at a time). */
+void k_attention_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
+                          int B, int T, int C, int NH);
 
 /* GELU, tanh approximation (GPT-2's). */
-void k_gelu_forward(float *out, const float *inp, size_t n);
+void k_gelu_forward(void *ctx, float *out, const float *inp, size_t n);
 /* d (in place: gradient wrt the output on entry, wrt the input on return). */
-void k_gelu_backward(float *d, const float *inp, size_t n);
+void k_gelu_backward(void *ctx, float *d, const float *inp, size_t n);
 
 /* out = a + b (elementwise). */
-void k_residual_forward(float *out, const float *a, const float *b, size_t n);
+void k_residual_forward(void *ctx, float *out, const float *a, const float *b, size_t n);
 
 /* Tied head and cross-entropy over rows [0, N) of x (N x C), chunk rows at a time (logits: chunk x V scratch).
- * Returns the summed loss; with dx != NULL writes dx (overwritten) and adds into dwte the gradient of
- * scale * loss_sum. */
-double k_head_loss(float *dx, float *dwte, float *logits, const float *x, const float *wte, const int32_t *targets,
-                   int N, int C, int V, int chunk, float scale);
+ * Writes row n's loss into row_loss[n]; with dx != NULL writes dx (overwritten) and adds into dwte the gradient
+ * of scale * sum(row_loss). */
+void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, float *row_loss, const float *x, const float *wte,
+                 const int32_t *targets, int N, int C, int V, int chunk, float scale);
 
 #endif

@@ -194,3 +194,8 @@ gpt_source gpt_flat_source(gpt_flat *f)
 {
     return (gpt_source){flat_acquire, flat_finish, f};
 }
+
+double gpt_flops_per_token(const gpt_dims *d, int seq)
+{
+    return 6.0 * (double)gpt_numel(d) + 12.0 * d->layers * (double)seq * d->hidden;
+}

@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "model/gpt.h"
-#include "model/gpt_kernels.h"
 
 /* Rows of the head computed at once: bounds the logits buffer to HEAD_CHUNK x vocab. */
 #define HEAD_CHUNK 256
@@ -16,6 +15,9 @@ typedef struct layer_acts {
 struct gpt_net {
     gpt_dims d;
     int B, T;
+    const gpt_ops *ops;
+    int32_t *tokens, *targets; /* the micro-batch, uploaded next to the activations */
+    float *row_loss, *host_row_loss;
     float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits;
     float *dres, *dsmall, *dbig, *datt; /* backward scratch */
     layer_acts *layer;
@@ -41,9 +43,13 @@ static size_t layout(const gpt_dims *d, int B, int T, void *mem, gpt_net *net)
     size_t N = (size_t)B * T, C = (size_t)d->hidden, NH = (size_t)d->heads;
     size_t chunk = N < HEAD_CHUNK ? N : HEAD_CHUNK;
     float *p;
+    int32_t *tokens = (int32_t *)carve(&c, N), *targets = (int32_t *)carve(&c, N); /* int32 is float-sized */
+    float *row_loss = carve(&c, N);
     p = carve(&c, N * C);
-    if (net)
+    if (net) {
+        net->tokens = tokens, net->targets = targets, net->row_loss = row_loss;
         net->encoded = p;
+    }
     for (int l = 0; l < d->layers; l++) {
         layer_acts a;
         a.ln1 = carve(&c, N * C);
@@ -64,7 +70,7 @@ static size_t layout(const gpt_dims *d, int B, int T, void *mem, gpt_net *net)
     }
     float *lnf = carve(&c, N * C), *mean = carve(&c, N), *rstd = carve(&c, N), *logits = carve(&c, chunk * d->vocab);
     float *dres = carve(&c, N * C), *dsmall = carve(&c, N * C), *dbig = carve(&c, N * 4 * C);
-    float *datt = carve(&c, (size_t)T * T);
+    float *datt = carve(&c, (size_t)B * NH * T * T);
     if (net) {
         net->lnf = lnf, net->lnf_mean = mean, net->lnf_rstd = rstd, net->logits = logits;
         net->dres = dres, net->dsmall = dsmall, net->dbig = dbig, net->datt = datt;
@@ -77,20 +83,23 @@ size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq)
     return layout(d, batch, seq, NULL, NULL);
 }
 
-strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, void *mem, size_t mem_bytes, gpt_net **out)
+strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, const gpt_ops *ops, void *mem, size_t mem_bytes,
+                             gpt_net **out)
 {
     *out = NULL;
-    if (batch < 1 || seq < 1 || seq > d->seq || gpt_dims_check(d) || !mem ||
+    if (batch < 1 || seq < 1 || seq > d->seq || gpt_dims_check(d) || !ops || !mem ||
         mem_bytes < gpt_activation_bytes(d, batch, seq))
         return STRATA_EINVAL;
     gpt_net *net = calloc(1, sizeof *net);
     if (!net)
         return STRATA_ENOMEM;
     net->layer = calloc((size_t)d->layers, sizeof *net->layer);
-    if (!net->layer) {
-        free(net);
+    net->host_row_loss = malloc((size_t)batch * seq * sizeof(float));
+    if (!net->layer || !net->host_row_loss) {
+        gpt_net_destroy(net);
         return STRATA_ENOMEM;
     }
+    net->ops = ops;
     net->d = *d;
     net->B = batch;
     net->T = seq;
@@ -104,6 +113,7 @@ void gpt_net_destroy(gpt_net *net)
     if (!net)
         return;
     free(net->layer);
+    free(net->host_row_loss);
     free(net);
 }
 
@@ -116,56 +126,77 @@ void gpt_net_destroy(gpt_net *net)
 
 static void block_forward(gpt_net *net, int l, float **w, const float *inp)
 {
+    const gpt_ops *o = net->ops;
+    void *x = o->ctx;
     int N = net->B * net->T, C = net->d.hidden;
     layer_acts *a = &net->layer[l];
-    k_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, inp, w[0], w[1], N, C);
-    k_linear_forward(a->qkv, a->ln1, w[2], w[3], N, C, 3 * C);
-    k_attention_forward(a->atty, a->att, a->qkv, net->B, net->T, C, net->d.heads);
-    k_linear_forward(net->dsmall, a->atty, w[4], w[5], N, C, C);
-    k_residual_forward(a->res2, inp, net->dsmall, (size_t)N * C);
-    k_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[6], w[7], N, C);
-    k_linear_forward(a->fch, a->ln2, w[8], w[9], N, C, 4 * C);
-    k_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    k_linear_forward(net->dsmall, a->fch_gelu, w[10], w[11], N, 4 * C, C);
-    k_residual_forward(a->res3, a->res2, net->dsmall, (size_t)N * C);
+    o->layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w[0], w[1], N, C);
+    o->linear_forward(x, a->qkv, a->ln1, w[2], w[3], N, C, 3 * C);
+    o->attention_forward(x, a->atty, a->att, a->qkv, net->B, net->T, C, net->d.heads);
+    o->linear_forward(x, net->dsmall, a->atty, w[4], w[5], N, C, C);
+    o->residual_forward(x, a->res2, inp, net->dsmall, (size_t)N * C);
+    o->layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[6], w[7], N, C);
+    o->linear_forward(x, a->fch, a->ln2, w[8], w[9], N, C, 4 * C);
+    o->gelu_forward(x, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    o->linear_forward(x, net->dsmall, a->fch_gelu, w[10], w[11], N, 4 * C, C);
+    o->residual_forward(x, a->res3, a->res2, net->dsmall, (size_t)N * C);
 }
 
 /* dres holds the gradient of the block's output on entry and of its input on return. */
 static void block_backward(gpt_net *net, int l, float **w, float **g, const float *inp)
 {
+    const gpt_ops *o = net->ops;
+    void *x = o->ctx;
     int N = net->B * net->T, C = net->d.hidden;
     layer_acts *a = &net->layer[l];
     float *dres = net->dres, *dbig = net->dbig, *dsmall = net->dsmall;
     size_t n4 = (size_t)N * 4 * C;
     /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
-    memset(dbig, 0, n4 * sizeof(float));
-    k_linear_backward(dbig, g[10], g[11], dres, a->fch_gelu, w[10], N, 4 * C, C);
-    k_gelu_backward(dbig, a->fch, n4);
-    memset(dsmall, 0, (size_t)N * C * sizeof(float));
-    k_linear_backward(dsmall, g[8], g[9], dbig, a->ln2, w[8], N, C, 4 * C);
-    k_layernorm_backward(dres, g[6], g[7], dsmall, a->res2, w[6], a->ln2_mean, a->ln2_rstd, N, C);
+    o->zero(x, dbig, n4);
+    o->linear_backward(x, dbig, g[10], g[11], dres, a->fch_gelu, w[10], N, 4 * C, C);
+    o->gelu_backward(x, dbig, a->fch, n4);
+    o->zero(x, dsmall, (size_t)N * C);
+    o->linear_backward(x, dsmall, g[8], g[9], dbig, a->ln2, w[8], N, C, 4 * C);
+    o->layernorm_backward(x, dres, g[6], g[7], dsmall, a->res2, w[6], a->ln2_mean, a->ln2_rstd, N, C);
     /* Attention: res2 = inp + proj(attn(qkv(ln1(inp)))) */
-    memset(dsmall, 0, (size_t)N * C * sizeof(float));
-    k_linear_backward(dsmall, g[4], g[5], dres, a->atty, w[4], N, C, C);
-    k_attention_backward(dbig, net->datt, dsmall, a->qkv, a->att, net->B, net->T, C, net->d.heads);
-    memset(dsmall, 0, (size_t)N * C * sizeof(float));
-    k_linear_backward(dsmall, g[2], g[3], dbig, a->ln1, w[2], N, C, 3 * C);
-    k_layernorm_backward(dres, g[0], g[1], dsmall, inp, w[0], a->ln1_mean, a->ln1_rstd, N, C);
+    o->zero(x, dsmall, (size_t)N * C);
+    o->linear_backward(x, dsmall, g[4], g[5], dres, a->atty, w[4], N, C, C);
+    o->attention_backward(x, dbig, net->datt, dsmall, a->qkv, a->att, net->B, net->T, C, net->d.heads);
+    o->zero(x, dsmall, (size_t)N * C);
+    o->linear_backward(x, dsmall, g[2], g[3], dbig, a->ln1, w[2], N, C, 3 * C);
+    o->layernorm_backward(x, dres, g[0], g[1], dsmall, inp, w[0], a->ln1_mean, a->ln1_rstd, N, C);
+}
+
+/* Waits for the queued work (its failures come back here) and sums the row losses in row order, so the loss is the
+ * same for any thread count and on every backend's table. Once per micro-batch: the only wait in a step. */
+static strata_status read_loss(gpt_net *net, double *loss)
+{
+    int N = net->B * net->T;
+    TRY(net->ops->to_host(net->ops->ctx, net->host_row_loss, net->row_loss, (size_t)N * sizeof(float)));
+    double sum = 0;
+    for (int n = 0; n < N; n++)
+        sum += net->host_row_loss[n];
+    *loss = sum / N;
+    return STRATA_OK;
 }
 
 strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *tokens, const int32_t *targets,
                            bool backward, float grad_scale, double *loss)
 {
     const gpt_dims *d = &net->d;
+    const gpt_ops *o = net->ops;
+    void *x = o->ctx;
     int L = d->layers, N = net->B * net->T, C = d->hidden;
     float *w[GPT_MAX_MODULE_PARAMS], *g[GPT_MAX_MODULE_PARAMS];
     for (int t = 0; t < N; t++)
         if (tokens[t] < 0 || tokens[t] >= d->vocab || targets[t] < 0 || targets[t] >= d->vocab)
             return STRATA_EINVAL;
+    o->upload(x, net->tokens, tokens, (size_t)N * sizeof *tokens);
+    o->upload(x, net->targets, targets, (size_t)N * sizeof *targets);
 
     /* forward */
     TRY(src->acquire(src->ctx, 0, false, w, g));
-    k_embed_forward(net->encoded, tokens, w[0], w[1], N, net->T, C);
+    o->embed_forward(x, net->encoded, net->tokens, w[0], w[1], N, net->T, C);
     TRY(src->finish(src->ctx, 0, false));
     for (int l = 0; l < L; l++) {
         TRY(src->acquire(src->ctx, l + 1, false, w, g));
@@ -174,23 +205,21 @@ strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *t
     }
     float *last = L > 0 ? net->layer[L - 1].res3 : net->encoded;
     TRY(src->acquire(src->ctx, L + 1, false, w, g));
-    k_layernorm_forward(net->lnf, net->lnf_mean, net->lnf_rstd, last, w[0], w[1], N, C);
+    o->layernorm_forward(x, net->lnf, net->lnf_mean, net->lnf_rstd, last, w[0], w[1], N, C);
     TRY(src->finish(src->ctx, L + 1, false));
 
     /* the tied head: its forward and backward while the embedding is held */
     TRY(src->acquire(src->ctx, 0, backward, w, g));
-    float scale = grad_scale / (float)N;
-    double sum = k_head_loss(backward ? net->dsmall : NULL, backward ? g[0] : NULL, net->logits, net->lnf, w[0],
-                             targets, N, C, d->vocab, N < HEAD_CHUNK ? N : HEAD_CHUNK, scale);
+    o->head_loss(x, backward ? net->dsmall : NULL, backward ? g[0] : NULL, net->logits, net->row_loss, net->lnf, w[0],
+                 net->targets, N, C, d->vocab, N < HEAD_CHUNK ? N : HEAD_CHUNK, grad_scale / (float)N);
     TRY(src->finish(src->ctx, 0, backward));
-    *loss = sum / N;
     if (!backward)
-        return STRATA_OK;
+        return read_loss(net, loss);
 
     /* backward */
     TRY(src->acquire(src->ctx, L + 1, true, w, g));
-    memset(net->dres, 0, (size_t)N * C * sizeof(float));
-    k_layernorm_backward(net->dres, g[0], g[1], net->dsmall, last, w[0], net->lnf_mean, net->lnf_rstd, N, C);
+    o->zero(x, net->dres, (size_t)N * C);
+    o->layernorm_backward(x, net->dres, g[0], g[1], net->dsmall, last, w[0], net->lnf_mean, net->lnf_rstd, N, C);
     TRY(src->finish(src->ctx, L + 1, true));
     for (int l = L - 1; l >= 0; l--) {
         TRY(src->acquire(src->ctx, l + 1, true, w, g));
@@ -198,7 +227,7 @@ strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *t
         TRY(src->finish(src->ctx, l + 1, true));
     }
     TRY(src->acquire(src->ctx, 0, true, w, g));
-    k_embed_backward(g[0], g[1], net->dres, tokens, N, net->T, C);
+    o->embed_backward(x, g[0], g[1], net->dres, net->tokens, N, net->T, C);
     TRY(src->finish(src->ctx, 0, true));
-    return STRATA_OK;
+    return read_loss(net, loss);
 }

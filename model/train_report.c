@@ -112,7 +112,12 @@ void report_summary(train_report *r, const char *trace_path)
             printf("; mean of the last %d: %.4f", r->tail_count, r->tail_loss_sum / r->tail_count);
         printf(")\n");
     }
-    printf("  throughput  %.0f tokens/s\n", (double)(steps * r->tokens_per_step) / wall);
+    double tokens_per_s = (double)(steps * r->tokens_per_step) / wall;
+    printf("  throughput  %.0f tokens/s", tokens_per_s);
+    if (r->flops_per_token > 0)
+        printf(", %.3g TFLOPS (model FLOPs: 6 x parameters + 12 x layers x seq x hidden per token)",
+               tokens_per_s * r->flops_per_token / 1e12);
+    printf("\n");
     printf("  time        compute %.2f s (%.0f%%), stall %.2f s (%.0f%%), optimizer step %.2f s (%.0f%%)\n", compute,
            100 * compute / wall, stall, 100 * stall / wall, opt, 100 * opt / wall);
     printf("  moved       nvme->host %s, host->device %s, device->host %s, host->nvme %s\n",

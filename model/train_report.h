@@ -12,6 +12,7 @@
 typedef struct train_report {
     int64_t first_step, last_step, total_steps;
     int64_t tokens_per_step;
+    double flops_per_token;              /* model FLOPs of forward + backward, for the TFLOPS figure; 0 = not shown */
     double first_loss, last_loss, tail_loss_sum;
     int tail_count;
     double wall_s, compute_s;            /* since the first step of this run; compute includes stalls */

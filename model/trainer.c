@@ -194,8 +194,8 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
     }
     strata_status st = gpt_model_prepare(m, o->batch, o->seq, cfg->param_dtype);
     if (st == STRATA_EUNSUPPORTED) {
-        fprintf(stderr, "strata train: the model computes on the host backend only in this build; set "
-                        "strata.backend to \"host\"\n");
+        fprintf(stderr, "strata train: this build has no CUDA kernels for the model (nvcc was not found when it "
+                        "was configured); use --device host\n");
         goto out;
     }
     if (st != STRATA_OK) {
@@ -226,6 +226,7 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
     strata_stats_get(e, &stats);
     train_report rep;
     report_begin(&rep, start, o->steps, (int64_t)ntok * o->grad_accum, &stats, o->quiet, jsonl);
+    rep.flops_per_token = gpt_flops_per_token(&o->dims, o->seq);
     int64_t s = start, last_saved = -1;
     for (; s < o->steps && !stop_signal; s++) {
         double t0 = now_s(), loss = 0;
@@ -234,7 +235,12 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
             double l = 0;
             float scale = (float)(strata_loss_scale(e) / o->grad_accum);
             if (gpt_model_micro_step(m, tokens, targets, true, scale, &l) != STRATA_OK) {
-                rc = fail(e, "the forward/backward pass");
+                const char *kernel_error = gpt_model_error(m);
+                if (*kernel_error)
+                    fprintf(stderr, "strata train: the forward/backward pass failed: %s\n", kernel_error);
+                else
+                    fail(e, "the forward/backward pass");
+                rc = 1;
                 goto out;
             }
             loss += l / o->grad_accum;

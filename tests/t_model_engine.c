@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "model/gpt_engine.h"
+#include "synth.h"
 #include "testlib.h"
 
 static const gpt_dims dims = {.layers = 2, .heads = 2, .hidden = 32, .vocab = 256, .seq = 16};
@@ -55,7 +56,7 @@ static double engine_grads(strata_dtype dt, bool nvme, uint64_t seed, const int3
     T_OK(strata_engine_finalize(e));
     T_OK(gpt_model_prepare(m, B, T, dt));
     memset(grads, 0, gpt_numel(&dims) * sizeof(float));
-    gpt_model_capture_grads(m, grads);
+    T_OK(gpt_model_capture_grads(m, grads));
     for (int mb = 0; mb < 2; mb++) {
         T_CHECK(gpt_model_micro_step(m, tok + mb * N, tgt + mb * N, true, 0.5f, &l) == STRATA_OK, "micro step: %s",
                 strata_last_error(e));
@@ -76,17 +77,14 @@ int main(void)
     uint64_t seed = t_rand_u64();
     size_t n = gpt_numel(&dims);
     int32_t tok[2 * N], tgt[2 * N];
-    for (int i = 0; i < 2 * N; i++) {
-        tok[i] = (int32_t)t_rand_range(0, 255);
-        tgt[i] = (int32_t)t_rand_range(0, 255);
-    }
+    synth_rand_tokens(tok, tgt, 2 * N);
     /* The oracle: the same network on flat arrays. */
     gpt_flat *f = NULL;
     T_OK(gpt_flat_create(&dims, seed, &f));
     size_t bytes = gpt_activation_bytes(&dims, B, T);
     void *mem = malloc(bytes);
     gpt_net *net = NULL;
-    T_OK(gpt_net_create(&dims, B, T, mem, bytes, &net));
+    T_OK(gpt_net_create(&dims, B, T, gpt_ops_host(), mem, bytes, &net));
     gpt_source src = gpt_flat_source(f);
     double ref_loss = 0, l;
     for (int mb = 0; mb < 2; mb++) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "model/gpt.h"
+#include "synth.h"
 #include "testlib.h"
 
 static double loss_at(gpt_net *net, gpt_flat *f, const int32_t *tok, const int32_t *tgt)
@@ -32,12 +33,9 @@ int main(void)
     size_t bytes = gpt_activation_bytes(&d, B, T);
     void *mem = malloc(bytes);
     gpt_net *net = NULL;
-    T_OK(gpt_net_create(&d, B, T, mem, bytes, &net));
+    T_OK(gpt_net_create(&d, B, T, gpt_ops_host(), mem, bytes, &net));
     int32_t tok[16], tgt[16];
-    for (int i = 0; i < N; i++) {
-        tok[i] = (int32_t)t_rand_range(0, 255);
-        tgt[i] = (int32_t)t_rand_range(0, 255);
-    }
+    synth_rand_tokens(tok, tgt, N);
     gpt_source src = gpt_flat_source(f);
     double loss = 0;
     T_OK(gpt_net_step(net, &src, tok, tgt, true, 1.0f, &loss));

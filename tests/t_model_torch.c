@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model/gpt_engine.h"
+#include "synth.h"
 #include "testlib.h"
 
 static void write_file(const char *dir, const char *name, const void *data, size_t bytes)
@@ -49,11 +50,8 @@ int main(void)
     float *w = malloc(n * sizeof(float)), *g = calloc(n, sizeof(float));
     T_OK(gpt_model_read_weights(m, w));
     int32_t tok[B * T], tgt[B * T];
-    for (int i = 0; i < B * T; i++) {
-        tok[i] = (int32_t)t_rand_range(0, 255);
-        tgt[i] = (int32_t)t_rand_range(0, 255);
-    }
-    gpt_model_capture_grads(m, g);
+    synth_rand_tokens(tok, tgt, B * T);
+    T_OK(gpt_model_capture_grads(m, g));
     double loss = 0;
     T_OK(gpt_model_micro_step(m, tok, tgt, true, 1.0f, &loss));
 

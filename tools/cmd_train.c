@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/size.h"
+#include "gpu/device.h"
 #include "model/data.h"
 #include "model/trainer.h"
 #include "strata.h"
@@ -22,7 +23,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: strata train [--model PRESET] [--layers N] [--heads N] [--hidden N] [--vocab N] [--context N]\n"
             "                    [--config FILE] [--data FILE] [--steps N] [--batch N] [--grad-accum N] [--seq N]\n"
-            "                    [--lr X] [--min-lr X] [--warmup N] [--seed N] [--dtype fp32|bf16|fp16]\n"
+            "                    [--lr X] [--min-lr X] [--warmup N] [--seed N] [--device auto|host|cuda]\n"
+            "                    [--dtype fp32|bf16|fp16]\n"
             "                    [--offload device|host|nvme] [--nvme-dir DIR] [--device-budget SIZE]\n"
             "                    [--host-budget SIZE] [--prefetch SIZE] [--delayed-update] [--delayed-warmup N]\n"
             "                    [--threads N] [--trace FILE] [--log-jsonl FILE]\n"
@@ -37,6 +39,8 @@ static void usage(FILE *out)
             "                     (default: the model's context)\n"
             "  --lr X             peak learning rate (default 1e-3 or the config's); linear warmup over --warmup\n"
             "                     steps (default steps/10), then cosine down to --min-lr (default lr/10)\n"
+            "  --device KIND      where the model computes: cuda, host, or auto (default: cuda when a GPU answers)\n"
+            "  --dtype D          parameter and gradient dtype on the device (default bf16 on cuda, fp32 on host)\n"
             "  --offload TIER     where parameters and optimizer state live: device (default), host or nvme\n"
             "                     (nvme needs --nvme-dir DIR, a scratch directory for the swap files)\n"
             "  --device-budget, --host-budget SIZE  memory strata may use per tier; --prefetch SIZE the bytes\n"
@@ -52,7 +56,7 @@ static void usage(FILE *out)
 }
 
 typedef struct args {
-    const char *model, *config, *data, *offload, *nvme_dir, *trace, *dtype;
+    const char *model, *config, *data, *offload, *nvme_dir, *trace, *dtype, *device;
     const char *device_budget, *host_budget, *prefetch;
     int layers, heads, hidden, vocab, context, batch, grad_accum, seq, threads, keep, delayed_warmup;
     long long steps, warmup, save_every;
@@ -155,6 +159,8 @@ static int parse(int argc, char **argv, args *a)
             a->trace = v;
         } else if (strcmp(f, "--dtype") == 0) {
             a->dtype = v;
+        } else if (strcmp(f, "--device") == 0) {
+            a->device = v;
         } else if (strcmp(f, "--device-budget") == 0) {
             a->device_budget = v;
         } else if (strcmp(f, "--host-budget") == 0) {
@@ -189,7 +195,6 @@ static void place(strata_offload_config *o, strata_tier tier, const char *dir)
 static int build_config(args *a, strata_config *cfg)
 {
     strata_config_init(cfg);
-    cfg->backend = STRATA_BACKEND_HOST; /* the model computes on the host; a config may ask otherwise */
     cfg->lr = 1e-3f;
     cfg->weight_decay = 0.0f;
     if (a->config) {
@@ -218,6 +223,21 @@ static int build_config(args *a, strata_config *cfg)
         if (t != STRATA_TIER_DEVICE)
             cfg->zero_stage = 3;
     }
+    if (a->device) {
+        if (strcmp(a->device, "auto") == 0)
+            cfg->backend = STRATA_BACKEND_AUTO;
+        else if (strcmp(a->device, "host") == 0)
+            cfg->backend = STRATA_BACKEND_HOST;
+        else if (strcmp(a->device, "cuda") == 0)
+            cfg->backend = STRATA_BACKEND_CUDA;
+        else
+            return bad("--device", a->device, "allowed: auto, host, cuda");
+    }
+    /* Resolved here rather than in the engine so that the dtype default can follow it. */
+    if (cfg->backend == STRATA_BACKEND_AUTO)
+        cfg->backend = dev_probe(STRATA_BACKEND_CUDA, NULL, 0) == STRATA_OK ? STRATA_BACKEND_CUDA : STRATA_BACKEND_HOST;
+    if (cfg->backend == STRATA_BACKEND_CUDA && cfg->param_dtype == STRATA_DTYPE_FP32)
+        cfg->param_dtype = STRATA_DTYPE_BF16; /* tensor cores; --dtype fp32 below still overrides */
     if (a->dtype) {
         const char *names[] = {"fp32", "bf16", "fp16"};
         int k = 0;
@@ -260,9 +280,10 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
     printf("  data %s (%zu bytes); batch %d x seq %d x grad-accum %d = %d tokens/step; %lld steps, seed %llu\n",
            data_name, t->data->len, t->batch, t->seq, t->grad_accum, t->batch * t->seq * t->grad_accum,
            (long long)t->steps, (unsigned long long)t->seed);
-    printf("  lr %.3g (warmup %lld, cosine to %.3g); params %s %s, optimizer %s; delayed update %s\n", cfg->lr,
-           (long long)t->warmup, t->min_lr, dtypes[cfg->param_dtype], tiers[cfg->offload_param.device],
-           tiers[cfg->offload_optimizer.device], cfg->delayed_update ? "on" : "off");
+    printf("  lr %.3g (warmup %lld, cosine to %.3g); computes on %s; params %s %s, optimizer %s; delayed update %s\n",
+           cfg->lr, (long long)t->warmup, t->min_lr, cfg->backend == STRATA_BACKEND_CUDA ? "cuda" : "host",
+           dtypes[cfg->param_dtype], tiers[cfg->offload_param.device], tiers[cfg->offload_optimizer.device],
+           cfg->delayed_update ? "on" : "off");
     /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master and moments. */
     size_t pbytes = cfg->param_dtype == STRATA_DTYPE_FP32 ? 4 : 2;
     double states = (double)gpt_numel(d) * (double)(2 * pbytes + 12);
