@@ -66,11 +66,13 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
     double stall = ns_s(now->stall_ns - r->start.stall_ns);
     double eta = r->wall_s / (double)done * (double)(r->total_steps - step - 1);
     if (r->jsonl) {
+        double tokens_per_s = step_wall_s > 0 ? (double)r->tokens_per_step / step_wall_s : 0;
         fprintf(r->jsonl,
-                "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_s\":%.6f,\"stall_s\":%.6f,"
+                "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"tflops\":%.4f,\"step_s\":%.6f,"
+                "\"stall_s\":%.6f,"
                 "\"optimizer_s\":%.6f,\"skipped\":%s,\"loss_scale\":%.1f,\"nvme_to_host_bytes\":%llu,"
                 "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,\"host_to_nvme_bytes\":%llu}\n",
-                (long long)step + 1, loss, lr, step_wall_s > 0 ? (double)r->tokens_per_step / step_wall_s : 0,
+                (long long)step + 1, loss, lr, tokens_per_s, tokens_per_s * r->flops_per_token / 1e12,
                 step_wall_s, ns_s(now->stall_ns - prev.stall_ns), ns_s(now->step_ns - prev.step_ns),
                 res->skipped ? "true" : "false", res->loss_scale,
                 (unsigned long long)(now->nvme_to_host_bytes - prev.nvme_to_host_bytes),
