@@ -82,6 +82,10 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
         back = 1 - e->param_front;
     }
     if (two && e->steps_called > e->cfg.delayed_warmup_steps) {
+        /* The next step's first fetches are queued before the background update's NVMe reads, so the
+         * trainer's first modules do not wait behind the optimizer state on the drive (they read the front
+         * parameter copy; the update writes the back one). */
+        ERR_CHECK(fetch_prefetch(e));
         int consumed = e->grad_front;
         e->grad_front = 1 - e->grad_front;
         opt_job_submit(e, lr, scale, consumed, back);
