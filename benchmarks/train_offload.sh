@@ -10,13 +10,13 @@
 #
 # usage: benchmarks/train_offload.sh [--json] [--steps N] [--rounds R] [--dir DIR]
 #   model: --layers 4 --hidden 256 --heads 4 --context 128, batch 4 x seq 128 x grad-accum 4, fp32 (TRAIN_ARGS
-#   overrides it); 8 steps per run
+#   overrides it); 12 steps per run, 7 rounds (the machine is shared: fewer rounds give a median that swings ±0.1)
 #   STRATA_BIN: the strata binary (default build/strata)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${STRATA_BIN:-$here/build/strata}
-json=0 steps=8 rounds=3 dir=$here/build/scratch/train_offload
+json=0 steps=12 rounds=7 dir=$here/build/scratch/train_offload
 while [ $# -gt 0 ]; do
     case $1 in
     --json) json=1 ;;
