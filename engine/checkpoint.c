@@ -449,6 +449,7 @@ static strata_status load(strata_engine *e, const char *dir)
     ERR_CHECK(opt_job_join(e, &unused, &had));
     ERR_CHECK(dev_stream_sync(e->h2d));
     fetch_invalidate_all(e);
+    step_slots_forget(e); /* the optimizer state on NVMe is about to change */
 
     ckpt_ctx c;
     strata_status st = ctx_init(&c, e);

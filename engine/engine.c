@@ -73,6 +73,7 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     }
     if (e->dev)
         engine_process_frees(e, true); /* buffers dropped above wait for the compute stream */
+    step_slots_free(e);
     tier_array *arrays[] = {&e->param[0], &e->param[1], &e->grad[0], &e->grad[1], &e->master, &e->exp_avg,
                             &e->exp_avg_sq};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)

@@ -28,6 +28,8 @@
 #define ENGINE_NAME_BYTES 128
 #define ENGINE_MODULE_ALIGN PLAN_MODULE_ALIGN /* see plan_module_layout() */
 
+typedef struct step_slots step_slots;
+
 typedef struct eng_param {
     char name[ENGINE_NAME_BYTES];
     strata_module_id module;
@@ -122,6 +124,7 @@ struct strata_engine {
     tier_array grad[2];             /* fp32 gradient stores: [accumulating, being consumed] */
     int grad_front;
     tier_array master, exp_avg, exp_avg_sq;
+    struct step_slots *step_slots;  /* the optimizer's pinned slots, kept between steps (step.c) */
     uint8_t *grad_touched[2];       /* per grad store, per module: gradients arrived since its last step */
 
     /* fetch window */
@@ -204,6 +207,11 @@ strata_status grads_drain(strata_engine *e);
  * loss_scale is the scale the trainer's gradients carry. res->skipped on an fp16 overflow. */
 strata_status step_run(strata_engine *e, double lr, double loss_scale, int grad_index, int param_out,
                        strata_step_result *res);
+/* The optimizer's pinned slots keep the state of the last sub-groups a step wrote; after anything else writes
+ * the optimizer state (strata_load), step_slots_forget makes the next step read it again. step_slots_free
+ * waits for the slots' I/O and gives them back (engine destroy). */
+void step_slots_forget(strata_engine *e);
+void step_slots_free(strata_engine *e);
 strata_status opt_thread_start(strata_engine *e);
 void opt_thread_stop(strata_engine *e);
 void opt_job_submit(strata_engine *e, double lr, double loss_scale, int grad_index, int param_out);

@@ -1,8 +1,12 @@
 /*
  * The optimizer step, over sub-groups of the flat partition. For sub-group k:
- *   - its master weights, moments (and gradients, when they live on NVMe) are read into one of three
- *     pinned slots while Adam runs on k-1, and written back from the slot of k-1 while Adam runs on k
- *     (three slots: reading k+1, computing k, writing k-1);
+ *   - its master weights, moments (and gradients, when they live on NVMe) are read into pinned slot k % 4
+ *     while Adam runs on the sub-group before it, and written back from there while Adam runs on the next;
+ *   - the slots outlive the step (the pool reserves them anyway), and a slot still holding sub-group k's
+ *     state from the last step is not read again: the steps alternate direction, so the last four
+ *     sub-groups of one step are the first four of the next (for a model of up to four sub-groups, the
+ *     optimizer state is read from NVMe only once). NVMe is still written every step, so it stays the
+ *     truth for checkpoints; a failed step or a strata_load forgets what the slots hold;
  *   - Adam writes the new low-precision parameters either straight into their host-tier array or into a
  *     pinned staging buffer whose finished tiles are copied to the device while later tiles compute
  *     (device tier), or which is written to NVMe after the sub-group (NVMe tier).
@@ -10,6 +14,7 @@
  * pre-pass over the same sub-groups, so the sum is the same whatever the placement.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -36,13 +41,23 @@ typedef struct param_slot {
     dev_event *copied;
 } param_slot;
 
+/* What stays from one step to the next (engine->step_slots). */
+struct step_slots {
+    opt_slot slot[STEP_SLOTS];
+    size_t holds[STEP_SLOTS]; /* the sub-group whose current state the slot holds, or NO_SUB_GROUP */
+    bool acquired;
+    bool descending;          /* the direction of the next step */
+};
+#define NO_SUB_GROUP SIZE_MAX
+
 typedef struct step_ctx {
     strata_engine *e;
     tier_array *grads;
     const uint8_t *touched;
     size_t sg, nsub;
     bool opt_nvme, grad_nvme;
-    opt_slot slot[STEP_SLOTS];
+    opt_slot *slot; /* e->step_slots->slot */
+    size_t *holds;
     param_slot ps[2];
     tier_array *pout;
 } step_ctx;
@@ -132,13 +147,16 @@ static strata_status issue_read(step_ctx *c, size_t k)
     strata_engine *e = c->e;
     opt_slot *s = &c->slot[k % STEP_SLOTS];
     size_t first = sub_first(c, k), n = sub_count(c, k);
-    /* The slot's previous write (sub-group k-3) must have left the buffers. */
+    /* The slot's previous write (four sub-groups back) must have left the buffers. */
     ERR_CHECK(wait_write(e, s));
     s->rd_issue_ns = now_ns();
-    ERR_CHECK(tarr_read(&e->master, &e->env, first, n, s->master, &s->rd));
-    ERR_CHECK(tarr_read(&e->exp_avg, &e->env, first, n, s->m, &s->rd));
-    ERR_CHECK(tarr_read(&e->exp_avg_sq, &e->env, first, n, s->v, &s->rd));
-    atomic_fetch_add(&e->ctr.nvme_to_host, 12 * n);
+    if (c->holds[k % STEP_SLOTS] != k) {
+        c->holds[k % STEP_SLOTS] = NO_SUB_GROUP; /* being overwritten */
+        ERR_CHECK(tarr_read(&e->master, &e->env, first, n, s->master, &s->rd));
+        ERR_CHECK(tarr_read(&e->exp_avg, &e->env, first, n, s->m, &s->rd));
+        ERR_CHECK(tarr_read(&e->exp_avg_sq, &e->env, first, n, s->v, &s->rd));
+        atomic_fetch_add(&e->ctr.nvme_to_host, 12 * n);
+    }
     if (c->grad_nvme)
         ERR_CHECK(load_grads(c, first, n, s->grad, &s->rd));
     return STRATA_OK;
@@ -154,24 +172,88 @@ static strata_status issue_write(step_ctx *c, size_t k)
     ERR_CHECK(tarr_write(&e->exp_avg, &e->env, first, n, s->m, &s->wr));
     ERR_CHECK(tarr_write(&e->exp_avg_sq, &e->env, first, n, s->v, &s->wr));
     atomic_fetch_add(&e->ctr.host_to_nvme, 12 * n);
+    c->holds[k % STEP_SLOTS] = k; /* what it writes is the state now */
     return STRATA_OK;
+}
+
+static void release_slot_buffers(strata_engine *e)
+{
+    for (int i = 0; i < STEP_SLOTS; i++) {
+        opt_slot *s = &e->step_slots->slot[i];
+        float **bufs[] = {&s->master, &s->m, &s->v, &s->grad};
+        for (int b = 0; b < 4; b++) {
+            pool_release(e->pool, *bufs[b]);
+            *bufs[b] = NULL;
+        }
+    }
+}
+
+/* The optimizer slots, taken at the first step and kept until the engine goes. */
+static strata_status acquire_slots(step_ctx *c)
+{
+    strata_engine *e = c->e;
+    if (!e->step_slots) {
+        if (!(e->step_slots = calloc(1, sizeof *e->step_slots)))
+            return err_set(STRATA_ENOMEM, "optimizer step: out of memory");
+        for (int i = 0; i < STEP_SLOTS; i++) {
+            io_wait_init(&e->step_slots->slot[i].rd);
+            io_wait_init(&e->step_slots->slot[i].wr);
+            e->step_slots->holds[i] = NO_SUB_GROUP;
+        }
+    }
+    step_slots *ss = e->step_slots;
+    c->slot = ss->slot;
+    c->holds = ss->holds;
+    if (ss->acquired)
+        return STRATA_OK;
+    size_t bytes = c->sg * 4;
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < STEP_SLOTS && st == STRATA_OK; i++) {
+        opt_slot *s = &ss->slot[i];
+        if (c->opt_nvme) {
+            st = pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->master);
+            if (st == STRATA_OK)
+                st = pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->m);
+            if (st == STRATA_OK)
+                st = pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->v);
+        }
+        if (c->grad_nvme && st == STRATA_OK)
+            st = pool_acquire(e->pool, POOL_STEP, bytes, "gradient slot", (void **)&s->grad);
+    }
+    if (st != STRATA_OK) {
+        release_slot_buffers(e); /* all or nothing: the next step tries again */
+        return st;
+    }
+    ss->acquired = true;
+    return STRATA_OK;
+}
+
+void step_slots_forget(strata_engine *e)
+{
+    for (int i = 0; e->step_slots && i < STEP_SLOTS; i++)
+        e->step_slots->holds[i] = NO_SUB_GROUP;
+}
+
+void step_slots_free(strata_engine *e)
+{
+    step_slots *ss = e->step_slots;
+    if (!ss)
+        return;
+    for (int i = 0; i < STEP_SLOTS; i++) {
+        io_wait_wait(&ss->slot[i].rd);
+        wait_write(e, &ss->slot[i]);
+        io_wait_destroy(&ss->slot[i].rd);
+        io_wait_destroy(&ss->slot[i].wr);
+    }
+    release_slot_buffers(e);
+    free(ss);
+    e->step_slots = NULL;
 }
 
 static strata_status acquire_buffers(step_ctx *c)
 {
     strata_engine *e = c->e;
-    size_t bytes = c->sg * 4;
-    for (int i = 0; i < STEP_SLOTS; i++) {
-        io_wait_init(&c->slot[i].rd);
-        io_wait_init(&c->slot[i].wr);
-        if (c->opt_nvme) {
-            ERR_CHECK(pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&c->slot[i].master));
-            ERR_CHECK(pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&c->slot[i].m));
-            ERR_CHECK(pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&c->slot[i].v));
-        }
-        if (c->grad_nvme)
-            ERR_CHECK(pool_acquire(e->pool, POOL_STEP, bytes, "gradient slot", (void **)&c->slot[i].grad));
-    }
+    ERR_CHECK(acquire_slots(c));
     for (int i = 0; i < 2; i++) {
         io_wait_init(&c->ps[i].wr);
         ERR_CHECK(dev_event_create(e->dev, &c->ps[i].copied));
@@ -181,22 +263,17 @@ static strata_status acquire_buffers(step_ctx *c)
     return STRATA_OK;
 }
 
-/* Waits for everything still moving into or out of the step's buffers, then frees them. */
+/* Waits for everything still moving into or out of the step's buffers (NVMe holds the state when it
+ * returns), then frees the parameter staging; the optimizer slots stay. */
 static strata_status release_buffers(step_ctx *c)
 {
     strata_engine *e = c->e;
     strata_status first = STRATA_OK, st;
-    for (int i = 0; i < STEP_SLOTS; i++) {
+    for (int i = 0; c->slot && i < STEP_SLOTS; i++) {
         if ((st = io_wait_wait(&c->slot[i].rd)) != STRATA_OK && first == STRATA_OK)
             first = st;
         if ((st = wait_write(e, &c->slot[i])) != STRATA_OK && first == STRATA_OK)
             first = st;
-        io_wait_destroy(&c->slot[i].rd);
-        io_wait_destroy(&c->slot[i].wr);
-        pool_release(e->pool, c->slot[i].master);
-        pool_release(e->pool, c->slot[i].m);
-        pool_release(e->pool, c->slot[i].v);
-        pool_release(e->pool, c->slot[i].grad);
     }
     if ((st = dev_stream_sync(e->upd)) != STRATA_OK && first == STRATA_OK)
         first = st;
@@ -293,20 +370,30 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
     return STRATA_OK;
 }
 
+/* Sub-groups in the step's direction: position j of nsub. */
+static size_t sub_at(const step_ctx *c, size_t j, bool descending)
+{
+    return descending ? c->nsub - 1 - j : j;
+}
+
 static strata_status run_pipeline(step_ctx *c, const adam_consts *consts)
 {
     const strata_offload_config *o = &c->e->cfg.offload_optimizer;
+    bool desc = c->e->step_slots->descending;
     if (c->opt_nvme)
-        ERR_CHECK(issue_read(c, 0));
-    for (size_t k = 0; k < c->nsub; k++) {
-        if (c->opt_nvme && k + 1 < c->nsub && o->pipeline_read)
-            ERR_CHECK(issue_read(c, k + 1));
+        ERR_CHECK(issue_read(c, sub_at(c, 0, desc)));
+    for (size_t j = 0; j < c->nsub; j++) {
+        size_t k = sub_at(c, j, desc);
+        bool more = j + 1 < c->nsub;
+        if (c->opt_nvme && more && o->pipeline_read)
+            ERR_CHECK(issue_read(c, sub_at(c, j + 1, desc)));
         ERR_CHECK(update_sub_group(c, k, consts));
         if (c->opt_nvme && !o->pipeline_write)
             ERR_CHECK(io_wait_wait(&c->slot[k % STEP_SLOTS].wr));
-        if (c->opt_nvme && k + 1 < c->nsub && !o->pipeline_read)
-            ERR_CHECK(issue_read(c, k + 1));
+        if (c->opt_nvme && more && !o->pipeline_read)
+            ERR_CHECK(issue_read(c, sub_at(c, j + 1, desc)));
     }
+    c->e->step_slots->descending = !desc;
     return STRATA_OK;
 }
 
@@ -354,8 +441,10 @@ strata_status step_run(strata_engine *e, double lr, double loss_scale, int grad_
     strata_status rst = release_buffers(&c);
     if (st == STRATA_OK)
         st = rst;
-    if (st != STRATA_OK)
+    if (st != STRATA_OK) {
+        step_slots_forget(e); /* a slot may hold a half-done update */
         return st;
+    }
     memset(e->grad_touched[grad_index], 0, e->nmodules);
     if (!res->skipped)
         e->adam_step++;

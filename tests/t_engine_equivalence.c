@@ -3,26 +3,38 @@
  * The synthetic trainer runs the same seed with everything on the device tier, with the optimizer
  * on the host, with parameters and optimizer on NVMe, and with a device budget so small that every
  * module is fetched from NVMe every time; all must end with bit-identical master weights.
- * Repeated for bf16 parameters, with gradient clipping, and with a declared order.
+ * Repeated for bf16 parameters, with gradient clipping, with a declared order, and with more optimizer
+ * sub-groups than the step keeps in its pinned slots (the steps alternate direction and reuse what the
+ * slots still hold: the cached and the re-read sub-groups must give the same bits).
  */
 #include <math.h>
+#include <string.h>
 
 #include "synth.h"
 #include "testlib.h"
 
 static const char *nvme_dir;
 
-static void run_family(const char *label, strata_dtype dtype, double clip, bool declare)
+static void run_family(const char *label, strata_dtype dtype, double clip, bool declare, bool many_sub_groups)
 {
     synth_opts o;
     synth_defaults(&o, t_rand_u64());
     o.declare_order = declare;
+    if (many_sub_groups) {
+        /* 7 modules of one 4096-element block each, one sub-group per block: more than the 4 slots. */
+        o.layers = 7;
+        int w[] = {24, 80, 48, 64, 16, 40, 56, 8};
+        memcpy(o.width, w, sizeof w);
+        o.steps = 5;
+    }
     float *ref = NULL;
     size_t nref = 0;
     strata_stats st_tiny = {0};
     for (size_t p = 0; p < synth_placement_count; p++) {
         strata_config c = synth_config(dtype);
         c.gradient_clipping = clip;
+        if (many_sub_groups)
+            c.sub_group_size = 4096;
         synth_placements[p].apply(&c, nvme_dir);
         float *w = NULL;
         size_t n = 0;
@@ -61,8 +73,9 @@ int main(void)
 {
     t_rng_seed();
     nvme_dir = t_scratch_dir("t_engine_equivalence");
-    run_family("fp32", STRATA_DTYPE_FP32, 0, false);
-    run_family("bf16", STRATA_DTYPE_BF16, 0, false);
-    run_family("fp32 clipped, declared order", STRATA_DTYPE_FP32, 0.05, true);
+    run_family("fp32", STRATA_DTYPE_FP32, 0, false, false);
+    run_family("bf16", STRATA_DTYPE_BF16, 0, false, false);
+    run_family("fp32 clipped, declared order", STRATA_DTYPE_FP32, 0.05, true, false);
+    run_family("fp32, 7 sub-groups", STRATA_DTYPE_FP32, 0, false, true);
     return t_done();
 }

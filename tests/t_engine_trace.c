@@ -33,7 +33,7 @@ int main(void)
     T_OK(synth_train(&o, &c, &w, &n, NULL, &s));
     free(w);
 
-    /* Counters: every step reads and writes all master/m/v (12 bytes per element) at least. */
+    /* Counters: every step writes all master/m/v (12 bytes per element) at least. */
     T_EQ_INT(s.steps, o.steps);
     T_CHECK(s.fetches == (uint64_t)(o.steps * o.micro_batches * 2 * o.layers), "fetches %llu",
             (unsigned long long)s.fetches);

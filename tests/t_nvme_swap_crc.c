@@ -129,6 +129,9 @@ static void engine_level(const char *dir)
     T_OK(strata_step(e, NULL, NULL));
     uint64_t at = e->master.ext.offset + t_rand_range(0, e->master.ext.bytes - 1);
     flip(e->swap, 1, c.aio.block_size, at, 0x10);
+    /* The optimizer's slots still hold the last step's state and would not read it again: make them forget,
+     * so that the step reads the damaged copy from the drive. */
+    step_slots_forget(e);
     T_STATUS(strata_step(e, NULL, NULL), STRATA_ECORRUPT);
     T_CONTAINS(strata_last_error(e), "checksum mismatch in master weights");
     T_CONTAINS(strata_last_error(e), dir);
