@@ -220,7 +220,7 @@ void k_residual_forward(void *ctx, float *out, const float *a, const float *b, s
         out[i] = a[i] + b[i];
 }
 
-void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, float *row_loss, const float *x, const float *wte,
+void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, double *row_loss, const float *x, const float *wte,
                  const int32_t *targets, int N, int C, int V, int chunk, float scale)
 {
     (void)ctx;
@@ -237,7 +237,7 @@ void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, float *row_lo
             for (int v = 0; v < V; v++)
                 sum += expf(l[v] - mx);
             int t = targets[r0 + r];
-            row_loss[r0 + r] = (float)(log(sum) - (double)(l[t] - mx));
+            row_loss[r0 + r] = log(sum) - (double)(l[t] - mx);
             if (dx) {
                 float inv = (float)(1.0 / sum);
                 for (int v = 0; v < V; v++)

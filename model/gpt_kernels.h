@@ -41,7 +41,7 @@ void k_residual_forward(void *ctx, float *out, const float *a, const float *b, s
 /* Tied head and cross-entropy over rows [0, N) of x (N x C), chunk rows at a time (logits: chunk x V scratch).
  * Writes row n's loss into row_loss[n]; with dx != NULL writes dx (overwritten) and adds into dwte the gradient
  * of scale * sum(row_loss). */
-void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, float *row_loss, const float *x, const float *wte,
+void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, double *row_loss, const float *x, const float *wte,
                  const int32_t *targets, int N, int C, int V, int chunk, float scale);
 
 #endif

@@ -17,7 +17,7 @@ struct gpt_net {
     int B, T;
     const gpt_ops *ops;
     int32_t *tokens, *targets; /* the micro-batch, uploaded next to the activations */
-    float *row_loss, *host_row_loss;
+    double *row_loss, *host_row_loss; /* double: the finite-difference check differences losses */
     float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits;
     float *dres, *dsmall, *dbig, *datt; /* backward scratch */
     layer_acts *layer;
@@ -44,7 +44,7 @@ static size_t layout(const gpt_dims *d, int B, int T, void *mem, gpt_net *net)
     size_t chunk = N < HEAD_CHUNK ? N : HEAD_CHUNK;
     float *p;
     int32_t *tokens = (int32_t *)carve(&c, N), *targets = (int32_t *)carve(&c, N); /* int32 is float-sized */
-    float *row_loss = carve(&c, N);
+    double *row_loss = (double *)carve(&c, 2 * N); /* 64-byte aligned pieces: fine for doubles */
     p = carve(&c, N * C);
     if (net) {
         net->tokens = tokens, net->targets = targets, net->row_loss = row_loss;
@@ -94,7 +94,7 @@ strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, const gpt_op
     if (!net)
         return STRATA_ENOMEM;
     net->layer = calloc((size_t)d->layers, sizeof *net->layer);
-    net->host_row_loss = malloc((size_t)batch * seq * sizeof(float));
+    net->host_row_loss = malloc((size_t)batch * seq * sizeof(double));
     if (!net->layer || !net->host_row_loss) {
         gpt_net_destroy(net);
         return STRATA_ENOMEM;
@@ -172,7 +172,7 @@ static void block_backward(gpt_net *net, int l, float **w, float **g, const floa
 static strata_status read_loss(gpt_net *net, double *loss)
 {
     int N = net->B * net->T;
-    TRY(net->ops->to_host(net->ops->ctx, net->host_row_loss, net->row_loss, (size_t)N * sizeof(float)));
+    TRY(net->ops->to_host(net->ops->ctx, net->host_row_loss, net->row_loss, (size_t)N * sizeof(double)));
     double sum = 0;
     for (int n = 0; n < N; n++)
         sum += net->host_row_loss[n];

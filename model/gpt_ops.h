@@ -43,7 +43,7 @@ typedef struct gpt_ops {
     void (*residual_forward)(void *ctx, float *out, const float *a, const float *b, size_t n);
     /* The tied head and cross-entropy, chunk rows at a time (logits: chunk x V scratch): row_loss[n] (overwritten) is
      * row n's loss; with dx != NULL, dx is overwritten and dwte gets the gradient of scale * sum(row_loss). */
-    void (*head_loss)(void *ctx, float *dx, float *dwte, float *logits, float *row_loss, const float *x,
+    void (*head_loss)(void *ctx, float *dx, float *dwte, float *logits, double *row_loss, const float *x,
                       const float *wte, const int32_t *targets, int N, int C, int V, int chunk, float scale);
 
     void (*zero)(void *ctx, float *p, size_t n);

@@ -415,7 +415,7 @@ extern "C" cudaError_t kcuda_residual_forward(float *out, const float *a, const 
 
 /* ---------------------------------------------------------------- cross-entropy */
 
-static __global__ void cross_entropy_kernel(float *__restrict__ logits, float *__restrict__ row_loss,
+static __global__ void cross_entropy_kernel(float *__restrict__ logits, double *__restrict__ row_loss,
                                             const int32_t *__restrict__ targets, int V, float scale, int with_grad)
 {
     __shared__ float red[32];
@@ -430,7 +430,7 @@ static __global__ void cross_entropy_kernel(float *__restrict__ logits, float *_
     int t = targets[blockIdx.x];
     bool ok = t >= 0 && t < V;
     if (threadIdx.x == 0)
-        row_loss[blockIdx.x] = ok ? logf(sum) - (l[t] - mx) : NAN;
+        row_loss[blockIdx.x] = ok ? (double)(logf(sum) - (l[t] - mx)) : (double)NAN;
     if (!with_grad)
         return;
     __syncthreads(); /* thread 0 has read l[t] before the row is overwritten */
@@ -443,7 +443,7 @@ static __global__ void cross_entropy_kernel(float *__restrict__ logits, float *_
     }
 }
 
-extern "C" cudaError_t kcuda_cross_entropy(float *logits, float *row_loss, const int32_t *targets, int rows, int V,
+extern "C" cudaError_t kcuda_cross_entropy(float *logits, double *row_loss, const int32_t *targets, int rows, int V,
                                            float scale, int with_grad, cudaStream_t stream)
 {
     if (rows <= 0 || V <= 0)

@@ -52,7 +52,7 @@ cudaError_t kcuda_residual_forward(float *out, const float *a, const float *b, s
 /* One block per row of logits (rows x V): row_loss[r] = log(sum exp(l - max)) - (l[target] - max); with
  * with_grad, the row becomes scale * softmax with scale subtracted at the target. A target outside
  * [0, V) gives a NaN loss (and no subtraction) instead of a read out of bounds. */
-cudaError_t kcuda_cross_entropy(float *logits, float *row_loss, const int32_t *targets, int rows, int V, float scale,
+cudaError_t kcuda_cross_entropy(float *logits, double *row_loss, const int32_t *targets, int rows, int V, float scale,
                                 int with_grad, cudaStream_t stream);
 
 /* Conversions; to bf16 / fp16 round to nearest even and keep NaN a NaN. */

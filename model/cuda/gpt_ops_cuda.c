@@ -250,7 +250,7 @@ static void cu_residual_forward(void *ctx, float *out, const float *a, const flo
 }
 
 /* logits is reused by every chunk: the stream runs a chunk's products before the next chunk's. */
-static void cu_head_loss(void *ctx, float *dx, float *dwte, float *logits, float *row_loss, const float *x,
+static void cu_head_loss(void *ctx, float *dx, float *dwte, float *logits, double *row_loss, const float *x,
                          const float *wte, const int32_t *targets, int N, int C, int V, int chunk, float scale)
 {
     cuda_ops *cu = ctx;
