@@ -21,6 +21,7 @@
 #include "build_info.h"
 #include "cpu_adam/adam.h"
 #include "cpu_adam/driver.h"
+#include "engine/engine.h"
 #include "nvme/io.h"
 #include "nvme/swap.h"
 #include "strata.h"
@@ -147,6 +148,7 @@ static strata_status engine_open(const step_opts *o, engine_run *r)
     c.offload_optimizer.device = STRATA_TIER_NVME;
     snprintf(c.offload_optimizer.nvme_path[0], STRATA_PATH_BYTES, "%s", o->path);
     c.offload_optimizer.nvme_path_count = 1;
+    c.gradients_on_nvme = STRATA_SWITCH_ON; /* T_io reads the gradients from NVMe too */
     c.sub_group_size = o->sub_group;
     c.cpu_threads = o->threads;
     c.aio = o->aio;
@@ -194,6 +196,9 @@ static strata_status engine_step(const step_opts *o, engine_run *r, double *seco
     strata_status st = strata_sync(r->e);
     if (st != STRATA_OK)
         return st;
+    /* The pipeline in full, as T_io does it: the slots would otherwise skip re-reading the sub-groups whose
+     * state they kept from the last step. */
+    step_slots_forget(r->e);
     uint64_t t0 = now_ns();
     st = strata_step(r->e, NULL, NULL);
     *seconds = (now_ns() - t0) / 1e9;
