@@ -36,6 +36,7 @@ static run start(strata_backend_kind backend, strata_dtype dt, uint64_t seed)
     c.cpu_threads = 2;
     c.lr = 1e-3f;
     c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, dt);
+    c.offload_optimizer.device = STRATA_TIER_HOST; /* strata's optimizer runs on the CPU */
     run r = {0};
     strata_status st = strata_engine_create(&c, &r.e);
     if (st != STRATA_OK && backend == STRATA_BACKEND_CUDA)

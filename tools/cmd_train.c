@@ -41,7 +41,8 @@ static void usage(FILE *out)
             "                     steps (default steps/10), then cosine down to --min-lr (default lr/10)\n"
             "  --device KIND      where the model computes: cuda, host, or auto (default: cuda when a GPU answers)\n"
             "  --dtype D          parameter and gradient dtype on the device (default bf16 on cuda, fp32 on host)\n"
-            "  --offload TIER     where parameters and optimizer state live: device (default), host or nvme\n"
+            "  --offload TIER     where parameters and optimizer state live: device (default), host or nvme;\n"
+            "                     on cuda the optimizer state stays in host memory for device\n"
             "                     (nvme needs --nvme-dir DIR, a scratch directory for the swap files)\n"
             "  --device-budget, --host-budget SIZE  memory strata may use per tier; --prefetch SIZE the bytes\n"
             "                     of parameters fetched ahead\n"
@@ -238,6 +239,8 @@ static int build_config(args *a, strata_config *cfg)
         cfg->backend = dev_probe(STRATA_BACKEND_CUDA, NULL, 0) == STRATA_OK ? STRATA_BACKEND_CUDA : STRATA_BACKEND_HOST;
     if (cfg->backend == STRATA_BACKEND_CUDA && cfg->param_dtype == STRATA_DTYPE_FP32)
         cfg->param_dtype = STRATA_DTYPE_BF16; /* tensor cores; --dtype fp32 below still overrides */
+    if (cfg->backend == STRATA_BACKEND_CUDA && cfg->offload_optimizer.device == STRATA_TIER_DEVICE)
+        cfg->offload_optimizer.device = STRATA_TIER_HOST; /* the optimizer runs on the CPU: its state lives there */
     if (a->dtype) {
         const char *names[] = {"fp32", "bf16", "fp16"};
         int k = 0;
