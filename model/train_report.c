@@ -23,6 +23,12 @@ static double ns_s(uint64_t ns)
     return (double)ns * 1e-9;
 }
 
+/* Decimals for a rate: a 3-billion-parameter model trains at a fraction of a token per second. */
+static int rate_decimals(double rate)
+{
+    return rate < 10 ? 2 : rate < 100 ? 1 : 0;
+}
+
 void report_begin(train_report *r, int64_t first_step, int64_t total_steps, int64_t tokens_per_step,
                   const strata_stats *start, bool quiet, FILE *jsonl)
 {
@@ -87,9 +93,9 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
         return;
     r->last_print_s = r->wall_s;
     const strata_stats *s0 = &r->start;
-    printf("%sstep %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  stall %.1f%%  GB nvme>host %.2f host>dev %.2f "
+    printf("%sstep %lld/%lld  loss %.4f  lr %.2e  %.*f tok/s  stall %.1f%%  GB nvme>host %.2f host>dev %.2f "
            "dev>host %.2f host>nvme %.2f  ETA %.0fs%s",
-           r->tty ? "\r" : "", (long long)step + 1, (long long)r->total_steps, loss, lr, tps,
+           r->tty ? "\r" : "", (long long)step + 1, (long long)r->total_steps, loss, lr, rate_decimals(tps), tps,
            r->wall_s > 0 ? 100.0 * stall / r->wall_s : 0, gb(now->nvme_to_host_bytes, s0->nvme_to_host_bytes),
            gb(now->host_to_device_bytes, s0->host_to_device_bytes),
            gb(now->device_to_host_bytes, s0->device_to_host_bytes), gb(now->host_to_nvme_bytes, s0->host_to_nvme_bytes),
@@ -115,7 +121,7 @@ void report_summary(train_report *r, const char *trace_path)
         printf(")\n");
     }
     double tokens_per_s = (double)(steps * r->tokens_per_step) / wall;
-    printf("  throughput  %.0f tokens/s", tokens_per_s);
+    printf("  throughput  %.*f tokens/s", rate_decimals(tokens_per_s), tokens_per_s);
     if (r->flops_per_token > 0)
         printf(", %.3g TFLOPS (model FLOPs: 6 x parameters + 12 x layers x seq x hidden per token)",
                tokens_per_s * r->flops_per_token / 1e12);
