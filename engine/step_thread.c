@@ -4,15 +4,25 @@
  * while Adam writes the second parameter copy. The next strata_step joins the job before anything
  * else touches the optimizer state.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "engine/engine.h"
 
+/* The delayed update runs beside the trainer and must not slow its critical path: it takes the CPU time the
+ * trainer leaves. Linux keeps nice values per thread, and the OpenMP team this thread starts inherits it. */
+#define OPT_THREAD_NICE 10
+
 static void *opt_main(void *arg)
 {
     strata_engine *e = arg;
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), OPT_THREAD_NICE) != 0)
+        LOG_INFO(LOG_ADAM, "the delayed-update thread keeps the trainer's priority (setpriority: %s)", strerror(errno));
     pthread_mutex_lock(&e->opt_lock);
     for (;;) {
         while (!e->opt_job_pending && !e->opt_quit)
