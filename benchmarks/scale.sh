@@ -9,19 +9,9 @@
 #   STRATA_BIN: the strata binary (default build/strata)
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${STRATA_BIN:-$here/build/strata}
-json=0 steps=3 dir=$here/build/scratch/scale
-while [ $# -gt 0 ]; do
-    case $1 in
-    --json) json=1 ;;
-    --steps) steps=$2; shift ;;
-    --dir) dir=$2; shift ;;
-    *) echo "usage: $0 [--json] [--steps N] [--dir DIR]" >&2; exit 2 ;;
-    esac
-    shift
-done
-[ -x "$bin" ] || { echo "strata binary not found at $bin (set STRATA_BIN)" >&2; exit 2; }
+. "$(dirname "$0")/lib.sh"
+steps=3 dir=$here/build/scratch/scale
+bench_args "$@"
 [ -x /usr/bin/time ] || { echo "/usr/bin/time not found (Debian: apt-get install time)" >&2; exit 2; }
 mkdir -p "$dir"
 out=$(mktemp -d)
@@ -38,7 +28,7 @@ budgets=(--device-budget 2GiB --host-budget 8GiB)
 cmd=("$bin" train "${model[@]}" --dtype bf16 --offload nvme --nvme-dir "$dir" "${budgets[@]}" --config "$out/config.json"
     --steps "$steps" --warmup "$steps" --lr 3e-5 --seed 5 --threads "$(nproc)" --log-jsonl "$out/log.jsonl")
 
-echo "machine: $(uname -n), Linux $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; strata $("$bin" --version)"
+bench_machine
 echo "build:   $bin"
 echo "run:     ${cmd[*]}"
 echo "config:  $(tr -d '\n' <"$out/config.json")"

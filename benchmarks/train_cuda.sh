@@ -11,19 +11,9 @@
 #   STRATA_BIN: the strata binary (default build/strata); MATCH_ARGS / SPEED_ARGS override the shapes below.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${STRATA_BIN:-$here/build/strata}
-json=0 steps=20 dir=$here/build/scratch/train_cuda
-while [ $# -gt 0 ]; do
-    case $1 in
-    --json) json=1 ;;
-    --steps) steps=$2; shift ;;
-    --dir) dir=$2; shift ;;
-    *) echo "usage: $0 [--json] [--steps N] [--dir DIR]" >&2; exit 2 ;;
-    esac
-    shift
-done
-[ -x "$bin" ] || { echo "strata binary not found at $bin (set STRATA_BIN)" >&2; exit 2; }
+. "$(dirname "$0")/lib.sh"
+steps=20 dir=$here/build/scratch/train_cuda
+bench_args "$@"
 info=$("$bin" info)
 if ! grep -qE '^  cuda {2,}' <<<"$info" || grep -qE '^  cuda {2,}unavailable' <<<"$info"; then
     echo "train_cuda.sh: no usable CUDA device here:"; grep -E '^  cuda {2,}' <<<"$info"; exit 77
@@ -36,7 +26,7 @@ match=(${MATCH_ARGS:---model 124M --batch 4 --seq 256 --steps 8 --warmup 2 --lr 
 speed=(${SPEED_ARGS:---model 124M --batch 8 --seq 1024 --warmup 2 --lr 3e-4})
 seed=5
 
-echo "machine: $(uname -n), Linux $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; strata $("$bin" --version)"
+bench_machine
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu:     /' || true
 echo "match:   ${match[*]} (cuda bf16 vs host fp32), seed $seed"
 echo "speed:   ${speed[*]}, $steps steps, seed $seed"

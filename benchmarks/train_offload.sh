@@ -14,20 +14,9 @@
 #   STRATA_BIN: the strata binary (default build/strata)
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${STRATA_BIN:-$here/build/strata}
-json=0 steps=12 rounds=7 dir=$here/build/scratch/train_offload
-while [ $# -gt 0 ]; do
-    case $1 in
-    --json) json=1 ;;
-    --steps) steps=$2; shift ;;
-    --rounds) rounds=$2; shift ;;
-    --dir) dir=$2; shift ;;
-    *) echo "usage: $0 [--json] [--steps N] [--rounds R] [--dir DIR]" >&2; exit 2 ;;
-    esac
-    shift
-done
-[ -x "$bin" ] || { echo "strata binary not found at $bin (set STRATA_BIN)" >&2; exit 2; }
+. "$(dirname "$0")/lib.sh"
+steps=12 rounds=7 dir=$here/build/scratch/train_offload
+bench_args "$@"
 mkdir -p "$dir"
 out=$(mktemp -d)
 trap 'rm -rf "$out" "$dir"/nvme-*' EXIT INT TERM
@@ -36,7 +25,7 @@ model=(${TRAIN_ARGS:---layers 4 --hidden 256 --heads 4 --context 128 --batch 4 -
 seed=11
 common=(train "${model[@]}" --steps "$steps" --seed "$seed" --threads "$(nproc)" --warmup 2 --lr 3e-4 --delayed-warmup 1)
 
-echo "machine: $(uname -n), Linux $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; strata $("$bin" --version)"
+bench_machine
 echo "build:   $bin"
 echo "model:   ${model[*]}, $steps steps, $rounds rounds, seed $seed; NVMe dir $dir ($(df -T "$dir" | awk 'NR==2{print $2}'))"
 echo
