@@ -30,6 +30,7 @@ struct gpt_model {
     void *capture_raw;         /* host copies of one module's gradients for capture */
     float *capture_f32;
     int cur_module;
+    const char *start_error;   /* why the kernels could not start (gpt_model_prepare), or NULL */
 };
 
 static size_t max_module_numel(const gpt_dims *d)
@@ -191,7 +192,7 @@ static strata_status choose_ops(gpt_model *m, strata_dtype dtype)
     const char *why = "";
     strata_status st = gpt_ops_cuda_create(strata_compute_stream(m->e), dtype, &m->cuda_ops, &why);
     if (st != STRATA_OK) {
-        fprintf(stderr, "gpt model: the CUDA kernels cannot start: %s\n", why);
+        m->start_error = why;
         return st;
     }
     m->ops = m->cuda_ops;
@@ -228,6 +229,8 @@ strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const in
 
 const char *gpt_model_error(gpt_model *m)
 {
+    if (m->start_error)
+        return m->start_error;
     return m->ops ? m->ops->error(m->ops->ctx) : "";
 }
 

@@ -29,8 +29,8 @@ strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, strata_dtype p
 strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const int32_t *targets, bool backward,
                                    float grad_scale, double *loss);
 
-/* Why the model's kernels last failed (a cuBLAS or CUDA error), or "" when the failure, if any, was strata's
- * (strata_last_error then says why). */
+/* Why the model's kernels last failed or could not start (a cuBLAS or CUDA error), or "" when the failure, if
+ * any, was strata's (strata_last_error then says why). */
 const char *gpt_model_error(gpt_model *m);
 
 /* For tests: every gradient handed to strata is also added (fp32) into capture (host memory), laid out as gpt_flat.

@@ -198,6 +198,10 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
                         "was configured); use --device host\n");
         goto out;
     }
+    if (st != STRATA_OK && *gpt_model_error(m)) {
+        fprintf(stderr, "strata train: the model's CUDA kernels cannot start: %s\n", gpt_model_error(m));
+        goto out;
+    }
     if (st != STRATA_OK) {
         rc = fail(e, "allocating the activations (strata_device_alloc)");
         goto out;
