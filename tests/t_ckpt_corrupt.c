@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/ckpt_files.h"
+#include "engine/ckpt/ckpt_files.h"
 #include "synth.h"
 #include "testlib.h"
 

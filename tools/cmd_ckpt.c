@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/size.h"
-#include "engine/ckpt_files.h"
+#include "engine/ckpt/ckpt_files.h"
 #include "strata.h"
 #include "tools/cli.h"
 

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/config_schema.h"
+#include "engine/config/config_schema.h"
 #include "strata.h"
 #include "tools/cli.h"
 

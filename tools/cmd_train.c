@@ -11,10 +11,10 @@
 #include "base/size.h"
 #include "gpu/device.h"
 #include "model/data.h"
-#include "model/trainer.h"
 #include "strata.h"
 #include "tools/cli.h"
 #include "tools/gpt_shape.h"
+#include "tools/trainer.h"
 
 #define BUILTIN_DATA_BYTES (4u << 20)
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/ckpt_format.h"
+#include "engine/ckpt/ckpt_format.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

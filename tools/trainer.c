@@ -1,5 +1,5 @@
 /* The training loop of `strata train` (see trainer.h). */
-#include "model/trainer.h"
+#include "tools/trainer.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "model/gpt_engine.h"
-#include "model/train_report.h"
+#include "tools/train_report.h"
 
 static volatile sig_atomic_t stop_signal;
 

@@ -1,5 +1,5 @@
 /* Checkpoint directories on disk: checked writes, crash-safe replacement, cross-checked reading. */
-#include "engine/ckpt_files.h"
+#include "engine/ckpt/ckpt_files.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
 #ifndef STRATA_ENGINE_CONFIG_VALIDATE_H
 #define STRATA_ENGINE_CONFIG_VALIDATE_H
 
-#include "engine/config_report.h"
+#include "engine/config/config_report.h"
 #include "strata.h"
 
 /* Adds every problem of cfg to report. */

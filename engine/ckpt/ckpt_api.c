@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "engine/ckpt_files.h"
+#include "engine/ckpt/ckpt_files.h"
 
 STRATA_API strata_status strata_checkpoint_inspect(const char *dir, strata_checkpoint_info *out)
 {

@@ -1,5 +1,5 @@
 /* Safetensors headers and the checkpoint manifest: build and bounds-checked parse (jansson). */
-#include "engine/ckpt_format.h"
+#include "engine/ckpt/ckpt_format.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "engine/config_schema.h"
+#include "engine/config/config_schema.h"
 
 const char *const ckpt_file_names[CKPT_FILE_COUNT] = {"model.safetensors", "optimizer.safetensors",
                                                       "params.safetensors"};

@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/config_report.h"
-#include "engine/config_schema.h"
-#include "engine/config_validate.h"
+#include "engine/config/config_report.h"
+#include "engine/config/config_schema.h"
+#include "engine/config/config_validate.h"
 #include "nvme/io.h"
 
 STRATA_API strata_status strata_config_init(strata_config *cfg)

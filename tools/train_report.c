@@ -1,5 +1,5 @@
 /* Progress line, JSONL log and summary of `strata train` (see train_report.h). */
-#include "model/train_report.h"
+#include "tools/train_report.h"
 
 #include <string.h>
 #include <unistd.h>

@@ -17,7 +17,7 @@
 #include "base/crc32c.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "engine/ckpt_files.h"
+#include "engine/ckpt/ckpt_files.h"
 #include "engine/engine.h"
 
 #define CHUNK_NUMEL ((size_t)1 << 20) /* a multiple of ENGINE_MODULE_ALIGN: chunks stay 4 KiB-aligned */

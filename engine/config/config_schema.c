@@ -1,5 +1,5 @@
 /* The configuration table (see config_schema.h) and the lookups over it. */
-#include "engine/config_schema.h"
+#include "engine/config/config_schema.h"
 
 #include <float.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-#include "engine/config_report.h"
+#include "engine/config/config_report.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -14,9 +14,9 @@
 
 #include "base/log.h"
 #include "base/size.h"
-#include "engine/config_report.h"
-#include "engine/config_schema.h"
-#include "engine/config_validate.h"
+#include "engine/config/config_report.h"
+#include "engine/config/config_schema.h"
+#include "engine/config/config_validate.h"
 
 typedef struct walk_ctx {
     strata_config cfg;

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "engine/ckpt_format.h"
+#include "engine/ckpt/ckpt_format.h"
 
 /* A file being written: buffered, every write(2) checked (short writes finished, ENOSPC named). */
 typedef struct ckpt_writer {
