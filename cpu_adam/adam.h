@@ -122,10 +122,6 @@ typedef struct adam_ops {
 /* Fills the per-step constants. step counts from 1. */
 void adam_consts_init(adam_consts *c, const strata_adam_hparams *hp, int64_t step, double grad_scale);
 
-/* Bytes of one element of a dtype (0 for NONE). */
-size_t adam_dtype_bytes(strata_dtype dtype);
-const char *adam_dtype_name(strata_dtype dtype);
-
 /* The kernels. The SIMD ones may only be called when adam_isa_supported() says so. */
 void adam_step_ref(const adam_consts *c, const adam_arrays *a, size_t begin, size_t end);
 void adam_step_avx2(const adam_consts *c, const adam_arrays *a, size_t begin, size_t end);

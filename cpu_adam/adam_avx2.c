@@ -44,7 +44,7 @@ AVX2_ALWAYS_INLINE void run(const adam_consts *c, const adam_arrays *a, size_t b
         _mm_sfence();
     if (i == end)
         return;
-    size_t n = end - i, gb = adam_dtype_bytes(gd), pb = adam_dtype_bytes(pd);
+    size_t n = end - i, gb = strata_dtype_bytes(gd), pb = strata_dtype_bytes(pd);
     float p[8] = {0}, m[8] = {0}, v[8] = {0};
     _Alignas(32) unsigned char g[32] = {0}, out[32] = {0};
     memcpy(p, a->master + i, n * 4);

@@ -45,27 +45,6 @@ void adam_consts_init(adam_consts *c, const strata_adam_hparams *hp, int64_t ste
     c->l2 = c->use_l2 ? (float)hp->weight_decay : 0.0f;
 }
 
-size_t adam_dtype_bytes(strata_dtype dtype)
-{
-    switch (dtype) {
-    case STRATA_DTYPE_FP32: return 4;
-    case STRATA_DTYPE_BF16:
-    case STRATA_DTYPE_FP16: return 2;
-    default: return 0;
-    }
-}
-
-const char *adam_dtype_name(strata_dtype dtype)
-{
-    switch (dtype) {
-    case STRATA_DTYPE_FP32: return "fp32";
-    case STRATA_DTYPE_BF16: return "bf16";
-    case STRATA_DTYPE_FP16: return "fp16";
-    case STRATA_DTYPE_NONE: return "none";
-    }
-    return "?";
-}
-
 static float load_grad(const void *grad, strata_dtype dtype, size_t i)
 {
     switch (dtype) {

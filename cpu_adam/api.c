@@ -34,7 +34,7 @@ static strata_status check_grad(const char *fn, const char *name, const void *gr
 {
     if (dtype != STRATA_DTYPE_FP32 && dtype != STRATA_DTYPE_BF16 && dtype != STRATA_DTYPE_FP16)
         return err_set(STRATA_EINVAL, "%s: %s_dtype = %s (%d) is not a gradient type; use FP32, BF16 or FP16", fn,
-                       name, adam_dtype_name(dtype), (int)dtype);
+                       name, strata_dtype_name(dtype), (int)dtype);
     if (!grad && numel)
         return err_set(STRATA_EINVAL, "%s: %s is NULL with numel = %zu", fn, name, numel);
     return STRATA_OK;
@@ -58,12 +58,12 @@ static strata_status check_tensors(const char *fn, const strata_adam_tensors *t)
     ERR_CHECK(check_grad(fn, "t->grad", t->grad, t->grad_dtype, t->numel));
     if (t->param_dtype == STRATA_DTYPE_NONE)
         return STRATA_OK;
-    if (adam_dtype_bytes(t->param_dtype) == 0)
+    if (strata_dtype_bytes(t->param_dtype) == 0)
         return err_set(STRATA_EINVAL, "%s: t->param_dtype = %d is not a dtype; use FP32, BF16, FP16 or NONE", fn,
                        (int)t->param_dtype);
     if (!t->param && t->numel)
         return err_set(STRATA_EINVAL, "%s: t->param is NULL but t->param_dtype = %s; pass an array or "
-                       "STRATA_DTYPE_NONE", fn, adam_dtype_name(t->param_dtype));
+                       "STRATA_DTYPE_NONE", fn, strata_dtype_name(t->param_dtype));
     return STRATA_OK;
 }
 

@@ -1,56 +1,91 @@
-/*
- * Buffers that become free once the device has passed them: a module's device copy after the
- * trainer's compute stream is done with it, a gradient buffer after its copy off the device. Each
- * entry waits on an event recorded on the stream that last uses the buffer; engine calls poll the
- * list (or wait on it when they need the memory).
- */
+/* Device buffers freed once the stream that last uses them is past; see deferred_free.h. */
+#include "engine/deferred_free.h"
+
 #include <stdlib.h>
 
-#include "engine/engine.h"
+#include "base/error.h"
 
-strata_status engine_defer_free(strata_engine *e, void *ptr, bool pinned, dev_stream *after_stream)
+typedef struct deferred_entry {
+    void *ptr;
+    dev_event *after;
+} deferred_entry;
+
+struct deferred_frees {
+    device *dev;
+    deferred_entry *list;
+    size_t n, cap;
+};
+
+strata_status deferred_create(device *dev, deferred_frees **out)
 {
-    if (e->nfrees == e->frees_cap) {
-        size_t ncap = e->frees_cap ? e->frees_cap * 2 : 32;
-        deferred_free *n = realloc(e->frees, ncap * sizeof *n);
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return err_set(STRATA_ENOMEM, "out of memory for the deferred-free list");
+    (*out)->dev = dev;
+    return STRATA_OK;
+}
+
+void deferred_destroy(deferred_frees *d)
+{
+    if (!d)
+        return;
+    deferred_process(d, true);
+    free(d->list);
+    free(d);
+}
+
+strata_status deferred_add(deferred_frees *d, void *ptr, dev_stream *after_stream)
+{
+    if (d->n == d->cap) {
+        size_t ncap = d->cap ? d->cap * 2 : 32;
+        deferred_entry *n = realloc(d->list, ncap * sizeof *n);
         if (!n)
             return err_set(STRATA_ENOMEM, "out of memory for the deferred-free list");
-        e->frees = n;
-        e->frees_cap = ncap;
+        d->list = n;
+        d->cap = ncap;
     }
-    deferred_free *f = &e->frees[e->nfrees];
+    deferred_entry *f = &d->list[d->n];
     f->ptr = ptr;
-    f->pinned = pinned;
-    ERR_CHECK(dev_event_create(e->dev, &f->after));
+    ERR_CHECK(dev_event_create(d->dev, &f->after));
     strata_status st = dev_event_record(f->after, after_stream);
     if (st != STRATA_OK) {
         dev_event_destroy(f->after);
         return st;
     }
-    e->nfrees++;
+    d->n++;
     return STRATA_OK;
 }
 
-strata_status engine_process_frees(strata_engine *e, bool wait)
+void deferred_free_after(deferred_frees *d, void *ptr, dev_stream *after_stream)
+{
+    if (deferred_add(d, ptr, after_stream) == STRATA_OK)
+        return;
+    dev_stream_sync(after_stream);
+    dev_free(d->dev, ptr);
+}
+
+strata_status deferred_process(deferred_frees *d, bool wait)
 {
     strata_status first = STRATA_OK;
     size_t kept = 0;
-    for (size_t i = 0; i < e->nfrees; i++) {
-        deferred_free *f = &e->frees[i];
+    for (size_t i = 0; i < d->n; i++) {
+        deferred_entry *f = &d->list[i];
         bool done = true;
         strata_status st = wait ? dev_event_sync(f->after) : dev_event_query(f->after, &done);
         if (st != STRATA_OK && first == STRATA_OK)
             first = st; /* the copy failed: the buffer is still ours to free */
         if (!done && st == STRATA_OK) {
-            e->frees[kept++] = *f;
+            d->list[kept++] = *f;
             continue;
         }
-        if (f->pinned)
-            pool_release(e->pool, f->ptr);
-        else
-            dev_free(e->dev, f->ptr);
+        dev_free(d->dev, f->ptr);
         dev_event_destroy(f->after);
     }
-    e->nfrees = kept;
+    d->n = kept;
     return first;
+}
+
+size_t deferred_pending(const deferred_frees *d)
+{
+    return d->n;
 }

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "engine/step.h"
+#include "engine/train_step.h"
 #include "gpu/device.h"
 
 /* Opens the device backend the config asks for; AUTO falls back to the host backend when no GPU answers. */
@@ -31,12 +33,11 @@ STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_e
     if (!e)
         return err_set(STRATA_ENOMEM, "strata_engine_create: out of memory for the engine object");
     e->cfg = *cfg;
-    pthread_mutex_init(&e->grad_lock, NULL);
-    pthread_mutex_init(&e->fetch_lock, NULL);
-    pthread_cond_init(&e->fetch_cv, NULL);
-    pthread_mutex_init(&e->opt_lock, NULL);
-    pthread_cond_init(&e->opt_cv, NULL);
-    strata_status st = open_device(e);
+    strata_status st = registry_create(&e->reg);
+    if (st == STRATA_OK)
+        st = fetch_order_create(&e->order);
+    if (st == STRATA_OK)
+        st = open_device(e);
     if (st == STRATA_OK && cfg->trace_path[0])
         st = trace_create(cfg->trace_path, &e->trace);
     if (st != STRATA_OK) {
@@ -47,59 +48,53 @@ STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_e
     return STRATA_OK;
 }
 
-/* Teardown in reverse order of acquisition. In-flight work is drained first: the optimizer
- * thread's job, gradient hand-offs, fetches, deferred frees. Also tears down a half-finalized engine. */
+strata_status engine_require_finalized(strata_engine *e, const char *what)
+{
+    if (!e->finalized)
+        return err_set(STRATA_ESTATE, "%s: the engine is not finalized yet; call strata_engine_finalize() after "
+                       "adding every module and parameter", what);
+    return STRATA_OK;
+}
+
+/* In reverse order of finalize: the optimizer thread's job, gradient hand-offs, device copies, deferred
+ * frees (the dropped buffers wait for the compute stream), the step's slots, the tiers, the streams. */
+void engine_unbuild(strata_engine *e)
+{
+    strata_step_result unused;
+    bool had;
+    opt_job_join(e->opt, &unused, &had);
+    opt_thread_stop(e->opt);
+    driver_destroy(e->driver);
+    if (e->grads)
+        grads_drain(e);
+    residency_destroy(e, e->res);
+    grads_destroy(e, e->grads);
+    deferred_destroy(e->frees);
+    step_destroy(e, e->step);
+    tiers_close(&e->tiers);
+    dev_stream *streams[] = {e->h2d, e->d2h, e->copy, e->upd, e->compute};
+    for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
+        dev_stream_destroy(streams[i]);
+    e->opt = NULL;
+    e->driver = NULL;
+    e->res = NULL;
+    e->grads = NULL;
+    e->frees = NULL;
+    e->step = NULL;
+    e->h2d = e->d2h = e->copy = e->upd = e->compute = NULL;
+    e->finalized = false;
+}
+
+/* Drains in-flight work first (engine_unbuild); also tears down a half-finalized engine. */
 STRATA_API void strata_engine_destroy(strata_engine *e)
 {
     if (!e)
         return;
-    strata_step_result unused;
-    bool had;
-    opt_job_join(e, &unused, &had);
-    opt_thread_stop(e);
-    if (e->d2h)
-        grads_drain(e);
-    for (size_t i = 0; i < e->nmodules; i++) {
-        eng_module *m = &e->modules[i];
-        if (e->dev) {
-            fetch_drop(e, m);
-            if (m->grad_dev)
-                dev_free(e->dev, m->grad_dev);
-            dev_event_destroy(m->ready);
-            dev_event_destroy(m->grads_written);
-        }
-        io_wait_destroy(&m->io);
-        free(m->params);
-    }
-    if (e->dev)
-        engine_process_frees(e, true); /* buffers dropped above wait for the compute stream */
-    step_slots_free(e);
-    tier_array *arrays[] = {&e->param[0], &e->param[1], &e->grad[0], &e->grad[1], &e->master, &e->exp_avg,
-                            &e->exp_avg_sq};
-    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
-        tarr_free(arrays[i], &e->env);
-    pool_destroy(e->pool);
-    swap_destroy(e->swap);
-    nvme_io_destroy(e->io);
-    dev_stream_destroy(e->h2d);
-    dev_stream_destroy(e->d2h);
-    dev_stream_destroy(e->copy);
-    dev_stream_destroy(e->upd);
-    dev_stream_destroy(e->compute);
+    engine_unbuild(e);
     dev_destroy(e->dev);
     trace_finish(e->trace);
-    free(e->grad_touched[0]);
-    free(e->grad_touched[1]);
-    free(e->modules);
-    free(e->params);
-    free(e->order);
-    free(e->rec);
-    free(e->frees);
-    pthread_mutex_destroy(&e->grad_lock);
-    pthread_mutex_destroy(&e->fetch_lock);
-    pthread_cond_destroy(&e->fetch_cv);
-    pthread_mutex_destroy(&e->opt_lock);
-    pthread_cond_destroy(&e->opt_cv);
+    fetch_order_destroy(e->order);
+    registry_destroy(e->reg);
     free(e);
 }
 

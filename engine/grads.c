@@ -5,6 +5,9 @@
  * (read, add, write) when the optimizer state lives there. The device buffer is freed once the
  * copy is done. Accumulation failures are kept and reported by the next engine call.
  */
+#include "engine/grads.h"
+
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,14 +17,87 @@
 #include "engine/engine.h"
 #include "offload/accum.h"
 
-static void record_failure(strata_engine *e, strata_status st, const char *msg)
+/* One module's device gradients while the trainer fills them. */
+typedef struct grad_buffer {
+    void *dev;
+    dev_event *written;            /* recorded on the compute stream at grads_ready */
+} grad_buffer;
+
+struct grad_store {
+    tier_array store[2];           /* fp32 gradient stores: [accumulating, being consumed] */
+    int front;
+    uint8_t *touched[2];           /* per store, per module: gradients arrived since its last step */
+    grad_buffer *bufs;             /* per module */
+    size_t nmods;
+    pthread_mutex_t lock;          /* accumulations run on the d2h stream */
+    strata_status status;          /* first failure of an accumulation, reported at the next call */
+    char msg[ERR_MSG_BYTES];
+};
+
+/* One gradient hand-off in flight on the d2h stream. */
+typedef struct grad_job {
+    strata_engine *engine;
+    const reg_module *module;
+    void *staging;                 /* pinned copy of the device gradients */
+    tier_array *store;             /* the fp32 gradient store it accumulates into */
+    bool first;                    /* the module's first gradients this step: overwrite */
+    uint64_t submit_ns;
+} grad_job;
+
+strata_status grads_create(strata_engine *e, grad_store **out)
 {
-    pthread_mutex_lock(&e->grad_lock);
-    if (e->grad_status == STRATA_OK) {
-        e->grad_status = st;
-        snprintf(e->grad_msg, sizeof e->grad_msg, "%s", msg);
+    size_t n = registry_nmodules(e->reg), numel = registry_total_numel(e->reg);
+    grad_store *g = calloc(1, sizeof *g);
+    if (!g)
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the gradient store");
+    *out = g;
+    pthread_mutex_init(&g->lock, NULL);
+    g->touched[0] = calloc(n, 1);
+    g->touched[1] = calloc(n, 1);
+    g->bufs = calloc(n, sizeof *g->bufs);
+    if (!g->touched[0] || !g->touched[1] || !g->bufs)
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the gradient store");
+    for (; g->nmods < n; g->nmods++)
+        ERR_CHECK(dev_event_create(e->dev, &g->bufs[g->nmods].written));
+    strata_tier tier = e->tiers.grad_tier;
+    ERR_CHECK(tarr_alloc(&g->store[0], &e->tiers.env, tier, numel, 4, "gradient store"));
+    if (e->cfg.delayed_update)
+        ERR_CHECK(tarr_alloc(&g->store[1], &e->tiers.env, tier, numel, 4, "gradient store (second)"));
+    for (int i = 0; i < 2; i++) {
+        void *host = g->store[i].numel ? tarr_host_ptr(&g->store[i], &e->tiers.env, 0) : NULL;
+        if (host)
+            memset(host, 0, numel * 4);
     }
-    pthread_mutex_unlock(&e->grad_lock);
+    return STRATA_OK;
+}
+
+void grads_destroy(strata_engine *e, grad_store *g)
+{
+    if (!g)
+        return;
+    grads_drain(e);
+    for (size_t i = 0; i < g->nmods; i++) {
+        if (g->bufs[i].dev)
+            dev_free(e->dev, g->bufs[i].dev);
+        dev_event_destroy(g->bufs[i].written);
+    }
+    tarr_free(&g->store[0], &e->tiers.env);
+    tarr_free(&g->store[1], &e->tiers.env);
+    pthread_mutex_destroy(&g->lock);
+    free(g->touched[0]);
+    free(g->touched[1]);
+    free(g->bufs);
+    free(g);
+}
+
+static void record_failure(grad_store *g, strata_status st, const char *msg)
+{
+    pthread_mutex_lock(&g->lock);
+    if (g->status == STRATA_OK) {
+        g->status = st;
+        snprintf(g->msg, sizeof g->msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&g->lock);
 }
 
 /* Runs on the d2h stream after the copy into job->staging. */
@@ -29,10 +105,10 @@ static strata_status accumulate(void *arg)
 {
     grad_job *job = arg;
     strata_engine *e = job->engine;
-    eng_module *m = job->module;
+    const reg_module *m = job->module;
     tier_array *store = job->store;
     strata_status st = STRATA_OK;
-    float *host = tarr_host_ptr(store, &e->env, m->offset);
+    float *host = tarr_host_ptr(store, &e->tiers.env, m->offset);
     if (host) {
         accum_add(host, job->staging, e->cfg.param_dtype, m->numel, job->first);
     } else {
@@ -40,105 +116,161 @@ static strata_status accumulate(void *arg)
         float *buf = NULL;
         io_wait w;
         io_wait_init(&w);
-        st = pool_acquire(e->pool, POOL_ACCUM, m->numel * 4, "gradient accumulation", (void **)&buf);
+        st = pool_acquire(e->tiers.pool, POOL_ACCUM, m->numel * 4, "gradient accumulation", (void **)&buf);
         if (st == STRATA_OK && !job->first) {
-            st = tarr_read(store, &e->env, m->offset, m->numel, buf, &w);
+            st = tarr_read(store, &e->tiers.env, m->offset, m->numel, buf, &w);
             if (st == STRATA_OK)
                 st = io_wait_wait(&w);
             atomic_fetch_add(&e->ctr.nvme_to_host, m->numel * 4);
         }
         if (st == STRATA_OK) {
             accum_add(buf, job->staging, e->cfg.param_dtype, m->numel, job->first);
-            st = tarr_write(store, &e->env, m->offset, m->numel, buf, &w);
+            st = tarr_write(store, &e->tiers.env, m->offset, m->numel, buf, &w);
             if (st == STRATA_OK)
                 st = io_wait_wait(&w);
             atomic_fetch_add(&e->ctr.host_to_nvme, m->numel * 4);
         }
-        pool_release(e->pool, buf);
+        pool_release(e->tiers.pool, buf);
         io_wait_destroy(&w);
     }
     if (st != STRATA_OK) {
         char msg[ERR_MSG_BYTES];
         snprintf(msg, sizeof msg, "gradients of module \"%s\": %s", m->name, err_last());
-        record_failure(e, st, msg);
+        record_failure(e->grads, st, msg);
     }
     trace_event(e->trace, TRACK_D2H, "gradients", m->name, job->submit_ns, now_ns());
-    pool_release(e->pool, job->staging);
+    pool_release(e->tiers.pool, job->staging);
     free(job);
     return st;
 }
 
-/* Waits for every hand-off and reports the first failure since the last call. */
 strata_status grads_drain(strata_engine *e)
 {
+    grad_store *g = e->grads;
     strata_status st = dev_stream_sync(e->d2h);
-    pthread_mutex_lock(&e->grad_lock);
-    strata_status gst = e->grad_status;
+    pthread_mutex_lock(&g->lock);
+    strata_status gst = g->status;
     char msg[ERR_MSG_BYTES];
-    snprintf(msg, sizeof msg, "%s", e->grad_msg);
-    e->grad_status = STRATA_OK;
-    pthread_mutex_unlock(&e->grad_lock);
+    snprintf(msg, sizeof msg, "%s", g->msg);
+    g->status = STRATA_OK;
+    pthread_mutex_unlock(&g->lock);
     if (gst != STRATA_OK)
         return err_set(gst, "%s", msg);
     return st;
 }
 
+void grads_discard(strata_engine *e, strata_module_id id)
+{
+    grad_buffer *b = &e->grads->bufs[id];
+    if (!b->dev)
+        return;
+    LOG_ONCE(STRATA_LOG_WARN, LOG_SCHED, "module \"%s\" was released with gradient buffers that were never "
+             "handed over with strata_grads_ready; those gradients are discarded", registry_module(e->reg, id)->name);
+    deferred_free_after(e->frees, b->dev, e->compute);
+    b->dev = NULL;
+}
+
+int grads_front(const grad_store *g)
+{
+    return g->front;
+}
+
+void grads_flip(grad_store *g)
+{
+    g->front = 1 - g->front;
+}
+
+tier_array *grads_store(grad_store *g, int index)
+{
+    return &g->store[index];
+}
+
+const uint8_t *grads_touched(const grad_store *g, int index)
+{
+    return g->touched[index];
+}
+
+void grads_consumed(grad_store *g, int index)
+{
+    memset(g->touched[index], 0, g->nmods);
+}
+
+strata_module_id grads_first_unconsumed(const grad_store *g)
+{
+    for (size_t i = 0; i < g->nmods; i++)
+        if (g->touched[g->front][i])
+            return (strata_module_id)i;
+    return STRATA_INVALID_ID;
+}
+
+void grads_reset(grad_store *g)
+{
+    g->front = 0;
+    grads_consumed(g, 0);
+    grads_consumed(g, 1);
+}
+
+/* ---------------------------------------------------------------- public */
+
 STRATA_API void *strata_grad_data(strata_engine *e, strata_param_id param)
 {
     if (!e)
         return NULL;
-    eng_param *p = engine_held_param(e, param, "strata_grad_data");
+    const reg_param *p = residency_held_param(e, param, "strata_grad_data");
     if (!p) {
         err_copy(&e->err, err_last_status());
         return NULL;
     }
-    eng_module *m = &e->modules[p->module];
+    const reg_module *m = registry_module(e->reg, p->module);
+    grad_buffer *b = &e->grads->bufs[p->module];
     strata_status st;
-    if (!m->grad_dev) {
-        size_t bytes = m->numel * e->param_bytes;
-        while ((st = dev_alloc(e->dev, bytes, &m->grad_dev)) == STRATA_EBUDGET) {
+    if (!b->dev) {
+        size_t bytes = m->numel * e->tiers.param_bytes;
+        while ((st = dev_alloc(e->dev, bytes, &b->dev)) == STRATA_EBUDGET) {
             /* Buffers of earlier hand-offs may still be waiting for their copies. */
-            if (e->nfrees == 0)
+            if (deferred_pending(e->frees) == 0)
                 break;
-            engine_process_frees(e, true);
+            deferred_process(e->frees, true);
         }
         /* Zeroed in the compute stream's order, before the trainer's backward writes it. */
         if (st == STRATA_OK)
-            st = dev_memset_async(e->compute, m->grad_dev, 0, bytes);
+            st = dev_memset_async(e->compute, b->dev, 0, bytes);
         if (st != STRATA_OK) {
-            if (m->grad_dev)
-                dev_free(e->dev, m->grad_dev);
-            m->grad_dev = NULL;
+            if (b->dev)
+                dev_free(e->dev, b->dev);
+            b->dev = NULL;
             err_copy(&e->err, st);
             return NULL;
         }
     }
-    return (char *)m->grad_dev + (p->offset - m->offset) * e->param_bytes;
+    return (char *)b->dev + (p->offset - m->offset) * e->tiers.param_bytes;
 }
 
 static strata_status grads_ready(strata_engine *e, strata_module_id id)
 {
     ERR_CHECK(engine_require_finalized(e, "strata_grads_ready"));
-    eng_module *m = engine_module(e, id, "strata_grads_ready");
-    if (!m)
+    if (!registry_find_module(e->reg, id, "strata_grads_ready"))
         return STRATA_ESTATE;
-    if (!m->held)
+    grad_store *g = e->grads;
+    const reg_module *m = registry_module(e->reg, id);
+    grad_buffer *b = &g->bufs[id];
+    if (!residency_held(e->res, id))
         return err_set(STRATA_ESTATE, "strata_grads_ready(\"%s\"): the module is not fetched; fetch it for backward, "
                        "write its gradients into strata_grad_data, then call strata_grads_ready", m->name);
-    if (!m->grad_dev)
+    if (!b->dev)
         return err_set(STRATA_ESTATE, "strata_grads_ready(\"%s\"): the module has no gradient buffers this step; "
                        "take them with strata_grad_data and write the gradients first", m->name);
-    size_t bytes = m->numel * e->param_bytes;
+    size_t bytes = m->numel * e->tiers.param_bytes;
     grad_job *job = calloc(1, sizeof *job);
     if (!job)
         return err_set(STRATA_ENOMEM, "strata_grads_ready: out of memory");
-    strata_status st = pool_acquire(e->pool, POOL_GRAD, bytes, "gradient staging", &job->staging);
+    strata_status st = pool_acquire(e->tiers.pool, POOL_GRAD, bytes, "gradient staging", &job->staging);
     if (st == STRATA_EBUDGET) {
         /* Earlier hand-offs hold the staging: wait for them, then try again. */
         err_clear();
         st = grads_drain(e);
         if (st == STRATA_OK)
-            st = pool_acquire(e->pool, POOL_GRAD, bytes, "gradient staging", &job->staging);
+            st = pool_acquire(e->tiers.pool, POOL_GRAD, bytes, "gradient staging", &job->staging);
     }
     if (st != STRATA_OK) {
         free(job);
@@ -146,29 +278,29 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
     }
     job->engine = e;
     job->module = m;
-    job->store = &e->grad[e->grad_front];
-    job->first = !e->grad_touched[e->grad_front][id];
+    job->store = &g->store[g->front];
+    job->first = !g->touched[g->front][id];
     job->submit_ns = now_ns();
     /* The copy off the device waits for the trainer's backward kernels on the compute stream. */
-    st = dev_event_record(m->grads_written, e->compute);
+    st = dev_event_record(b->written, e->compute);
     if (st == STRATA_OK)
-        st = dev_stream_wait_event(e->d2h, m->grads_written);
+        st = dev_stream_wait_event(e->d2h, b->written);
     if (st == STRATA_OK)
-        st = dev_memcpy_async(e->d2h, job->staging, m->grad_dev, bytes);
+        st = dev_memcpy_async(e->d2h, job->staging, b->dev, bytes);
     if (st == STRATA_OK)
         st = dev_host_fn(e->d2h, accumulate, job);
     if (st != STRATA_OK) {
         /* Nothing was queued that owns the job: undo. */
         dev_stream_sync(e->d2h);
-        pool_release(e->pool, job->staging);
+        pool_release(e->tiers.pool, job->staging);
         free(job);
         return st;
     }
-    e->grad_touched[e->grad_front][id] = 1;
+    g->touched[g->front][id] = 1;
     atomic_fetch_add(&e->ctr.device_to_host, bytes);
-    void *buf = m->grad_dev;
-    m->grad_dev = NULL;
-    return engine_defer_free(e, buf, false, e->d2h);
+    deferred_free_after(e->frees, b->dev, e->d2h); /* once its copy off the device is done */
+    b->dev = NULL;
+    return STRATA_OK;
 }
 
 STRATA_API strata_status strata_grads_ready(strata_engine *e, strata_module_id module)

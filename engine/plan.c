@@ -25,11 +25,6 @@ void plan_choose_grad_tier(const strata_config *cfg, plan_input *in, size_t host
     plan_compute(in, out);
 }
 
-size_t plan_dtype_bytes(strata_dtype dtype)
-{
-    return dtype == STRATA_DTYPE_FP32 ? 4 : dtype == STRATA_DTYPE_NONE ? 0 : 2;
-}
-
 void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch_bytes, size_t *max_live_bytes)
 {
     *prefetch_bytes = cfg->prefetch_bytes ? cfg->prefetch_bytes : cfg->prefetch_bucket_size * param_bytes;
@@ -107,8 +102,6 @@ void plan_compute(const plan_input *in, plan *p)
     add(p, "pinned: optimizer slots (4) + parameter staging (2)", STRATA_TIER_HOST, part[3], true);
 }
 
-static const char *const tier_names[] = {"device", "host", "nvme"};
-
 static strata_status over(const plan *p, strata_tier tier, size_t budget, const char *knob, const char *hint)
 {
     char need[32], allow[32], lines[768];
@@ -121,7 +114,7 @@ static strata_status over(const plan *p, strata_tier tier, size_t budget, const 
         used += (size_t)snprintf(lines + used, sizeof lines - used, "%s%s %s", used ? ", " : "", p->lines[i].what,
                                  size_format(p->lines[i].bytes, b, sizeof b));
     }
-    return err_set(STRATA_EBUDGET, "%s budget exceeded: the plan needs %s (%s) but %s allows %s; %s", tier_names[tier],
+    return err_set(STRATA_EBUDGET, "%s budget exceeded: the plan needs %s (%s) but %s allows %s; %s", strata_tier_name(tier),
                    size_format(p->tier_bytes[tier], need, sizeof need), lines, knob,
                    size_format(budget, allow, sizeof allow), hint);
 }

@@ -45,9 +45,6 @@ typedef struct plan {
  * plan_choose_grad_tier settles it once the sizes are known. */
 void plan_tiers(const strata_config *cfg, strata_tier *param, strata_tier *opt, strata_tier *grad);
 
-/* Bytes of one element of a parameter dtype. */
-size_t plan_dtype_bytes(strata_dtype dtype);
-
 /* The prefetch window and the device residency cap of a config, in bytes. */
 void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch_bytes, size_t *max_live_bytes);
 

@@ -22,12 +22,7 @@
 #include "base/util.h"
 #include "cpu_adam/driver.h"
 #include "engine/engine.h"
-
-/* Slots of optimizer state in pinned memory: one being computed, one being read ahead, and two
- * being written back. With only three, the read of k+1 has to wait for the write of k-2, which left
- * barely an iteration earlier, and the disk idles between them; the fourth slot gives the write
- * a whole iteration more (measured with `strata bench step`). */
-#define STEP_SLOTS 4
+#include "engine/step.h"
 
 typedef struct opt_slot {
     float *master, *m, *v, *grad;  /* pinned, when that state is on NVMe */
@@ -41,11 +36,14 @@ typedef struct param_slot {
     dev_event *copied;
 } param_slot;
 
-/* What stays from one step to the next (engine->step_slots). */
-struct step_slots {
+/* What stays from one step to the next. */
+struct step_pipeline {
+    const adam_ops *adam;
+    int threads;
+    int64_t count;            /* updates applied (or in flight) */
     opt_slot slot[STEP_SLOTS];
     size_t holds[STEP_SLOTS]; /* the sub-group whose current state the slot holds, or NO_SUB_GROUP */
-    bool acquired;
+    bool acquired;            /* the slots' buffers are taken from the pool */
     bool descending;          /* the direction of the next step */
 };
 #define NO_SUB_GROUP SIZE_MAX
@@ -56,7 +54,8 @@ typedef struct step_ctx {
     const uint8_t *touched;
     size_t sg, nsub;
     bool opt_nvme, grad_nvme;
-    opt_slot *slot; /* e->step_slots->slot */
+    step_pipeline *sp;
+    opt_slot *slot; /* sp->slot */
     size_t *holds;
     param_slot ps[2];
     tier_array *pout;
@@ -87,33 +86,21 @@ static size_t sub_first(const step_ctx *c, size_t k)
 
 static size_t sub_count(const step_ctx *c, size_t k)
 {
-    return MIN(c->sg, c->e->total_numel - sub_first(c, k));
-}
-
-/* The index of the module holding flat element pos (modules are contiguous and ascending). */
-static size_t module_at(const strata_engine *e, size_t pos)
-{
-    size_t lo = 0, hi = e->nmodules;
-    while (hi - lo > 1) {
-        size_t mid = (lo + hi) / 2;
-        if (e->modules[mid].offset <= pos)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
+    return MIN(c->sg, registry_total_numel(c->e->reg) - sub_first(c, k));
 }
 
 /* Gradients of [first, first + count) into buf: modules that got none since the last step read as zero. */
 static strata_status load_grads(step_ctx *c, size_t first, size_t count, float *buf, io_wait *w)
 {
     strata_engine *e = c->e;
-    size_t end = first + count;
-    for (size_t i = module_at(e, first); i < e->nmodules && e->modules[i].offset < end; i++) {
-        const eng_module *m = &e->modules[i];
+    size_t end = first + count, nmodules = registry_nmodules(e->reg);
+    for (size_t i = registry_module_at(e->reg, first); i < nmodules; i++) {
+        const reg_module *m = registry_module(e->reg, (strata_module_id)i);
+        if (m->offset >= end)
+            break;
         size_t lo = MAX(m->offset, first), hi = MIN(m->offset + m->numel, end);
         if (c->touched[i]) {
-            ERR_CHECK(tarr_read(c->grads, &e->env, lo, hi - lo, buf + (lo - first), w));
+            ERR_CHECK(tarr_read(c->grads, &e->tiers.env, lo, hi - lo, buf + (lo - first), w));
             atomic_fetch_add(&e->ctr.nvme_to_host, (hi - lo) * 4);
         } else {
             memset(buf + (lo - first), 0, (hi - lo) * 4);
@@ -126,9 +113,11 @@ static strata_status load_grads(step_ctx *c, size_t first, size_t count, float *
 static void zero_untouched(step_ctx *c)
 {
     strata_engine *e = c->e;
-    for (size_t i = 0; i < e->nmodules; i++)
+    for (size_t i = 0; i < registry_nmodules(e->reg); i++) {
+        const reg_module *m = registry_module(e->reg, (strata_module_id)i);
         if (!c->touched[i])
-            memset(tarr_host_ptr(c->grads, &e->env, e->modules[i].offset), 0, e->modules[i].numel * 4);
+            memset(tarr_host_ptr(c->grads, &e->tiers.env, m->offset), 0, m->numel * 4);
+    }
 }
 
 /* Waits for a slot's write-back and traces it. */
@@ -152,9 +141,9 @@ static strata_status issue_read(step_ctx *c, size_t k)
     s->rd_issue_ns = now_ns();
     if (c->holds[k % STEP_SLOTS] != k) {
         c->holds[k % STEP_SLOTS] = NO_SUB_GROUP; /* being overwritten */
-        ERR_CHECK(tarr_read(&e->master, &e->env, first, n, s->master, &s->rd));
-        ERR_CHECK(tarr_read(&e->exp_avg, &e->env, first, n, s->m, &s->rd));
-        ERR_CHECK(tarr_read(&e->exp_avg_sq, &e->env, first, n, s->v, &s->rd));
+        ERR_CHECK(tarr_read(&e->tiers.master, &e->tiers.env, first, n, s->master, &s->rd));
+        ERR_CHECK(tarr_read(&e->tiers.exp_avg, &e->tiers.env, first, n, s->m, &s->rd));
+        ERR_CHECK(tarr_read(&e->tiers.exp_avg_sq, &e->tiers.env, first, n, s->v, &s->rd));
         atomic_fetch_add(&e->ctr.nvme_to_host, 12 * n);
     }
     if (c->grad_nvme)
@@ -168,86 +157,101 @@ static strata_status issue_write(step_ctx *c, size_t k)
     opt_slot *s = &c->slot[k % STEP_SLOTS];
     size_t first = sub_first(c, k), n = sub_count(c, k);
     s->wr_issue_ns = now_ns();
-    ERR_CHECK(tarr_write(&e->master, &e->env, first, n, s->master, &s->wr));
-    ERR_CHECK(tarr_write(&e->exp_avg, &e->env, first, n, s->m, &s->wr));
-    ERR_CHECK(tarr_write(&e->exp_avg_sq, &e->env, first, n, s->v, &s->wr));
+    ERR_CHECK(tarr_write(&e->tiers.master, &e->tiers.env, first, n, s->master, &s->wr));
+    ERR_CHECK(tarr_write(&e->tiers.exp_avg, &e->tiers.env, first, n, s->m, &s->wr));
+    ERR_CHECK(tarr_write(&e->tiers.exp_avg_sq, &e->tiers.env, first, n, s->v, &s->wr));
     atomic_fetch_add(&e->ctr.host_to_nvme, 12 * n);
     c->holds[k % STEP_SLOTS] = k; /* what it writes is the state now */
     return STRATA_OK;
 }
 
-static void release_slot_buffers(strata_engine *e)
+static void release_slot_buffers(strata_engine *e, step_pipeline *sp)
 {
     for (int i = 0; i < STEP_SLOTS; i++) {
-        opt_slot *s = &e->step_slots->slot[i];
+        opt_slot *s = &sp->slot[i];
         float **bufs[] = {&s->master, &s->m, &s->v, &s->grad};
         for (int b = 0; b < 4; b++) {
-            pool_release(e->pool, *bufs[b]);
+            pool_release(e->tiers.pool, *bufs[b]);
             *bufs[b] = NULL;
         }
     }
+    sp->acquired = false;
 }
 
-/* The optimizer slots, taken at the first step and kept until the engine goes. */
+strata_status step_create(const strata_config *cfg, step_pipeline **out)
+{
+    step_pipeline *sp = calloc(1, sizeof *sp);
+    if (!sp)
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the optimizer step");
+    for (int i = 0; i < STEP_SLOTS; i++) {
+        io_wait_init(&sp->slot[i].rd);
+        io_wait_init(&sp->slot[i].wr);
+        sp->holds[i] = NO_SUB_GROUP;
+    }
+    sp->threads = cfg->cpu_threads ? cfg->cpu_threads : adam_default_threads();
+    *out = sp;
+    return adam_ops_default(&sp->adam);
+}
+
+void step_destroy(strata_engine *e, step_pipeline *sp)
+{
+    if (!sp)
+        return;
+    for (int i = 0; i < STEP_SLOTS; i++) {
+        io_wait_wait(&sp->slot[i].rd);
+        wait_write(e, &sp->slot[i]);
+        io_wait_destroy(&sp->slot[i].rd);
+        io_wait_destroy(&sp->slot[i].wr);
+    }
+    release_slot_buffers(e, sp);
+    free(sp);
+}
+
+void step_forget(step_pipeline *sp)
+{
+    for (int i = 0; i < STEP_SLOTS; i++)
+        sp->holds[i] = NO_SUB_GROUP;
+}
+
+int64_t step_count(const step_pipeline *sp)
+{
+    return sp->count;
+}
+
+void step_set_count(step_pipeline *sp, int64_t count)
+{
+    sp->count = count;
+}
+
+/* The optimizer slots' buffers, taken at the first step and kept until the engine goes. */
 static strata_status acquire_slots(step_ctx *c)
 {
     strata_engine *e = c->e;
-    if (!e->step_slots) {
-        if (!(e->step_slots = calloc(1, sizeof *e->step_slots)))
-            return err_set(STRATA_ENOMEM, "optimizer step: out of memory");
-        for (int i = 0; i < STEP_SLOTS; i++) {
-            io_wait_init(&e->step_slots->slot[i].rd);
-            io_wait_init(&e->step_slots->slot[i].wr);
-            e->step_slots->holds[i] = NO_SUB_GROUP;
-        }
-    }
-    step_slots *ss = e->step_slots;
-    c->slot = ss->slot;
-    c->holds = ss->holds;
-    if (ss->acquired)
+    step_pipeline *sp = c->sp;
+    c->slot = sp->slot;
+    c->holds = sp->holds;
+    if (sp->acquired)
         return STRATA_OK;
     size_t bytes = c->sg * 4;
     strata_status st = STRATA_OK;
     for (int i = 0; i < STEP_SLOTS && st == STRATA_OK; i++) {
-        opt_slot *s = &ss->slot[i];
+        opt_slot *s = &sp->slot[i];
         if (c->opt_nvme) {
-            st = pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->master);
+            st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->master);
             if (st == STRATA_OK)
-                st = pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->m);
+                st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->m);
             if (st == STRATA_OK)
-                st = pool_acquire(e->pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->v);
+                st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->v);
         }
         if (c->grad_nvme && st == STRATA_OK)
-            st = pool_acquire(e->pool, POOL_STEP, bytes, "gradient slot", (void **)&s->grad);
+            st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "gradient slot", (void **)&s->grad);
     }
     if (st != STRATA_OK) {
-        release_slot_buffers(e); /* all or nothing: the next step tries again */
+        release_slot_buffers(e, sp); /* all or nothing: the next step tries again */
         return st;
     }
-    ss->acquired = true;
+    sp->acquired = true;
     return STRATA_OK;
-}
-
-void step_slots_forget(strata_engine *e)
-{
-    for (int i = 0; e->step_slots && i < STEP_SLOTS; i++)
-        e->step_slots->holds[i] = NO_SUB_GROUP;
-}
-
-void step_slots_free(strata_engine *e)
-{
-    step_slots *ss = e->step_slots;
-    if (!ss)
-        return;
-    for (int i = 0; i < STEP_SLOTS; i++) {
-        io_wait_wait(&ss->slot[i].rd);
-        wait_write(e, &ss->slot[i]);
-        io_wait_destroy(&ss->slot[i].rd);
-        io_wait_destroy(&ss->slot[i].wr);
-    }
-    release_slot_buffers(e);
-    free(ss);
-    e->step_slots = NULL;
 }
 
 static strata_status acquire_buffers(step_ctx *c)
@@ -257,8 +261,8 @@ static strata_status acquire_buffers(step_ctx *c)
     for (int i = 0; i < 2; i++) {
         io_wait_init(&c->ps[i].wr);
         ERR_CHECK(dev_event_create(e->dev, &c->ps[i].copied));
-        if (e->param_tier != STRATA_TIER_HOST)
-            ERR_CHECK(pool_acquire(e->pool, POOL_STEP, c->sg * e->param_bytes, "parameter staging", &c->ps[i].staging));
+        if (e->tiers.param_tier != STRATA_TIER_HOST)
+            ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, c->sg * e->tiers.param_bytes, "parameter staging", &c->ps[i].staging));
     }
     return STRATA_OK;
 }
@@ -282,7 +286,7 @@ static strata_status release_buffers(step_ctx *c)
             first = st;
         io_wait_destroy(&c->ps[i].wr);
         dev_event_destroy(c->ps[i].copied);
-        pool_release(e->pool, c->ps[i].staging);
+        pool_release(e->tiers.pool, c->ps[i].staging);
     }
     return first;
 }
@@ -295,14 +299,14 @@ static strata_status grad_stats(step_ctx *c, double *sumsq, bool *nonfinite)
     *nonfinite = false;
     for (size_t k = 0; k < c->nsub; k++) {
         size_t first = sub_first(c, k), n = sub_count(c, k);
-        const float *g = tarr_host_ptr(c->grads, &e->env, first);
+        const float *g = tarr_host_ptr(c->grads, &e->tiers.env, first);
         if (c->grad_nvme) {
             ERR_CHECK(load_grads(c, first, n, c->slot[0].grad, &c->slot[0].rd));
             ERR_CHECK(io_wait_wait(&c->slot[0].rd));
             g = c->slot[0].grad;
         }
         adam_gradstats gs;
-        ERR_CHECK(adam_run_gradstats(e->adam, g, STRATA_DTYPE_FP32, n, e->adam_threads, &gs));
+        ERR_CHECK(adam_run_gradstats(c->sp->adam, g, STRATA_DTYPE_FP32, n, c->sp->threads, &gs));
         *sumsq += gs.sumsq;
         *nonfinite |= gs.nonfinite;
     }
@@ -325,23 +329,23 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
         trace_event(e->trace, TRACK_NVME, "read master/m/v", NULL, s->rd_issue_ns, s->rd.done_ns);
         a.master = s->master, a.exp_avg = s->m, a.exp_avg_sq = s->v;
     } else {
-        a.master = tarr_host_ptr(&e->master, &e->env, first);
-        a.exp_avg = tarr_host_ptr(&e->exp_avg, &e->env, first);
-        a.exp_avg_sq = tarr_host_ptr(&e->exp_avg_sq, &e->env, first);
+        a.master = tarr_host_ptr(&e->tiers.master, &e->tiers.env, first);
+        a.exp_avg = tarr_host_ptr(&e->tiers.exp_avg, &e->tiers.env, first);
+        a.exp_avg_sq = tarr_host_ptr(&e->tiers.exp_avg_sq, &e->tiers.env, first);
     }
-    a.grad = c->grad_nvme ? s->grad : tarr_host_ptr(c->grads, &e->env, first);
+    a.grad = c->grad_nvme ? s->grad : tarr_host_ptr(c->grads, &e->tiers.env, first);
 
-    tile_ctx tiles = {.e = e, .elem = e->param_bytes};
-    adam_job job = {.ops = e->adam, .consts = *consts, .numel = n, .threads = e->adam_threads};
-    if (e->param_tier == STRATA_TIER_HOST) {
-        a.param = tarr_host_ptr(c->pout, &e->env, first);
+    tile_ctx tiles = {.e = e, .elem = e->tiers.param_bytes};
+    adam_job job = {.ops = c->sp->adam, .consts = *consts, .numel = n, .threads = c->sp->threads};
+    if (e->tiers.param_tier == STRATA_TIER_HOST) {
+        a.param = tarr_host_ptr(c->pout, &e->tiers.env, first);
     } else {
         /* The staging buffer's previous sub-group must have left it. */
         ERR_CHECK(io_wait_wait(&p->wr));
         ERR_CHECK(dev_event_sync(p->copied));
         a.param = p->staging;
-        if (e->param_tier == STRATA_TIER_DEVICE) {
-            tiles.dst = (char *)c->pout->mem + first * e->param_bytes;
+        if (e->tiers.param_tier == STRATA_TIER_DEVICE) {
+            tiles.dst = (char *)c->pout->mem + first * e->tiers.param_bytes;
             tiles.src = p->staging;
             job.on_tile = copy_tile;
             job.on_tile_user = &tiles;
@@ -359,11 +363,11 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
     if (atomic_load(&tiles.failed))
         return err_set(STRATA_EDEVICE, "optimizer step: copying updated parameters of sub-group %zu to the device "
                        "failed: %s", k, err_last());
-    if (e->param_tier == STRATA_TIER_DEVICE)
+    if (e->tiers.param_tier == STRATA_TIER_DEVICE)
         ERR_CHECK(dev_event_record(p->copied, e->upd));
-    if (e->param_tier == STRATA_TIER_NVME) {
-        ERR_CHECK(tarr_write(c->pout, &e->env, first, n, p->staging, &p->wr));
-        atomic_fetch_add(&e->ctr.host_to_nvme, n * e->param_bytes);
+    if (e->tiers.param_tier == STRATA_TIER_NVME) {
+        ERR_CHECK(tarr_write(c->pout, &e->tiers.env, first, n, p->staging, &p->wr));
+        atomic_fetch_add(&e->ctr.host_to_nvme, n * e->tiers.param_bytes);
     }
     if (c->opt_nvme)
         ERR_CHECK(issue_write(c, k));
@@ -379,7 +383,7 @@ static size_t sub_at(const step_ctx *c, size_t j, bool descending)
 static strata_status run_pipeline(step_ctx *c, const adam_consts *consts)
 {
     const strata_offload_config *o = &c->e->cfg.offload_optimizer;
-    bool desc = c->e->step_slots->descending;
+    bool desc = c->sp->descending;
     if (c->opt_nvme)
         ERR_CHECK(issue_read(c, sub_at(c, 0, desc)));
     for (size_t j = 0; j < c->nsub; j++) {
@@ -393,7 +397,7 @@ static strata_status run_pipeline(step_ctx *c, const adam_consts *consts)
         if (c->opt_nvme && more && !o->pipeline_read)
             ERR_CHECK(issue_read(c, sub_at(c, j + 1, desc)));
     }
-    c->e->step_slots->descending = !desc;
+    c->sp->descending = !desc;
     return STRATA_OK;
 }
 
@@ -402,14 +406,15 @@ strata_status step_run(strata_engine *e, double lr, double loss_scale, int grad_
 {
     step_ctx c = {
         .e = e,
-        .grads = &e->grad[grad_index],
-        .touched = e->grad_touched[grad_index],
-        .sg = MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), e->total_numel),
-        .opt_nvme = e->opt_tier == STRATA_TIER_NVME,
-        .grad_nvme = e->grad_tier == STRATA_TIER_NVME,
-        .pout = &e->param[param_out],
+        .sp = e->step,
+        .grads = grads_store(e->grads, grad_index),
+        .touched = grads_touched(e->grads, grad_index),
+        .sg = MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), registry_total_numel(e->reg)),
+        .opt_nvme = e->tiers.opt_tier == STRATA_TIER_NVME,
+        .grad_nvme = e->tiers.grad_tier == STRATA_TIER_NVME,
+        .pout = &e->tiers.param[param_out],
     };
-    c.nsub = (e->total_numel + c.sg - 1) / c.sg;
+    c.nsub = (registry_total_numel(e->reg) + c.sg - 1) / c.sg;
     *res = (strata_step_result){.grad_norm = -1};
 
     strata_status st = acquire_buffers(&c);
@@ -435,19 +440,19 @@ strata_status step_run(strata_engine *e, double lr, double loss_scale, int grad_
             .kind = e->cfg.optimizer, .lr = lr, .beta1 = e->cfg.beta1, .beta2 = e->cfg.beta2,
             .eps = e->cfg.eps, .weight_decay = e->cfg.weight_decay, .bias_correction = e->cfg.bias_correction};
         adam_consts consts;
-        adam_consts_init(&consts, &hp, e->adam_step + 1, grad_scale);
+        adam_consts_init(&consts, &hp, c.sp->count + 1, grad_scale);
         st = run_pipeline(&c, &consts);
     }
     strata_status rst = release_buffers(&c);
     if (st == STRATA_OK)
         st = rst;
     if (st != STRATA_OK) {
-        step_slots_forget(e); /* a slot may hold a half-done update */
+        step_forget(c.sp); /* a slot may hold a half-done update */
         return st;
     }
-    memset(e->grad_touched[grad_index], 0, e->nmodules);
+    grads_consumed(e->grads, grad_index);
     if (!res->skipped)
-        e->adam_step++;
-    res->step = e->adam_step;
+        c.sp->count++;
+    res->step = c.sp->count;
     return STRATA_OK;
 }

@@ -120,6 +120,13 @@ typedef enum strata_dtype {
     STRATA_DTYPE_NONE, /* "no output" where an output copy is optional */
 } strata_dtype;
 
+/* "fp32", "bf16", "fp16", "none" ("?" for a value outside the enum). Static storage; thread-safe. */
+STRATA_API const char *strata_dtype_name(strata_dtype dtype);
+/* Bytes of one element: 4, 2, 2, 0 (and 0 outside the enum). Thread-safe. */
+STRATA_API size_t strata_dtype_bytes(strata_dtype dtype);
+/* "device", "host", "nvme" ("?" outside the enum). Static storage; thread-safe. */
+STRATA_API const char *strata_tier_name(strata_tier tier);
+
 typedef enum strata_optimizer_kind {
     STRATA_OPTIMIZER_ADAMW = 0, /* decoupled weight decay (torch.optim.AdamW) */
     STRATA_OPTIMIZER_ADAM,      /* L2 weight decay added to the gradient (torch.optim.Adam) */

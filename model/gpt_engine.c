@@ -145,7 +145,7 @@ static strata_status engine_acquire(void *vm, int module, bool backward, float *
 /* Adds the gradient g (param_dtype, device) as the engine will receive it into cap (fp32, host). */
 static strata_status capture_add(gpt_model *m, float *cap, const void *g, size_t n)
 {
-    size_t esize = m->dtype == STRATA_DTYPE_FP32 ? 4 : 2;
+    size_t esize = strata_dtype_bytes(m->dtype);
     strata_status st = m->ops->to_host(m->ops->ctx, m->capture_raw, g, n * esize);
     if (st != STRATA_OK)
         return st;

@@ -56,7 +56,7 @@ static void step_matches_reference(void)
             T_OK(strata_adam_step(&hp, &t, &args, NULL));
             char what[128];
             snprintf(what, sizeof what, "strata_adam_step grad=%s param=%s n=%zu threads=%d tile=%zu step=%d",
-                     adam_dtype_name(gd), adam_dtype_name(pd), n, threads, tile, step);
+                     strata_dtype_name(gd), strata_dtype_name(pd), n, threads, tile, step);
             ta_compare(&got, &ref, what);
         }
         size_t wrong = 0, first = 0;
@@ -91,7 +91,7 @@ static void grad_stats(void)
             T_OK(strata_adam_grad_stats(s.grad, s.gd, n, 1 + round % 2, &sumsq, &bad));
             /* fp32 partial sums over blocks of 4096 squares: relative error below 4096 * 2^-24 = 2.4e-4. */
             T_CHECK(!bad && fabs(sumsq - want) <= 2.5e-4 * want, "%s n=%zu: sumsq %.9g, reference %.9g, nonfinite %d",
-                    adam_dtype_name(s.gd), n, sumsq, want, bad);
+                    strata_dtype_name(s.gd), n, sumsq, want, bad);
             /* One inf or NaN anywhere, the first and last elements included. */
             size_t at = round == 0 ? 0 : round == 1 ? n - 1 : t_rand_range(0, n - 1);
             float v = round % 2 ? INFINITY : NAN;
@@ -100,7 +100,7 @@ static void grad_stats(void)
             else
                 ((uint16_t *)s.grad)[at] = s.gd == STRATA_DTYPE_BF16 ? cvt_f32_to_bf16(v) : cvt_f32_to_fp16(v);
             T_OK(strata_adam_grad_stats(s.grad, s.gd, n, 2, &sumsq, &bad));
-            T_CHECK(bad, "%s n=%zu: %g at %zu not found", adam_dtype_name(s.gd), n, v, at);
+            T_CHECK(bad, "%s n=%zu: %g at %zu not found", strata_dtype_name(s.gd), n, v, at);
             ta_free(&s);
         }
     }

@@ -22,7 +22,7 @@ static void run_case(const adam_ops *ops, strata_dtype gd, strata_dtype pd, cons
     ta_fill_master(&ref);
     char what[160];
     snprintf(what, sizeof what, "%s grad=%s param=%s %s wd=%g bias=%d n=%zu begin=%zu", ops->name,
-             adam_dtype_name(gd), adam_dtype_name(pd), hp->kind == STRATA_OPTIMIZER_ADAMW ? "adamw" : "adam",
+             strata_dtype_name(gd), strata_dtype_name(pd), hp->kind == STRATA_OPTIMIZER_ADAMW ? "adamw" : "adam",
              hp->weight_decay, hp->bias_correction, n, begin);
     for (int step = 1; step <= 6; step++) {
         ta_fill_grad(&ref, 500, true);
@@ -67,7 +67,7 @@ static void conversion_paths(const adam_ops *ops)
             if (isnan(want) ? !isnan(ta_param_at(&s, i)) : got_bits != want_bits) {
                 if (bad++ < 5)
                     t_fail(__FILE__, __LINE__, "%s copy to %s of 0x%08x: got 0x%x, convert.h 0x%x", ops->name,
-                           adam_dtype_name(s.pd), cvt_f32_bits(want), got_bits, want_bits);
+                           strata_dtype_name(s.pd), cvt_f32_bits(want), got_bits, want_bits);
             }
         }
         t_checks++;

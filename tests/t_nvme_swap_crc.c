@@ -12,6 +12,7 @@
 #include "base/crc32c.h"
 #include "base/error.h"
 #include "engine/engine.h"
+#include "engine/step.h"
 #include "nvme/direct.h"
 #include "nvme/swap.h"
 #include "synth.h"
@@ -127,11 +128,11 @@ static void engine_level(const char *dir)
     if (!e)
         return;
     T_OK(strata_step(e, NULL, NULL));
-    uint64_t at = e->master.ext.offset + t_rand_range(0, e->master.ext.bytes - 1);
-    flip(e->swap, 1, c.aio.block_size, at, 0x10);
+    uint64_t at = e->tiers.master.ext.offset + t_rand_range(0, e->tiers.master.ext.bytes - 1);
+    flip(e->tiers.swap, 1, c.aio.block_size, at, 0x10);
     /* The optimizer's slots still hold the last step's state and would not read it again: make them forget,
      * so that the step reads the damaged copy from the drive. */
-    step_slots_forget(e);
+    step_forget(e->step);
     T_STATUS(strata_step(e, NULL, NULL), STRATA_ECORRUPT);
     T_CONTAINS(strata_last_error(e), "checksum mismatch in master weights");
     T_CONTAINS(strata_last_error(e), dir);

@@ -22,6 +22,7 @@
 #include "cpu_adam/adam.h"
 #include "cpu_adam/driver.h"
 #include "engine/engine.h"
+#include "engine/step.h"
 #include "nvme/io.h"
 #include "nvme/swap.h"
 #include "strata.h"
@@ -198,7 +199,7 @@ static strata_status engine_step(const step_opts *o, engine_run *r, double *seco
         return st;
     /* The pipeline in full, as T_io does it: the slots would otherwise skip re-reading the sub-groups whose
      * state they kept from the last step. */
-    step_slots_forget(r->e);
+    step_forget(r->e->step);
     uint64_t t0 = now_ns();
     st = strata_step(r->e, NULL, NULL);
     *seconds = (now_ns() - t0) / 1e9;

@@ -82,7 +82,7 @@ static bool parse_dtype(const char *s, size_t len, strata_dtype *out)
 {
     static const strata_dtype all[] = {STRATA_DTYPE_FP32, STRATA_DTYPE_BF16, STRATA_DTYPE_FP16, STRATA_DTYPE_NONE};
     for (size_t i = 0; i < ARRAY_LEN(all); i++) {
-        const char *name = adam_dtype_name(all[i]);
+        const char *name = strata_dtype_name(all[i]);
         if (strlen(name) == len && strncmp(s, name, len) == 0) {
             *out = all[i];
             return true;
@@ -272,7 +272,7 @@ static size_t check_sample(adam_job *job, size_t *wrong)
 {
     enum { W = 4099 };
     size_t n = job->numel, starts[3] = {0, n / 2 > 37 ? n / 2 - 37 : 0, n > W ? n - W : 0};
-    size_t gb = adam_dtype_bytes(job->arrays.grad_dtype), pb = adam_dtype_bytes(job->arrays.param_dtype);
+    size_t gb = strata_dtype_bytes(job->arrays.grad_dtype), pb = strata_dtype_bytes(job->arrays.param_dtype);
     static float sm[3][W], sv[3][W], sp[3][W], sparam[3][W];
     static unsigned char sg[3][W * 4];
     size_t len = MIN((size_t)W, n);
@@ -348,7 +348,7 @@ static void run_row(const adam_opts *o, const bufs *b, row *r, int64_t *step)
     }
     adam_consts_init(&job.consts, &o->hp, ++*step, grad_scale);
     r->checked = check_sample(&job, &r->wrong);
-    r->bytes = r->n * (3 * 4 + adam_dtype_bytes(r->c.grad) + 3 * 4 + adam_dtype_bytes(r->c.param));
+    r->bytes = r->n * (3 * 4 + strata_dtype_bytes(r->c.grad) + 3 * 4 + strata_dtype_bytes(r->c.param));
 }
 
 static void print_header(FILE *out, const adam_opts *o)
@@ -382,7 +382,7 @@ static void print_row_text(const row *r, bool first)
                "adam_ms", "roof_ms", "pre_ms", "Mparam/s", "MB/step", "adamGB/s", "roofGB/s", "ratio", "st",
                "+pre", "#wrong");
     printf("%7.1f %4s %5s %3d %9.2f %9.2f %8.2f %9.0f %9.0f %8.2f %8.2f %6.3f %7s %6.3f %6zu\n", (double)r->n / (1 << 20),
-           adam_dtype_name(r->c.grad), adam_dtype_name(r->c.param), r->threads, r->adam_s * 1e3, r->roof_s * 1e3,
+           strata_dtype_name(r->c.grad), strata_dtype_name(r->c.param), r->threads, r->adam_s * 1e3, r->roof_s * 1e3,
            r->pre_s * 1e3, r->n / r->adam_s * 1e-6, r->bytes / 1e6, r->bytes / r->adam_s * 1e-9,
            r->bytes / r->roof_s * 1e-9, r->roof_s / r->adam_s, stores_name[r->roof_stores],
            r->roof_s / (r->adam_s + r->pre_s), r->wrong);
@@ -396,7 +396,7 @@ static void print_row_json(const row *r, bool first)
            "\"roofline_nt_copy_ms\": %.4f, \"prepass_ms\": %.4f, \"params_per_s\": %.6g, "
            "\"bytes\": %zu, \"adam_gbps\": %.4f, \"roofline_gbps\": %.4f, \"ratio\": %.4f, "
            "\"ratio_with_prepass\": %.4f, \"checked\": %zu, \"wrong\": %zu}",
-           first ? "" : ",", r->n, adam_dtype_name(r->c.grad), adam_dtype_name(r->c.param), r->threads,
+           first ? "" : ",", r->n, strata_dtype_name(r->c.grad), strata_dtype_name(r->c.param), r->threads,
            r->adam_s * 1e3, r->roof_s * 1e3, stores_name[r->roof_stores], r->roof_each_s[0] * 1e3, r->roof_each_s[1] * 1e3, r->roof_each_s[2] * 1e3,
            r->pre_s * 1e3,
            r->n / r->adam_s, r->bytes, r->bytes / r->adam_s * 1e-9, r->bytes / r->roof_s * 1e-9,
@@ -430,8 +430,8 @@ static int bench_adam(int argc, char **argv)
         size_t n = o.sizes[s], gmax = 0, pmax = 0;
         for (int c = 0; c < o.combo_count; c++)
             if (runs_at(&o, n, o.combos[c])) {
-                gmax = MAX(gmax, adam_dtype_bytes(o.combos[c].grad));
-                pmax = MAX(pmax, adam_dtype_bytes(o.combos[c].param));
+                gmax = MAX(gmax, strata_dtype_bytes(o.combos[c].grad));
+                pmax = MAX(pmax, strata_dtype_bytes(o.combos[c].param));
             }
         if (!gmax)
             continue;

@@ -34,11 +34,6 @@ static bool parse_int(const char *flag, const char *text, int *out)
     return true;
 }
 
-static const char *tier_name(strata_tier t)
-{
-    return t == STRATA_TIER_DEVICE ? "device" : t == STRATA_TIER_HOST ? "host" : "nvme";
-}
-
 /* The smallest free space among the NVMe paths of the config, or 0 when none can be read. */
 static size_t nvme_free(const strata_config *cfg)
 {
@@ -113,7 +108,7 @@ int cmd_estimate(int argc, char **argv)
     if (host_budget)
         cfg.host_budget_bytes = host_budget;
 
-    plan_input in = {.param_bytes = plan_dtype_bytes(cfg.param_dtype), .delayed = cfg.delayed_update,
+    plan_input in = {.param_bytes = strata_dtype_bytes(cfg.param_dtype), .delayed = cfg.delayed_update,
                      .sub_group_numel = align_up(cfg.sub_group_size, PLAN_MODULE_ALIGN),
                      .activation_bytes = cfg.activation_bytes};
     plan_tiers(&cfg, &in.param_tier, &in.opt_tier, &in.grad_tier);
@@ -134,17 +129,17 @@ int cmd_estimate(int argc, char **argv)
            shape->name, shape->layers, shape->hidden, shape->vocab, shape->seq,
            count >= 1e9 ? count / 1e9 : count / 1e6, count >= 1e9 ? " billion" : " million", in.total_numel);
     printf("tiers   parameters %s (%s), optimizer state %s, gradients %s; largest module %zu elements\n\n",
-           tier_name(in.param_tier), cfg.param_dtype == STRATA_DTYPE_BF16 ? "bf16" : cfg.param_dtype == STRATA_DTYPE_FP16 ? "fp16" : "fp32",
-           tier_name(in.opt_tier), tier_name(in.grad_tier), in.largest_module_numel);
+           strata_tier_name(in.param_tier), strata_dtype_name(cfg.param_dtype),
+           strata_tier_name(in.opt_tier), strata_tier_name(in.grad_tier), in.largest_module_numel);
     printf("%-7s %-45s %14s\n", "TIER", "WHAT", "BYTES");
     for (int i = 0; i < p.nlines; i++)
-        printf("%-7s %-45s %14s\n", tier_name(p.lines[i].tier), p.lines[i].what,
+        printf("%-7s %-45s %14s\n", strata_tier_name(p.lines[i].tier), p.lines[i].what,
                size_format(p.lines[i].bytes, b1, sizeof b1));
     size_t budgets[3] = {cfg.device_budget_bytes, plan_host_budget(&cfg), nvme_free(&cfg)};
     printf("\n%-7s %14s %14s  %s\n", "TIER", "NEEDED", "AVAILABLE", "FITS");
     for (int t = 0; t < 3; t++) {
         bool known = budgets[t] > 0;
-        printf("%-7s %14s %14s  %s\n", tier_name((strata_tier)t), size_format(p.tier_bytes[t], b2, sizeof b2),
+        printf("%-7s %14s %14s  %s\n", strata_tier_name((strata_tier)t), size_format(p.tier_bytes[t], b2, sizeof b2),
                known ? size_format(budgets[t], b3, sizeof b3) : t == 0 ? "all free" : "unknown",
                !known ? "-" : p.tier_bytes[t] <= budgets[t] ? "yes" : "NO");
     }

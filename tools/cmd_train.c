@@ -242,9 +242,8 @@ static int build_config(args *a, strata_config *cfg)
     if (cfg->backend == STRATA_BACKEND_CUDA && cfg->offload_optimizer.device == STRATA_TIER_DEVICE)
         cfg->offload_optimizer.device = STRATA_TIER_HOST; /* the optimizer runs on the CPU: its state lives there */
     if (a->dtype) {
-        const char *names[] = {"fp32", "bf16", "fp16"};
         int k = 0;
-        while (k < 3 && strcmp(a->dtype, names[k]) != 0)
+        while (k < 3 && strcmp(a->dtype, strata_dtype_name((strata_dtype)k)) != 0)
             k++;
         if (k == 3)
             return bad("--dtype", a->dtype, "allowed: fp32, bf16, fp16");
@@ -276,7 +275,6 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
 {
     bool custom = a->layers || a->heads || a->hidden || a->vocab || a->context;
     const gpt_dims *d = &t->dims;
-    const char *tiers[] = {"device", "host", "nvme"}, *dtypes[] = {"fp32", "bf16", "fp16"};
     printf("strata train: model %s (layers %d, heads %d, hidden %d, vocab %d, context %d) = %.1fM parameters\n",
            custom ? "custom" : a->model ? a->model : "tiny", d->layers, d->heads, d->hidden, d->vocab, d->seq,
            (double)gpt_numel(d) / 1e6);
@@ -285,10 +283,11 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
            (long long)t->steps, (unsigned long long)t->seed);
     printf("  lr %.3g (warmup %lld, cosine to %.3g); computes on %s; params %s %s, optimizer %s; delayed update %s\n",
            cfg->lr, (long long)t->warmup, t->min_lr, cfg->backend == STRATA_BACKEND_CUDA ? "cuda" : "host",
-           dtypes[cfg->param_dtype], tiers[cfg->offload_param.device], tiers[cfg->offload_optimizer.device],
+           strata_dtype_name(cfg->param_dtype), strata_tier_name(cfg->offload_param.device),
+           strata_tier_name(cfg->offload_optimizer.device),
            cfg->delayed_update ? "on" : "off");
     /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master and moments. */
-    size_t pbytes = cfg->param_dtype == STRATA_DTYPE_FP32 ? 4 : 2;
+    size_t pbytes = strata_dtype_bytes(cfg->param_dtype);
     double states = (double)gpt_numel(d) * (double)(2 * pbytes + 12);
     printf("  model states %.1f MiB (parameters, gradients, master weights, Adam moments)", states / 1048576);
     if (cfg->device_budget_bytes)

@@ -1,6 +1,6 @@
 /*
  * strata_save / strata_load: the engine's state to and from a checkpoint directory (format in
- * engine/ckpt_format.h). Each state class is streamed from (or into) its tier array through one
+ * engine/ckpt/ckpt_format.h). Each state class is streamed from (or into) its tier array through one
  * bounded buffer, module by module in aligned chunks, so the model is never gathered in RAM and
  * NVMe transfers stay 4 KiB-aligned. Tensors are laid out in flat-partition order, which makes both
  * the tier reads and the file writes sequential.
@@ -19,9 +19,13 @@
 #include "base/util.h"
 #include "engine/ckpt/ckpt_files.h"
 #include "engine/engine.h"
+#include "engine/step.h"
+#include "engine/train_step.h"
 
 #define CHUNK_NUMEL ((size_t)1 << 20) /* a multiple of ENGINE_MODULE_ALIGN: chunks stay 4 KiB-aligned */
 #define MAX_STREAMS 2                 /* state classes per file */
+#define PARAM(e, id) registry_param((e)->reg, (strata_param_id)(id))
+#define MODULE(e, id) registry_module((e)->reg, (strata_module_id)(id))
 
 /* One state class <-> one family of tensors ("<name><suffix>") in a file. */
 typedef struct stream {
@@ -49,8 +53,9 @@ typedef struct chunk {
 
 static int by_offset(const void *a, const void *b, void *ctx)
 {
-    const strata_engine *e = ctx;
-    size_t oa = e->params[*(const size_t *)a].offset, ob = e->params[*(const size_t *)b].offset;
+    const registry *reg = ctx;
+    size_t oa = registry_param(reg, (strata_param_id)*(const size_t *)a)->offset;
+    size_t ob = registry_param(reg, (strata_param_id)*(const size_t *)b)->offset;
     return oa < ob ? -1 : oa > ob;
 }
 
@@ -60,26 +65,27 @@ static strata_status ctx_init(ckpt_ctx *c, strata_engine *e)
     c->e = e;
     io_wait_init(&c->w[0]);
     io_wait_init(&c->w[1]);
-    c->ord = malloc(e->nparams * sizeof *c->ord);
-    c->mod_first = malloc((e->nmodules + 1) * sizeof *c->mod_first);
-    c->crc = malloc(e->nparams * sizeof *c->crc);
-    c->m.tensors = calloc(e->nparams * 5, sizeof *c->m.tensors);
+    size_t nparams = registry_nparams(e->reg);
+    c->ord = malloc(nparams * sizeof *c->ord);
+    c->mod_first = malloc((registry_nmodules(e->reg) + 1) * sizeof *c->mod_first);
+    c->crc = malloc(registry_nparams(e->reg) * sizeof *c->crc);
+    c->m.tensors = calloc(registry_nparams(e->reg) * 5, sizeof *c->m.tensors);
     void *b0 = NULL, *b1 = NULL;
     bool bufs = posix_memalign(&b0, 4096, CHUNK_NUMEL * 4) == 0 && posix_memalign(&b1, 4096, CHUNK_NUMEL * 4) == 0;
     c->buf[0] = b0;
     c->buf[1] = b1;
     if (!c->ord || !c->mod_first || !c->crc || !c->m.tensors || !bufs)
         return err_set(STRATA_ENOMEM, "checkpoint: out of memory for the streaming buffers");
-    for (size_t i = 0; i < e->nparams; i++)
+    for (size_t i = 0; i < registry_nparams(e->reg); i++)
         c->ord[i] = i;
-    qsort_r(c->ord, e->nparams, sizeof *c->ord, by_offset, e);
+    qsort_r(c->ord, nparams, sizeof *c->ord, by_offset, e->reg);
     size_t k = 0;
-    for (size_t mi = 0; mi < e->nmodules; mi++) {
+    for (size_t mi = 0; mi < registry_nmodules(e->reg); mi++) {
         c->mod_first[mi] = k;
-        while (k < e->nparams && e->params[c->ord[k]].module == mi)
+        while (k < nparams && PARAM(e, c->ord[k])->module == mi)
             k++;
     }
-    c->mod_first[e->nmodules] = k;
+    c->mod_first[registry_nmodules(e->reg)] = k;
     return STRATA_OK;
 }
 
@@ -95,29 +101,29 @@ static void ctx_free(ckpt_ctx *c)
     ckpt_manifest_free(&c->m);
 }
 
-static void tensor_name(const strata_engine *e, const eng_param *p, const char *suffix, char *out)
+static void tensor_name(const strata_engine *e, const reg_param *p, const char *suffix, char *out)
 {
-    snprintf(out, CKPT_NAME_BYTES, "%s.%s%s", e->modules[p->module].name, p->name, suffix);
+    snprintf(out, CKPT_NAME_BYTES, "%s.%s%s", MODULE(e, p->module)->name, p->name, suffix);
 }
 
 /* Waits for the engine's own traffic so the arrays hold still: gradient hand-offs, deferred frees. */
 static strata_status quiesce(strata_engine *e, const char *what)
 {
     ERR_CHECK(engine_require_finalized(e, what));
-    for (size_t i = 0; i < e->nmodules; i++)
-        if (e->modules[i].held)
-            return err_set(STRATA_ESTATE, "%s: module \"%s\" is still held; call it between steps, with every module "
-                           "released", what, e->modules[i].name);
+    strata_module_id held = residency_first_held(e->res);
+    if (held != STRATA_INVALID_ID)
+        return err_set(STRATA_ESTATE, "%s: module \"%s\" is still held; call it between steps, with every module "
+                       "released", what, MODULE(e, held)->name);
     ERR_CHECK(grads_drain(e));
-    return engine_process_frees(e, true);
+    return deferred_process(e->frees, true);
 }
 
 /* The first chunk at or after module mi (false past the last module). */
 static bool chunk_at(const strata_engine *e, size_t mi, chunk *k)
 {
-    for (; mi < e->nmodules; mi++)
-        if (e->modules[mi].numel) {
-            *k = (chunk){mi, e->modules[mi].offset, MIN(CHUNK_NUMEL, e->modules[mi].numel)};
+    for (; mi < registry_nmodules(e->reg); mi++)
+        if (MODULE(e, mi)->numel) {
+            *k = (chunk){mi, MODULE(e, mi)->offset, MIN(CHUNK_NUMEL, MODULE(e, mi)->numel)};
             return true;
         }
     return false;
@@ -125,7 +131,7 @@ static bool chunk_at(const strata_engine *e, size_t mi, chunk *k)
 
 static bool chunk_next(const strata_engine *e, const chunk *cur, chunk *next)
 {
-    const eng_module *m = &e->modules[cur->mi];
+    const reg_module *m = MODULE(e, cur->mi);
     size_t c0 = cur->c0 + cur->n, end = m->offset + m->numel;
     if (c0 < end) {
         *next = (chunk){cur->mi, c0, MIN(CHUNK_NUMEL, end - c0)};
@@ -154,7 +160,7 @@ static strata_status save_chunk(ckpt_ctx *c, ckpt_writer *wr, const stream *s, c
     strata_engine *e = c->e;
     size_t eb = s->arr->elem_bytes;
     for (size_t i = c->mod_first[k->mi]; i < c->mod_first[k->mi + 1]; i++) {
-        const eng_param *p = &e->params[c->ord[i]];
+        const reg_param *p = PARAM(e, c->ord[i]);
         size_t lo = MAX(p->offset, k->c0), hi = MIN(p->offset + p->numel, k->c0 + k->n);
         if (lo >= hi)
             continue;
@@ -168,22 +174,22 @@ static strata_status save_chunk(ckpt_ctx *c, ckpt_writer *wr, const stream *s, c
 static strata_status save_stream(ckpt_ctx *c, ckpt_writer *wr, const stream *s, ckpt_tensor *out)
 {
     strata_engine *e = c->e;
-    memset(c->crc, 0, e->nparams * sizeof *c->crc);
+    memset(c->crc, 0, registry_nparams(e->reg) * sizeof *c->crc);
     chunk cur, next;
     bool have = chunk_at(e, 0, &cur);
-    const uint8_t *host = tarr_host_ptr(s->arr, &e->env, 0);
+    const uint8_t *host = tarr_host_ptr(s->arr, &e->tiers.env, 0);
     if (host) { /* host memory: written from where it lies, no copy */
         for (; have; have = chunk_next(e, &cur, &cur))
             ERR_CHECK(save_chunk(c, wr, s, &cur, host + cur.c0 * s->arr->elem_bytes));
-        for (size_t k = 0; k < e->nparams; k++)
+        for (size_t k = 0; k < registry_nparams(e->reg); k++)
             out[k].crc = c->crc[k];
         return STRATA_OK;
     }
-    strata_status st = have ? tarr_read(s->arr, &e->env, cur.c0, cur.n, c->buf[0], &c->w[0]) : STRATA_OK;
+    strata_status st = have ? tarr_read(s->arr, &e->tiers.env, cur.c0, cur.n, c->buf[0], &c->w[0]) : STRATA_OK;
     for (int b = 0; have && st == STRATA_OK; b ^= 1) {
         bool more = chunk_next(e, &cur, &next);
         if (more)
-            st = tarr_read(s->arr, &e->env, next.c0, next.n, c->buf[b ^ 1], &c->w[b ^ 1]);
+            st = tarr_read(s->arr, &e->tiers.env, next.c0, next.n, c->buf[b ^ 1], &c->w[b ^ 1]);
         if (st == STRATA_OK)
             st = io_wait_wait(&c->w[b]);
         if (st == STRATA_OK)
@@ -192,7 +198,7 @@ static strata_status save_stream(ckpt_ctx *c, ckpt_writer *wr, const stream *s, 
         have = more;
     }
     ERR_CHECK(drain(c, st));
-    for (size_t k = 0; k < e->nparams; k++)
+    for (size_t k = 0; k < registry_nparams(e->reg); k++)
         out[k].crc = c->crc[k];
     return STRATA_OK;
 }
@@ -203,9 +209,9 @@ static strata_status save_file(ckpt_ctx *c, const char *tmp, int file, const str
     strata_engine *e = c->e;
     ckpt_tensor *first = &c->m.tensors[c->m.ntensors];
     for (int s = 0; s < ns; s++)
-        for (size_t k = 0; k < e->nparams; k++) {
-            ckpt_tensor *t = &first[(size_t)s * e->nparams + k];
-            const eng_param *p = &e->params[c->ord[k]];
+        for (size_t k = 0; k < registry_nparams(e->reg); k++) {
+            ckpt_tensor *t = &first[(size_t)s * registry_nparams(e->reg) + k];
+            const reg_param *p = PARAM(e, c->ord[k]);
             tensor_name(e, p, streams[s].suffix, t->name);
             t->file = file;
             t->dtype = streams[s].dtype;
@@ -213,21 +219,21 @@ static strata_status save_file(ckpt_ctx *c, const char *tmp, int file, const str
         }
     uint8_t *head;
     size_t head_len;
-    ERR_CHECK(ckpt_st_header_build(first, (size_t)ns * e->nparams, &head, &head_len));
+    ERR_CHECK(ckpt_st_header_build(first, (size_t)ns * registry_nparams(e->reg), &head, &head_len));
     ckpt_writer wr;
     strata_status st = ckpt_writer_open(&wr, tmp, ckpt_file_names[file]);
     if (st == STRATA_OK)
         st = ckpt_writer_put(&wr, head, head_len);
     free(head);
     for (int s = 0; s < ns && st == STRATA_OK; s++)
-        st = save_stream(c, &wr, &streams[s], first + (size_t)s * e->nparams);
+        st = save_stream(c, &wr, &streams[s], first + (size_t)s * registry_nparams(e->reg));
     if (st != STRATA_OK) {
         ckpt_writer_abort(&wr);
         return st;
     }
     c->m.file_bytes[file] = wr.written + wr.used;
     ERR_CHECK(ckpt_writer_close(&wr));
-    c->m.ntensors += (size_t)ns * e->nparams;
+    c->m.ntensors += (size_t)ns * registry_nparams(e->reg);
     return STRATA_OK;
 }
 
@@ -252,15 +258,15 @@ static strata_status save(strata_engine *e, const char *dir)
     if (!dir || !dir[0])
         return err_set(STRATA_EINVAL, "strata_save: dir is NULL or empty");
     ERR_CHECK(quiesce(e, "strata_save"));
-    for (size_t i = 0; i < e->nmodules; i++)
-        if (e->grad_touched[e->grad_front][i])
-            return err_set(STRATA_ESTATE, "strata_save: module \"%s\" has gradients accumulated since the last "
-                           "strata_step; save right after a step, before the next backward pass", e->modules[i].name);
+    strata_module_id touched = grads_first_unconsumed(e->grads);
+    if (touched != STRATA_INVALID_ID)
+        return err_set(STRATA_ESTATE, "strata_save: module \"%s\" has gradients accumulated since the last "
+                       "strata_step; save right after a step, before the next backward pass", MODULE(e, touched)->name);
     /* The delayed update in flight must finish (its master weights and moments are part of the state) but
      * stay unpublished: the trainer still computes with the older parameters until the next step. */
     strata_step_result pending_res = {0};
     bool pending;
-    ERR_CHECK(opt_job_settle(e, &pending_res, &pending));
+    ERR_CHECK(opt_job_settle(e->opt, &pending_res, &pending));
     bool has_next = pending && !pending_res.skipped;
 
     ckpt_ctx c;
@@ -273,16 +279,18 @@ static strata_status save(strata_engine *e, const char *dir)
         return st;
     }
     uint64_t t0 = now_ns();
-    c.m = (ckpt_manifest){.version = CKPT_FORMAT_VERSION, .step = e->adam_step, .iterations = e->steps_called,
-                          .steps = (int64_t)e->steps, .skipped_steps = (int64_t)e->skipped_steps,
-                          .loss_scale = e->loss_scale, .good_steps = e->good_steps,
-                          .hysteresis_left = e->hysteresis_left, .param_dtype = e->cfg.param_dtype,
+    train_progress pr;
+    driver_progress(e->driver, &pr);
+    c.m = (ckpt_manifest){.version = CKPT_FORMAT_VERSION, .step = step_count(e->step), .iterations = pr.iterations,
+                          .steps = (int64_t)pr.steps, .skipped_steps = (int64_t)pr.skipped_steps,
+                          .loss_scale = pr.loss_scale, .good_steps = pr.good_steps,
+                          .hysteresis_left = pr.hysteresis_left, .param_dtype = e->cfg.param_dtype,
                           .pending = pending, .pending_result = pending_res, .tensors = c.m.tensors};
-    stream model[] = {{&e->master, "", STRATA_DTYPE_FP32, NULL}};
-    stream opt[] = {{&e->exp_avg, ".exp_avg", STRATA_DTYPE_FP32, NULL},
-                    {&e->exp_avg_sq, ".exp_avg_sq", STRATA_DTYPE_FP32, NULL}};
-    stream par[] = {{&e->param[e->param_front], "", e->cfg.param_dtype, NULL},
-                    {&e->param[1 - e->param_front], ".next", e->cfg.param_dtype, NULL}};
+    stream model[] = {{&e->tiers.master, "", STRATA_DTYPE_FP32, NULL}};
+    stream opt[] = {{&e->tiers.exp_avg, ".exp_avg", STRATA_DTYPE_FP32, NULL},
+                    {&e->tiers.exp_avg_sq, ".exp_avg_sq", STRATA_DTYPE_FP32, NULL}};
+    stream par[] = {{&e->tiers.param[e->tiers.param_front], "", e->cfg.param_dtype, NULL},
+                    {&e->tiers.param[1 - e->tiers.param_front], ".next", e->cfg.param_dtype, NULL}};
     st = save_file(&c, tmp, CKPT_FILE_MODEL, model, 1);
     if (st == STRATA_OK)
         st = save_file(&c, tmp, CKPT_FILE_OPTIMIZER, opt, 2);
@@ -315,11 +323,11 @@ STRATA_API strata_status strata_save(strata_engine *e, const char *dir)
 static strata_status match_stream(ckpt_ctx *c, stream *s, int file)
 {
     strata_engine *e = c->e;
-    s->tensor = calloc(e->nparams, sizeof *s->tensor);
+    s->tensor = calloc(registry_nparams(e->reg), sizeof *s->tensor);
     if (!s->tensor)
         return err_set(STRATA_ENOMEM, "strata_load: out of memory");
-    for (size_t k = 0; k < e->nparams; k++) {
-        const eng_param *p = &e->params[c->ord[k]];
+    for (size_t k = 0; k < registry_nparams(e->reg); k++) {
+        const reg_param *p = PARAM(e, c->ord[k]);
         char name[CKPT_NAME_BYTES];
         tensor_name(e, p, s->suffix, name);
         const ckpt_tensor *t = ckpt_manifest_find(&c->m, file, name);
@@ -342,7 +350,7 @@ static strata_status load_chunk(ckpt_ctx *c, const ckpt_file *f, const stream *s
     size_t eb = s->arr->elem_bytes;
     memset(buf, 0, k->n * eb); /* padding between and after parameters is zero, as finalize wrote it */
     for (size_t i = c->mod_first[k->mi]; i < c->mod_first[k->mi + 1]; i++) {
-        const eng_param *p = &e->params[c->ord[i]];
+        const reg_param *p = PARAM(e, c->ord[i]);
         size_t lo = MAX(p->offset, k->c0), hi = MIN(p->offset + p->numel, k->c0 + k->n);
         if (lo >= hi)
             continue;
@@ -363,10 +371,10 @@ static strata_status load_chunk(ckpt_ctx *c, const ckpt_file *f, const stream *s
 static strata_status load_stream(ckpt_ctx *c, const ckpt_file *f, const stream *s)
 {
     strata_engine *e = c->e;
-    memset(c->crc, 0, e->nparams * sizeof *c->crc);
+    memset(c->crc, 0, registry_nparams(e->reg) * sizeof *c->crc);
     chunk k;
     bool have = chunk_at(e, 0, &k);
-    uint8_t *host = tarr_host_ptr(s->arr, &e->env, 0);
+    uint8_t *host = tarr_host_ptr(s->arr, &e->tiers.env, 0);
     if (host) { /* host memory: read into place, no copy */
         for (; have; have = chunk_next(e, &k, &k))
             ERR_CHECK(load_chunk(c, f, s, &k, host + k.c0 * s->arr->elem_bytes));
@@ -378,7 +386,7 @@ static strata_status load_stream(ckpt_ctx *c, const ckpt_file *f, const stream *
         if (st == STRATA_OK)
             st = load_chunk(c, f, s, &k, c->buf[b]);
         if (st == STRATA_OK)
-            st = tarr_write(s->arr, &e->env, k.c0, k.n, c->buf[b], &c->w[b]);
+            st = tarr_write(s->arr, &e->tiers.env, k.c0, k.n, c->buf[b], &c->w[b]);
         have = chunk_next(e, &k, &k);
     }
     return drain(c, st);
@@ -405,10 +413,10 @@ static strata_status load_all(ckpt_ctx *c, const char *dir)
     bool has_next = m->pending && !m->pending_result.skipped;
     bool params_file = m->file_bytes[CKPT_FILE_PARAMS] && m->param_dtype == e->cfg.param_dtype;
     /* fp32 parameters without a params file are the master weights: read model.safetensors into both. */
-    stream st_model[] = {{&e->master, "", STRATA_DTYPE_FP32, NULL}, {&e->param[0], "", STRATA_DTYPE_FP32, NULL}};
-    stream st_opt[] = {{&e->exp_avg, ".exp_avg", STRATA_DTYPE_FP32, NULL},
-                       {&e->exp_avg_sq, ".exp_avg_sq", STRATA_DTYPE_FP32, NULL}};
-    stream st_par[] = {{&e->param[0], "", e->cfg.param_dtype, NULL}, {&e->param[1], ".next", e->cfg.param_dtype, NULL}};
+    stream st_model[] = {{&e->tiers.master, "", STRATA_DTYPE_FP32, NULL}, {&e->tiers.param[0], "", STRATA_DTYPE_FP32, NULL}};
+    stream st_opt[] = {{&e->tiers.exp_avg, ".exp_avg", STRATA_DTYPE_FP32, NULL},
+                       {&e->tiers.exp_avg_sq, ".exp_avg_sq", STRATA_DTYPE_FP32, NULL}};
+    stream st_par[] = {{&e->tiers.param[0], "", e->cfg.param_dtype, NULL}, {&e->tiers.param[1], ".next", e->cfg.param_dtype, NULL}};
     struct {
         int file;
         stream *s;
@@ -446,10 +454,10 @@ static strata_status load(strata_engine *e, const char *dir)
     /* Whatever this engine had in flight is about to be replaced: finish it, publish nothing. */
     strata_step_result unused;
     bool had;
-    ERR_CHECK(opt_job_join(e, &unused, &had));
+    ERR_CHECK(opt_job_join(e->opt, &unused, &had));
     ERR_CHECK(dev_stream_sync(e->h2d));
-    fetch_invalidate_all(e);
-    step_slots_forget(e); /* the optimizer state on NVMe is about to change */
+    residency_invalidate_all(e);
+    step_forget(e->step); /* the optimizer state on NVMe is about to change */
 
     ckpt_ctx c;
     strata_status st = ctx_init(&c, e);
@@ -463,24 +471,20 @@ static strata_status load(strata_engine *e, const char *dir)
         st = load_all(&c, dir);
     if (st == STRATA_OK) {
         const ckpt_manifest *m = &c.m;
-        e->adam_step = m->step;
-        e->steps_called = m->iterations;
-        e->steps = (uint64_t)m->steps;
-        e->skipped_steps = (uint64_t)m->skipped_steps;
-        e->loss_scale = m->loss_scale;
-        e->good_steps = m->good_steps;
-        e->hysteresis_left = m->hysteresis_left;
-        e->param_front = 0;
-        e->grad_front = 0;
-        memset(e->grad_touched[0], 0, e->nmodules);
-        memset(e->grad_touched[1], 0, e->nmodules);
+        step_set_count(e->step, m->step);
+        driver_restore(e->driver, &(train_progress){.iterations = m->iterations, .steps = (uint64_t)m->steps,
+                                                    .skipped_steps = (uint64_t)m->skipped_steps,
+                                                    .loss_scale = m->loss_scale, .good_steps = m->good_steps,
+                                                    .hysteresis_left = m->hysteresis_left});
+        e->tiers.param_front = 0;
+        grads_reset(e->grads);
         if (m->pending)
-            opt_job_restore(e, &m->pending_result);
+            opt_job_restore(e->opt, &m->pending_result);
         e->ckpt_incomplete = false;
         LOG_INFO(LOG_CORE, "loaded step %" PRId64 " from \"%s\"%s", m->step, dir,
                  m->pending ? " (with a delayed update pending)" : "");
     }
-    fetch_invalidate_all(e); /* device-tier modules point into the front copy */
+    residency_invalidate_all(e); /* device-tier modules point into the front copy */
     ctx_free(&c);
     return st;
 }

@@ -1,0 +1,161 @@
+/* The delayed update's optimizer thread; see opt_thread.h. */
+#include "engine/opt_thread.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "engine/engine.h"
+#include "engine/step.h"
+
+/* The delayed update runs beside the trainer and must not slow its critical path: it takes the CPU time the
+ * trainer leaves. Linux keeps nice values per thread, and the OpenMP team this thread starts inherits it. */
+#define OPT_THREAD_NICE 10
+
+struct opt_thread {
+    strata_engine *e;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    bool job_pending, job_done, job_in_flight, quit;
+    double job_lr, job_scale;
+    int job_grad, job_param;
+    strata_status job_status;
+    char job_msg[ERR_MSG_BYTES];
+    strata_step_result job_result;
+};
+
+static void *opt_main(void *arg)
+{
+    opt_thread *t = arg;
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), OPT_THREAD_NICE) != 0)
+        LOG_INFO(LOG_ADAM, "the delayed-update thread keeps the trainer's priority (setpriority: %s)", strerror(errno));
+    pthread_mutex_lock(&t->lock);
+    for (;;) {
+        while (!t->job_pending && !t->quit)
+            pthread_cond_wait(&t->cv, &t->lock);
+        if (t->quit && !t->job_pending)
+            break;
+        t->job_pending = false;
+        double lr = t->job_lr, scale = t->job_scale;
+        int g = t->job_grad, p = t->job_param;
+        pthread_mutex_unlock(&t->lock);
+
+        strata_step_result r;
+        err_clear();
+        strata_status st = step_run(t->e, lr, scale, g, p, &r);
+
+        pthread_mutex_lock(&t->lock);
+        t->job_status = st;
+        snprintf(t->job_msg, sizeof t->job_msg, "%s", st != STRATA_OK ? err_last() : "");
+        t->job_result = r;
+        t->job_done = true;
+        pthread_cond_broadcast(&t->cv);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+strata_status opt_thread_start(strata_engine *e, opt_thread **out)
+{
+    opt_thread *t = calloc(1, sizeof *t);
+    if (!t)
+        return err_set(STRATA_ENOMEM, "cannot start the optimizer thread: out of memory");
+    t->e = e;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    int rc = pthread_create(&t->thread, NULL, opt_main, t);
+    if (rc != 0) {
+        pthread_mutex_destroy(&t->lock);
+        pthread_cond_destroy(&t->cv);
+        free(t);
+        char why[96];
+        return err_set(STRATA_ENOMEM, "cannot start the optimizer thread: %s", err_errno_str(rc, why, sizeof why));
+    }
+    *out = t;
+    return STRATA_OK;
+}
+
+void opt_job_submit(opt_thread *t, double lr, double loss_scale, int grad_index, int param_out)
+{
+    pthread_mutex_lock(&t->lock);
+    t->job_lr = lr;
+    t->job_scale = loss_scale;
+    t->job_grad = grad_index;
+    t->job_param = param_out;
+    t->job_done = false;
+    t->job_pending = true;
+    t->job_in_flight = true;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Waits for the job in flight, if any; `take` ends it (opt_job_join), otherwise it stays for the next join. */
+static strata_status wait_job(opt_thread *t, strata_step_result *res, bool *had_job, bool take)
+{
+    *had_job = false;
+    if (!t)
+        return STRATA_OK;
+    pthread_mutex_lock(&t->lock);
+    if (!t->job_in_flight) {
+        pthread_mutex_unlock(&t->lock);
+        return STRATA_OK;
+    }
+    while (!t->job_done)
+        pthread_cond_wait(&t->cv, &t->lock);
+    if (take)
+        t->job_in_flight = false;
+    strata_status st = t->job_status;
+    *res = t->job_result;
+    char msg[ERR_MSG_BYTES];
+    snprintf(msg, sizeof msg, "%s", t->job_msg);
+    pthread_mutex_unlock(&t->lock);
+    *had_job = true;
+    if (st != STRATA_OK)
+        return err_set(st, "delayed optimizer step: %s", msg);
+    return STRATA_OK;
+}
+
+strata_status opt_job_join(opt_thread *t, strata_step_result *res, bool *had_job)
+{
+    return wait_job(t, res, had_job, true);
+}
+
+strata_status opt_job_settle(opt_thread *t, strata_step_result *res, bool *pending)
+{
+    return wait_job(t, res, pending, false);
+}
+
+void opt_job_restore(opt_thread *t, const strata_step_result *res)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->lock);
+    t->job_pending = false;
+    t->job_done = true;
+    t->job_in_flight = true;
+    t->job_status = STRATA_OK;
+    t->job_msg[0] = '\0';
+    t->job_result = *res;
+    pthread_mutex_unlock(&t->lock);
+}
+
+void opt_thread_stop(opt_thread *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->lock);
+    t->quit = true;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->lock);
+    pthread_join(t->thread, NULL);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+}

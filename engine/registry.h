@@ -1,0 +1,69 @@
+/*
+ * The model registry: the modules and parameters a trainer adds, and their place in the flat partition.
+ *
+ * Layout. Every module's parameters are one contiguous, padded range [offset, offset + numel) of a flat
+ * per-rank partition of registry_total_numel() elements. Each state class is one tier_array over that
+ * partition, so a module fetch moves one range of the parameter array and an optimizer sub-group is one
+ * range of all arrays. Ranges start on ENGINE_MODULE_ALIGN elements, which keeps every NVMe transfer 4 KiB
+ * aligned for every dtype.
+ *
+ * The registry itself is private to registry.c; the descriptors below are read-only views of it.
+ */
+#ifndef STRATA_ENGINE_REGISTRY_H
+#define STRATA_ENGINE_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/plan.h"
+#include "strata.h"
+
+#define ENGINE_NAME_BYTES 128
+#define ENGINE_MODULE_ALIGN PLAN_MODULE_ALIGN /* see plan_module_layout() */
+
+typedef struct reg_param {
+    char name[ENGINE_NAME_BYTES];
+    strata_module_id module;
+    size_t numel;
+    size_t offset;                 /* in the flat partition (after registry_layout) */
+    strata_init_fn init;
+    void *init_ctx;
+} reg_param;
+
+typedef struct reg_module {
+    char name[ENGINE_NAME_BYTES];
+    strata_param_id *params;
+    size_t nparams, cap;
+    size_t offset, numel;          /* flat range, padded to ENGINE_MODULE_ALIGN (after registry_layout) */
+    size_t used_numel;             /* elements that belong to parameters (without the tail padding) */
+    bool persistent;               /* below the persistence threshold: stays resident */
+} reg_module;
+
+typedef struct registry registry;
+
+strata_status registry_create(registry **out);
+void registry_destroy(registry *r);
+
+/* Adds a module or a parameter; errors name the call (what) and say what was wrong. */
+strata_status registry_module_add(registry *r, const char *name, strata_module_id *out);
+strata_status registry_param_add(registry *r, strata_module_id module, const char *name, size_t numel,
+                                 strata_init_fn init, void *init_ctx, strata_param_id *out);
+
+size_t registry_nmodules(const registry *r);
+size_t registry_nparams(const registry *r);
+/* The descriptor of a known id (ids below registry_nmodules / registry_nparams). */
+const reg_module *registry_module(const registry *r, strata_module_id id);
+const reg_param *registry_param(const registry *r, strata_param_id id);
+/* The descriptor, or NULL with STRATA_ESTATE naming the call (what) when the id is unknown. */
+const reg_module *registry_find_module(const registry *r, strata_module_id id, const char *what);
+const reg_param *registry_find_param(const registry *r, strata_param_id id, const char *what);
+
+/* Places every module and parameter in the flat partition; modules with fewer used elements than
+ * persistence_threshold are marked persistent. Can run again (a retried finalize). */
+strata_status registry_layout(registry *r, size_t persistence_threshold);
+size_t registry_total_numel(const registry *r);
+size_t registry_largest_module_numel(const registry *r);
+/* The module holding flat element pos (modules are contiguous and ascending). */
+strata_module_id registry_module_at(const registry *r, size_t pos);
+
+#endif

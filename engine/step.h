@@ -1,0 +1,38 @@
+/*
+ * The optimizer step pipeline: Adam over the flat partition in sub-groups, with the optimizer state
+ * streamed through pinned slots when it lives on NVMe (see step.c for the schedule). The slots outlive a
+ * step; the pipeline also counts the updates applied. Private to step.c.
+ */
+#ifndef STRATA_ENGINE_STEP_H
+#define STRATA_ENGINE_STEP_H
+
+#include <stdint.h>
+
+#include "strata.h"
+
+/* Slots of optimizer state in pinned memory: one being computed, one being read ahead, and two being
+ * written back. With only three, the read of k+1 has to wait for the write of k-2, which left barely an
+ * iteration earlier, and the disk idles between them; the fourth slot gives the write a whole iteration
+ * more (measured with `strata bench step`, whose I/O-alone peer uses as many). */
+#define STEP_SLOTS 4
+
+typedef struct step_pipeline step_pipeline;
+struct strata_engine;
+
+/* The Adam kernels (chosen for this CPU) and the thread count of cfg. */
+strata_status step_create(const strata_config *cfg, step_pipeline **out);
+/* Waits for the slots' I/O and gives their buffers back to the engine's pool. NULL is a no-op. */
+void step_destroy(struct strata_engine *e, step_pipeline *sp);
+
+/* One optimizer step over gradient store grad_index, writing the parameters into the parameter copy
+ * param_out. loss_scale is the scale the trainer's gradients carry. res->skipped on an fp16 overflow. */
+strata_status step_run(struct strata_engine *e, double lr, double loss_scale, int grad_index, int param_out,
+                       strata_step_result *res);
+/* The slots keep the state of the last sub-groups a step wrote; after anything else writes the optimizer
+ * state (strata_load), step_forget makes the next step read it again. */
+void step_forget(step_pipeline *sp);
+/* Updates applied (or in flight); a checkpoint saves and restores it. */
+int64_t step_count(const step_pipeline *sp);
+void step_set_count(step_pipeline *sp, int64_t count);
+
+#endif

@@ -1,0 +1,140 @@
+/* The state tiers: swap space, pinned pool, parameter and optimizer arrays; see tiers.h. */
+#include "engine/tiers.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/util.h"
+#include "cpu_adam/convert.h"
+
+#define INIT_CHUNK_NUMEL ((size_t)1 << 20) /* a multiple of ENGINE_MODULE_ALIGN */
+
+/* The swap space spans the NVMe paths of every state class placed on NVMe (each path once). */
+static strata_status open_nvme(engine_tiers *t, const strata_config *cfg, size_t capacity)
+{
+    const char *paths[2 * STRATA_MAX_NVME_PATHS];
+    int n = 0;
+    const strata_offload_config *blocks[2] = {&cfg->offload_optimizer, &cfg->offload_param};
+    for (int b = 0; b < 2; b++) {
+        if (blocks[b]->device != STRATA_TIER_NVME)
+            continue;
+        for (int i = 0; i < blocks[b]->nvme_path_count; i++) {
+            bool seen = false;
+            for (int j = 0; j < n; j++)
+                seen |= strcmp(paths[j], blocks[b]->nvme_path[i]) == 0;
+            if (!seen)
+                paths[n++] = blocks[b]->nvme_path[i];
+        }
+    }
+    ERR_CHECK(nvme_io_create(&cfg->aio, &t->io));
+    ERR_CHECK(swap_create(t->io, paths, n, capacity, &t->swap));
+    swap_set_checksum(t->swap, cfg->swap_checksum);
+    return STRATA_OK;
+}
+
+strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev, dev_stream *copy_stream,
+                         bool host_addressable_device, const plan *pl, size_t total_numel)
+{
+    if (pl->tier_bytes[STRATA_TIER_NVME])
+        ERR_CHECK(open_nvme(t, cfg, pl->tier_bytes[STRATA_TIER_NVME]));
+    t->env = (tier_env){.dev = dev, .copy_stream = copy_stream, .swap = t->swap,
+                        .host_addressable_device = host_addressable_device};
+    t->host_tier_bytes = pl->tier_bytes[STRATA_TIER_HOST];
+    ERR_CHECK(pool_create(dev, t->io, pl->pool_part_bytes, &t->pool));
+    size_t n = total_numel;
+    ERR_CHECK(tarr_alloc(&t->param[0], &t->env, t->param_tier, n, t->param_bytes, "parameters"));
+    if (cfg->delayed_update)
+        ERR_CHECK(tarr_alloc(&t->param[1], &t->env, t->param_tier, n, t->param_bytes, "parameters (second copy)"));
+    ERR_CHECK(tarr_alloc(&t->master, &t->env, t->opt_tier, n, 4, "master weights"));
+    ERR_CHECK(tarr_alloc(&t->exp_avg, &t->env, t->opt_tier, n, 4, "Adam exp_avg"));
+    ERR_CHECK(tarr_alloc(&t->exp_avg_sq, &t->env, t->opt_tier, n, 4, "Adam exp_avg_sq"));
+    return STRATA_OK;
+}
+
+/* Fills one chunk [first, first + count) of fp32 initial values, calling each parameter's init
+ * for the part of it inside the chunk; padding is zero. */
+static strata_status fill_chunk(const registry *reg, size_t first, size_t count, float *out, size_t *param_cursor)
+{
+    memset(out, 0, count * sizeof *out);
+    size_t end = first + count;
+    while (*param_cursor < registry_nparams(reg)) {
+        const reg_param *p = registry_param(reg, (strata_param_id)*param_cursor);
+        if (p->offset >= end)
+            break;
+        size_t lo = MAX(p->offset, first), hi = MIN(p->offset + p->numel, end);
+        if (p->init && hi > lo) {
+            strata_status st = p->init(p->init_ctx, (strata_param_id)*param_cursor, lo - p->offset, hi - lo,
+                                       out + (lo - first));
+            if (st != STRATA_OK)
+                return err_set(st, "init of parameter \"%s.%s\" failed at elements [%zu, %zu): %s",
+                               registry_module(reg, p->module)->name, p->name, lo - p->offset, hi - p->offset,
+                               err_last()[0] ? err_last() : strata_status_str(st));
+        }
+        if (p->offset + p->numel > end)
+            break; /* continues in the next chunk */
+        (*param_cursor)++;
+    }
+    return STRATA_OK;
+}
+
+static void to_param_dtype(const float *src, void *dst, strata_dtype dtype, size_t n)
+{
+    if (dtype == STRATA_DTYPE_FP32) {
+        memcpy(dst, src, n * sizeof *src);
+        return;
+    }
+    uint16_t *d = dst;
+    for (size_t i = 0; i < n; i++)
+        d[i] = dtype == STRATA_DTYPE_BF16 ? cvt_f32_to_bf16(src[i]) : cvt_f32_to_fp16(src[i]);
+}
+
+strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype)
+{
+    size_t total = registry_total_numel(reg), chunk = MIN(INIT_CHUNK_NUMEL, total);
+    float *vals = NULL, *zeros = NULL;
+    void *pbuf = NULL;
+    strata_status st = STRATA_OK;
+    if (posix_memalign((void **)&vals, 4096, chunk * 4) || posix_memalign((void **)&zeros, 4096, chunk * 4) ||
+        posix_memalign(&pbuf, 4096, chunk * t->param_bytes)) {
+        st = err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the initialisation buffers");
+        goto out;
+    }
+    memset(zeros, 0, chunk * 4);
+    io_wait w;
+    io_wait_init(&w);
+    size_t cursor = 0;
+    for (size_t first = 0; first < total && st == STRATA_OK; first += chunk) {
+        size_t n = MIN(chunk, total - first);
+        st = fill_chunk(reg, first, n, vals, &cursor);
+        if (st != STRATA_OK)
+            break;
+        to_param_dtype(vals, pbuf, param_dtype, n);
+        tier_array *targets[] = {&t->master, &t->exp_avg, &t->exp_avg_sq, &t->param[0], &t->param[1]};
+        const void *sources[] = {vals, zeros, zeros, pbuf, pbuf};
+        for (size_t k = 0; k < ARRAY_LEN(targets) && st == STRATA_OK; k++)
+            if (targets[k]->numel)
+                st = tarr_write(targets[k], &t->env, first, n, sources[k], &w);
+        /* NVMe writes read from the buffers: wait before refilling them. */
+        strata_status wst = io_wait_wait(&w);
+        if (st == STRATA_OK)
+            st = wst;
+    }
+    io_wait_destroy(&w);
+out:
+    free(vals);
+    free(zeros);
+    free(pbuf);
+    return st;
+}
+
+void tiers_close(engine_tiers *t)
+{
+    tier_array *arrays[] = {&t->param[0], &t->param[1], &t->master, &t->exp_avg, &t->exp_avg_sq};
+    for (size_t i = 0; i < ARRAY_LEN(arrays); i++)
+        tarr_free(arrays[i], &t->env);
+    pool_destroy(t->pool);
+    swap_destroy(t->swap);
+    nvme_io_destroy(t->io);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,41 @@
+/*
+ * The tiers that hold the model state: the NVMe swap space and its I/O engine, the pinned pool, and the
+ * parameter, master-weight and Adam-moment arrays over the flat partition (the gradient stores belong to
+ * grads.c). Built by finalize from the plan, written with the initial values, and closed by the engine.
+ */
+#ifndef STRATA_ENGINE_TIERS_H
+#define STRATA_ENGINE_TIERS_H
+
+#include "engine/plan.h"
+#include "engine/registry.h"
+#include "nvme/io.h"
+#include "nvme/swap.h"
+#include "offload/pool.h"
+#include "offload/tier_array.h"
+
+typedef struct engine_tiers {
+    size_t param_bytes;             /* bytes of one parameter element */
+    strata_tier param_tier, opt_tier, grad_tier;
+    nvme_io *io;
+    nvme_swap *swap;
+    pinned_pool *pool;
+    tier_env env;
+    tier_array param[2];            /* [front, back] with the delayed update, else param[0] only */
+    int param_front;                /* the copy the trainer's fetches read */
+    tier_array master, exp_avg, exp_avg_sq;
+    size_t host_tier_bytes;         /* what the plan puts in host memory */
+} engine_tiers;
+
+/* Opens what the plan needs (the swap space over the config's NVMe paths when it places bytes there, the
+ * pinned pool) and allocates the parameter and optimizer arrays of total_numel elements. param_bytes and
+ * the three tiers must be set. On failure t holds what was opened: tiers_close undoes it. */
+strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev, dev_stream *copy_stream,
+                         bool host_addressable_device, const plan *pl, size_t total_numel);
+/* Writes the initial state: each parameter's init callback, chunk by chunk, into the master weights and
+ * the parameter copies (converted to param_dtype); zero moments. A model larger than RAM never needs to
+ * fit in RAM. */
+strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype);
+/* Frees everything tiers_open made and zeroes t (a failed finalize can run again). */
+void tiers_close(engine_tiers *t);
+
+#endif
