@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/util.h"
 
 struct fetch_order {
     strata_module_id *order;        /* the fetch order of one step (declared or recorded) */
@@ -16,21 +17,6 @@ struct fetch_order {
     strata_module_id *rec;          /* this step's fetches so far */
     size_t rec_len, rec_cap;
 };
-
-static bool grow(strata_module_id **arr, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return true;
-    size_t ncap = *cap ? *cap * 2 : 16;
-    while (ncap < need)
-        ncap *= 2;
-    strata_module_id *n = realloc(*arr, ncap * sizeof *n);
-    if (!n)
-        return false;
-    *arr = n;
-    *cap = ncap;
-    return true;
-}
 
 strata_status fetch_order_create(fetch_order **out)
 {
@@ -49,7 +35,7 @@ void fetch_order_destroy(fetch_order *o)
 
 strata_status fetch_order_declare(fetch_order *o, const strata_module_id *ids, size_t count)
 {
-    if (!grow(&o->order, &o->cap, count))
+    if (!array_grow((void **)&o->order, &o->cap, count, sizeof *o->order))
         return err_set(STRATA_ENOMEM, "strata_module_order: out of memory");
     memcpy(o->order, ids, count * sizeof *ids);
     o->len = count;
@@ -60,7 +46,7 @@ strata_status fetch_order_declare(fetch_order *o, const strata_module_id *ids, s
 
 void fetch_order_track(fetch_order *o, const registry *reg, strata_module_id id)
 {
-    if (grow(&o->rec, &o->rec_cap, o->rec_len + 1))
+    if (array_grow((void **)&o->rec, &o->rec_cap, o->rec_len + 1, sizeof *o->rec))
         o->rec[o->rec_len++] = id;
     if (!o->valid)
         return;
@@ -83,7 +69,7 @@ void fetch_order_track(fetch_order *o, const registry *reg, strata_module_id id)
 /* Makes the recorded order the order. */
 static void adopt_recording(fetch_order *o)
 {
-    if (o->rec_len == 0 || !grow(&o->order, &o->cap, o->rec_len))
+    if (o->rec_len == 0 || !array_grow((void **)&o->order, &o->cap, o->rec_len, sizeof *o->order))
         return;
     memcpy(o->order, o->rec, o->rec_len * sizeof *o->rec);
     o->len = o->rec_len;

@@ -17,22 +17,6 @@ struct registry {
     size_t largest_module_numel;
 };
 
-/* Grows *arr (of *cap elements of size elem) to hold at least need. */
-static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t ncap = *cap ? *cap * 2 : 16;
-    while (ncap < need)
-        ncap *= 2;
-    void *n = realloc(*arr, ncap * elem);
-    if (!n)
-        return false;
-    *arr = n;
-    *cap = ncap;
-    return true;
-}
-
 strata_status registry_create(registry **out)
 {
     *out = calloc(1, sizeof **out);
@@ -67,7 +51,7 @@ strata_status registry_module_add(registry *r, const char *name, strata_module_i
         if (strcmp(r->modules[i].name, name) == 0)
             return err_set(STRATA_EINVAL, "strata_module_add: a module named \"%s\" already exists (id %zu)", name, i);
     if (r->nmodules >= STRATA_INVALID_ID - 1 ||
-        !grow((void **)&r->modules, &r->modules_cap, r->nmodules + 1, sizeof *r->modules))
+        !array_grow((void **)&r->modules, &r->modules_cap, r->nmodules + 1, sizeof *r->modules))
         return err_set(STRATA_ENOMEM, "strata_module_add: out of memory");
     reg_module *m = &r->modules[r->nmodules];
     memset(m, 0, sizeof *m);
@@ -94,8 +78,8 @@ strata_status registry_param_add(registry *r, strata_module_id module, const cha
             return err_set(STRATA_EINVAL, "strata_param_add: module \"%s\" already has a parameter \"%s\"", m->name,
                            name);
     if (r->nparams >= STRATA_INVALID_ID - 1 ||
-        !grow((void **)&r->params, &r->params_cap, r->nparams + 1, sizeof *r->params) ||
-        !grow((void **)&m->params, &m->cap, m->nparams + 1, sizeof *m->params))
+        !array_grow((void **)&r->params, &r->params_cap, r->nparams + 1, sizeof *r->params) ||
+        !array_grow((void **)&m->params, &m->cap, m->nparams + 1, sizeof *m->params))
         return err_set(STRATA_ENOMEM, "strata_param_add: out of memory");
     reg_param *p = &r->params[r->nparams];
     memset(p, 0, sizeof *p);
