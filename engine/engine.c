@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "engine/config/config_validate.h"
 #include "engine/step.h"
 #include "engine/train_step.h"
 #include "gpu/device.h"
@@ -27,12 +28,13 @@ STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_e
     *out = NULL;
     if (!cfg)
         return err_set(STRATA_EINVAL, "strata_engine_create: cfg is NULL; fill one with strata_config_init()");
-    ERR_CHECK(strata_config_validate(cfg, NULL, 0));
+    strata_config full;
+    ERR_CHECK(config_from_caller(cfg, &full));
 
     strata_engine *e = calloc(1, sizeof *e);
     if (!e)
         return err_set(STRATA_ENOMEM, "strata_engine_create: out of memory for the engine object");
-    e->cfg = *cfg;
+    e->cfg = full;
     strata_status st = registry_create(&e->reg);
     if (st == STRATA_OK)
         st = fetch_order_create(&e->order);

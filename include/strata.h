@@ -166,8 +166,15 @@ typedef struct strata_aio_config {
     strata_switch sqpoll;       /* kernel submission-queue polling thread; auto = off unless permitted */
 } strata_aio_config;
 
-/* The whole configuration. Fill it with strata_config_init() (or STRATA_CONFIG_INIT), then
- * change fields from C or load a JSON file over it. */
+/* The whole configuration. Fill it with strata_config_init(), then change fields from C or load a JSON file
+ * over it.
+ *
+ * Versioning: strata_config only ever grows at its end, and struct_size (set by strata_config_init from the
+ * caller's own sizeof) tells the library how much of it the caller's program knows. Every function that takes
+ * a strata_config reads (and strata_config_load_json writes) only that prefix; fields added after it take their
+ * defaults. So a program built against an older strata.h keeps working with a newer library; a program built
+ * against a newer header than the library is refused with STRATA_EINVAL / STRATA_ECONFIG naming both sizes.
+ * This layout (0.1) is the first under the rule. */
 typedef struct strata_config {
     uint32_t struct_size;       /* sizeof(strata_config) at the caller's compile time; set by init */
 
@@ -215,8 +222,11 @@ typedef struct strata_config {
 } strata_config;
 
 /* Sets every field to its default (see `strata config check` for the values) and struct_size.
- * STRATA_EINVAL if cfg is NULL. Thread-safe. */
-STRATA_API strata_status strata_config_init(strata_config *cfg);
+ * STRATA_EINVAL if cfg is NULL. Thread-safe. A macro, so that struct_size is the caller's sizeof (the
+ * versioning rule above); strata_config_init_sized is the function behind it, for bindings that know
+ * the size of the layout they allocate. */
+#define strata_config_init(cfg) strata_config_init_sized((cfg), sizeof(strata_config))
+STRATA_API strata_status strata_config_init_sized(strata_config *cfg, size_t struct_size);
 
 /* Loads a JSON file in the DeepSpeed vocabulary (plus a "strata" section) over cfg.
  * Keys absent from the file keep cfg's values. On any error cfg is left untouched and err
@@ -286,7 +296,9 @@ STRATA_API strata_status strata_param_add(strata_engine *engine, strata_module_i
 
 /* Lays out the partitions, checks that the budgets hold the plan (STRATA_EBUDGET with what is
  * needed, what is allowed and which knob to change), allocates every tier and writes the initial
- * state through the init callbacks. Once only (STRATA_ESTATE after). */
+ * state through the init callbacks. A failure (a budget, an NVMe path, a failing init callback) frees
+ * everything the call built: the engine is as before the call and finalize may be called again.
+ * Once it succeeded, STRATA_ESTATE. */
 STRATA_API strata_status strata_engine_finalize(strata_engine *engine);
 
 /* Declares the order in which one step fetches modules (forward then backward, repeats allowed).
@@ -368,8 +380,7 @@ STRATA_API strata_status strata_device_copy(strata_engine *engine, void *dst, co
  * effect after the work queued on it so far. Valid after strata_engine_finalize. */
 STRATA_API void *strata_compute_stream(strata_engine *engine);
 
-/* ------------------------------------------------------------------ checkpoints (issue 7) */
-/* STRATA-CKPT-BEGIN */
+/* ------------------------------------------------------------------ checkpoints */
 /*
  * A checkpoint is a directory: manifest.json (format version, step, loss-scale state, resolved config, every
  * tensor with its file, dtype, shape, offsets and crc32c), model.safetensors (fp32 master weights named
@@ -429,7 +440,6 @@ STRATA_API strata_status strata_checkpoint_prune(const char *root, int keep_last
  * as "root/name". STRATA_ENOTFOUND when root has none. For `--resume ROOT`. */
 STRATA_API strata_status strata_checkpoint_latest(const char *root, char *out, size_t outlen);
 
-/* STRATA-CKPT-END */
 
 /* ------------------------------------------------------------------ statistics */
 
@@ -449,8 +459,7 @@ typedef struct strata_stats {
 /* Fills out with the counters since the engine was created. */
 STRATA_API strata_status strata_stats_get(strata_engine *engine, strata_stats *out);
 
-/* ================================================================== NVMe: strata_aio (issue 3) */
-/* STRATA-AIO-BEGIN */
+/* ================================================================== NVMe: strata_aio */
 /*
  * strata_aio: the NVMe I/O engine on its own, usable without an engine (like DeepNVMe's aio
  * handle). io_uring rings, one I/O thread each (aio.intra_op_parallelism), requests cut into
@@ -521,10 +530,8 @@ STRATA_API strata_status strata_aio_pwrite(strata_aio *aio, strata_aio_file *fil
  * strata_aio_buffer_free() on the same handle, after its I/O has finished. */
 STRATA_API strata_status strata_aio_buffer_alloc(strata_aio *aio, size_t bytes, void **out);
 STRATA_API void strata_aio_buffer_free(strata_aio *aio, void *buf);
-/* STRATA-AIO-END */
 
-/* ================================================================== CPU Adam: strata_adam (issue 4) */
-/* STRATA-ADAM-BEGIN */
+/* ================================================================== CPU Adam: strata_adam */
 /*
  * The CPU Adam on caller arrays, usable without an engine (what DeepSpeedCPUAdam is used for).
  * One pass per element: reads the fp32 master weights, both moments and the gradient, writes them
@@ -599,7 +606,6 @@ STRATA_API strata_status strata_adam_grad_stats(const void *grad, strata_dtype g
 /* The kernel in use ("ref", "avx2" or "avx512"), or NULL when STRATA_ISA forces one this CPU lacks
  * (strata_last_error(NULL) says why). Thread-safe. */
 STRATA_API const char *strata_adam_isa(void);
-/* STRATA-ADAM-END */
 
 #ifdef __cplusplus
 }

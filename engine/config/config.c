@@ -8,10 +8,12 @@
 #include "engine/config/config_validate.h"
 #include "nvme/io.h"
 
-STRATA_API strata_status strata_config_init(strata_config *cfg)
+/* The smallest strata_config a caller may hand in: the layout of 0.1, the first under the versioning rule.
+ * Fields added since sit after it and take their defaults when a caller's struct ends before them. */
+#define CONFIG_MIN_BYTES sizeof(strata_config)
+
+static void set_defaults(strata_config *cfg)
 {
-    if (!cfg)
-        return err_set(STRATA_EINVAL, "strata_config_init: cfg is NULL");
     memset(cfg, 0, sizeof *cfg);
     cfg->struct_size = (uint32_t)sizeof *cfg;
 
@@ -52,7 +54,6 @@ STRATA_API strata_status strata_config_init(strata_config *cfg)
     cfg->delayed_warmup_steps = 10;
     cfg->swap_checksum = true;
     cfg->gradients_on_nvme = STRATA_SWITCH_AUTO;
-    return STRATA_OK;
 }
 
 /* Range check of one numeric field against its table entry; the message mirrors the JSON loader's. */
@@ -101,14 +102,58 @@ static void check_offload(const strata_offload_config *o, const char *name, cons
     (void)cfg;
 }
 
+static bool size_known(size_t size)
+{
+    return size >= CONFIG_MIN_BYTES && size <= sizeof(strata_config);
+}
+
+STRATA_API strata_status strata_config_init_sized(strata_config *cfg, size_t struct_size)
+{
+    if (!cfg)
+        return err_set(STRATA_EINVAL, "strata_config_init: cfg is NULL");
+    if (!size_known(struct_size))
+        return err_set(STRATA_EINVAL, "strata_config_init: the caller's strata_config is %zu bytes but this library "
+                       "knows layouts of %zu to %zu bytes; build against the strata.h of this library or an older "
+                       "one", struct_size, (size_t)CONFIG_MIN_BYTES, sizeof(strata_config));
+    strata_config full;
+    set_defaults(&full);
+    memcpy(cfg, &full, struct_size);
+    cfg->struct_size = (uint32_t)struct_size;
+    return STRATA_OK;
+}
+
+bool cfg_from_caller(const strata_config *in, strata_config *out, cfg_report *report)
+{
+    set_defaults(out);
+    if (!size_known(in->struct_size)) {
+        cfg_report_add(report, "strata_config.struct_size = %u but this library knows layouts of %zu to %zu bytes; "
+                       "initialise the struct with strata_config_init() and build against this strata.h (or an "
+                       "older one)", in->struct_size, (size_t)CONFIG_MIN_BYTES, sizeof(strata_config));
+        return false; /* the other fields cannot be trusted */
+    }
+    memcpy(out, in, in->struct_size);
+    out->struct_size = (uint32_t)sizeof *out;
+    return true;
+}
+
+void cfg_to_caller(const strata_config *full, strata_config *out)
+{
+    uint32_t size = out->struct_size;
+    memcpy(out, full, size);
+    out->struct_size = size;
+}
+
+strata_status config_from_caller(const strata_config *in, strata_config *out)
+{
+    cfg_report report;
+    cfg_report_init(&report, NULL, 0);
+    if (cfg_from_caller(in, out, &report))
+        cfg_validate_into(out, &report);
+    return cfg_report_finish(&report, STRATA_ECONFIG);
+}
+
 void cfg_validate_into(const strata_config *cfg, cfg_report *report)
 {
-    if (cfg->struct_size != sizeof *cfg) {
-        cfg_report_add(report, "strata_config.struct_size = %u but this library's strata_config is %zu bytes; "
-                       "initialise the struct with strata_config_init() and build against this strata.h",
-                       cfg->struct_size, sizeof *cfg);
-        return; /* the other fields cannot be trusted */
-    }
     for (size_t i = 0; i < cfg_key_count; i++)
         check_range(&cfg_keys[i], cfg, report);
 
@@ -140,6 +185,8 @@ STRATA_API strata_status strata_config_validate(const strata_config *cfg, char *
         cfg_report_add(&report, "strata_config_validate: cfg is NULL");
         return cfg_report_finish(&report, STRATA_EINVAL);
     }
-    cfg_validate_into(cfg, &report);
+    strata_config full;
+    if (cfg_from_caller(cfg, &full, &report))
+        cfg_validate_into(&full, &report);
     return cfg_report_finish(&report, STRATA_ECONFIG);
 }

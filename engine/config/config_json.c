@@ -365,14 +365,16 @@ static void resolve_interactions(walk_ctx *c)
 
 static strata_status load_document(strata_config *cfg, json_t *root, const char *origin, cfg_report *report)
 {
-    walk_ctx c = {.cfg = *cfg, .report = report, .adam_w_mode = -1};
+    walk_ctx c = {.report = report, .adam_w_mode = -1};
+    if (!cfg_from_caller(cfg, &c.cfg, report))
+        return cfg_report_finish(report, STRATA_ECONFIG);
     if (!json_is_object(root)) {
         cfg_report_add(report, "%s: the top level must be a JSON object { ... }, not %s", origin, type_name(root));
         return cfg_report_finish(report, STRATA_ECONFIG);
     }
     /* Read the switch first so that it applies to keys that come before it in the file. */
     json_t *ign = json_object_get(json_object_get(root, "strata"), "ignore_unimplemented");
-    c.ignore_unimplemented = json_is_true(ign) || (!ign && cfg->ignore_unimplemented);
+    c.ignore_unimplemented = json_is_true(ign) || (!ign && c.cfg.ignore_unimplemented);
 
     walk(&c, root, "");
     resolve_interactions(&c);
@@ -380,7 +382,7 @@ static strata_status load_document(strata_config *cfg, json_t *root, const char 
         cfg_validate_into(&c.cfg, report);
     if (report->count)
         return cfg_report_finish(report, STRATA_ECONFIG);
-    *cfg = c.cfg;
+    cfg_to_caller(&c.cfg, cfg);
     return STRATA_OK;
 }
 

@@ -6,7 +6,16 @@
 #include "engine/config/config_report.h"
 #include "strata.h"
 
-/* Adds every problem of cfg to report. */
+/* Adds every problem of cfg (a whole struct of this library's layout) to report. */
 void cfg_validate_into(const strata_config *cfg, cfg_report *report);
+
+/* The versioning rule of strata_config (see strata.h): the caller's struct may be any released layout, whose
+ * size it carries in struct_size. cfg_from_caller reads only that prefix into out, giving later fields their
+ * defaults; false (with the problem in report) for a size this library does not know. cfg_to_caller writes the
+ * prefix the caller's struct has back into it. */
+bool cfg_from_caller(const strata_config *in, strata_config *out, cfg_report *report);
+void cfg_to_caller(const strata_config *full, strata_config *out);
+/* cfg_from_caller, then cfg_validate_into: STRATA_ECONFIG with every problem as the thread's error. */
+strata_status config_from_caller(const strata_config *in, strata_config *out);
 
 #endif
