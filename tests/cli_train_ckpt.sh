@@ -2,7 +2,8 @@
 # `strata train --save/--resume`: 16 steps straight and 12 steps + resume for 4 more end with bit-identical
 # weights (the data order depends only on the seed and the step); --save-every keeps the last --keep
 # checkpoints and leaves a user's step-N directory without a manifest alone; --resume DIR takes DIR's latest
-# checkpoint; SIGTERM finishes the step, saves and exits 128+15; --resume without a checkpoint exits 2.
+# checkpoint; each "checkpoint:" line stands alone on its line, on a terminal too (where the progress line is
+# redrawn with \r); SIGTERM finishes the step, saves and exits 128+15; --resume without a checkpoint exits 2.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_ckpt.XXXXXX" 2>/dev/null || mktemp -d)
@@ -23,6 +24,21 @@ have=$(cd "$scratch/ck" 2>/dev/null && ls -d step-* 2>/dev/null | sort -t- -k2 -
 [ "$(cat "$scratch/ck/step-999/notes.txt" 2>&1)" = "mine" ] && passed=$((passed + 1)) ||
     fail "the rotation touched step-999/notes.txt, which strata did not write"
 cmp -s "$scratch/straight.bin" "$scratch/saved.bin" && passed=$((passed + 1)) || fail "saving changed the weights"
+lines=$(grep -x "checkpoint: $scratch/ck/step-[0-9]*" "$scratch/b.out" | tr '\n' ' ')
+want="checkpoint: $scratch/ck/step-4 checkpoint: $scratch/ck/step-8 checkpoint: $scratch/ck/step-12 checkpoint: $scratch/ck/step-16 "
+[ "$lines" = "$want" ] && passed=$((passed + 1)) || { fail "checkpoint lines alone on their lines: got \"$lines\", expected \"$want\""; cat "$scratch/b.out"; }
+
+# The same on a terminal, where the progress line ends in \r (util-linux script gives the run a pseudo-terminal).
+if script -qec true /dev/null >/dev/null 2>&1; then
+    script -qec "$(printf '%q ' "$bin" train --model tiny --batch 4 --seed 3 --threads 2 --steps 4 --save \
+        "$scratch/tty" --save-every 2)" "$scratch/tty.out" >/dev/null 2>&1 || fail "run with --save on a terminal"
+    lines=$(tr -d '\r' <"$scratch/tty.out" | grep -x "checkpoint: $scratch/tty/step-[0-9]*" | tr '\n' ' ')
+    want="checkpoint: $scratch/tty/step-2 checkpoint: $scratch/tty/step-4 "
+    [ "$lines" = "$want" ] && passed=$((passed + 1)) ||
+        { fail "on a terminal: checkpoint lines alone on their lines: got \"$lines\", expected \"$want\""; cat -A "$scratch/tty.out"; }
+else
+    echo "skipped the terminal check: util-linux script is not installed"
+fi
 
 # Resume from the --save directory: its latest checkpoint, step-16, not step-999.
 "$bin" "${common[@]}" --steps 17 --resume "$scratch/ck" >"$scratch/r.out" 2>&1 || { fail "resume from the --save directory"; cat "$scratch/r.out"; }

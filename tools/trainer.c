@@ -55,6 +55,8 @@ static strata_status save_checkpoint(strata_engine *e, const trainer_opts *o, in
         fprintf(stderr, "strata train: saving %s failed: %s\n", path, strata_last_error(e));
         return st;
     }
+    printf("checkpoint: %s\n", path);
+    fflush(stdout);
     /* The checkpoint is safe on disk: a rotation that fails costs disk space, not the run. */
     if (strata_checkpoint_prune(o->save_dir, o->keep, NULL) != STRATA_OK)
         fprintf(stderr, "strata train: warning: removing checkpoints older than the last --keep %d in \"%s\" "
@@ -196,6 +198,10 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
         strata_stats_get(e, &stats);
         report_step(&rep, s, loss, lr, now_s() - t0, t1 - t0, &stats, &res);
         if (o->save_dir && o->save_every > 0 && (s + 1) % o->save_every == 0 && s + 1 < o->steps) {
+            /* On a terminal the progress line is redrawn with \r and has no newline yet: end it, so that what the save
+             * prints (the checkpoint, or why it failed) stands on a line of its own. */
+            if (rep.tty && !rep.quiet)
+                putchar('\n');
             if (save_checkpoint(e, o, s + 1) != STRATA_OK)
                 goto out;
             last_saved = s + 1;
@@ -211,7 +217,6 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
     if (o->save_dir && s > start && last_saved != s) {
         if (save_checkpoint(e, o, s) != STRATA_OK)
             goto out;
-        printf("checkpoint: %s/step-%lld\n", o->save_dir, (long long)s);
     }
     if (o->dump_weights && dump_weights(m, o) != STRATA_OK) {
         rc = fail(e, "--dump-weights");
