@@ -23,12 +23,44 @@ typedef struct gpt_dims {
     int layers, heads, hidden, vocab, seq;
 } gpt_dims;
 
-#define GPT_MAX_MODULE_PARAMS 12
+/* The parameter slots of each kind of module: the index k of params[k] / grads[k] (gpt_source), of the sizes and
+ * names below, and the order of registration, of the flat arrays and of a checkpoint's tensors. The initial values
+ * hash the slot number, so renumbering changes every model: append, never reorder. */
+typedef enum gpt_embed_param {
+    GPT_WTE, /* token embedding, vocab x hidden, tied to the head */
+    GPT_WPE, /* position embedding, seq x hidden */
+    GPT_EMBED_PARAMS
+} gpt_embed_param;
 
-/* Modules: 0 = embeddings (wte, wpe), 1..layers = blocks, layers + 1 = final LayerNorm. */
+typedef enum gpt_block_param {
+    GPT_LN1_W, /* LayerNorm before attention (weight, bias) */
+    GPT_LN1_B,
+    GPT_QKV_W, /* hidden -> 3 x hidden: queries, keys and values */
+    GPT_QKV_B,
+    GPT_PROJ_W, /* attention output, hidden -> hidden */
+    GPT_PROJ_B,
+    GPT_LN2_W, /* LayerNorm before the MLP */
+    GPT_LN2_B,
+    GPT_FC_W, /* hidden -> 4 x hidden */
+    GPT_FC_B,
+    GPT_FCPROJ_W, /* 4 x hidden -> hidden */
+    GPT_FCPROJ_B,
+    GPT_BLOCK_PARAMS
+} gpt_block_param;
+
+typedef enum gpt_final_param {
+    GPT_LNF_W, /* the final LayerNorm (weight, bias) */
+    GPT_LNF_B,
+    GPT_FINAL_PARAMS
+} gpt_final_param;
+
+#define GPT_MAX_MODULE_PARAMS ((int)GPT_BLOCK_PARAMS)
+
+/* Modules: 0 = embeddings (gpt_embed_param), 1..layers = blocks (gpt_block_param), layers + 1 = final LayerNorm
+ * (gpt_final_param). */
 int gpt_modules(const gpt_dims *d);
-/* The element counts of module i's parameters into sizes (at most GPT_MAX_MODULE_PARAMS); returns how many.
- * Block order: ln1.w, ln1.b, qkv.w, qkv.b, proj.w, proj.b, ln2.w, ln2.b, fc.w, fc.b, fcproj.w, fcproj.b. */
+/* The element counts of module i's parameters into sizes (at most GPT_MAX_MODULE_PARAMS), indexed by its slots;
+ * returns how many. */
 int gpt_module_param_sizes(const gpt_dims *d, int module, size_t *sizes);
 /* The names matching gpt_module_param_sizes (static strings). */
 const char *gpt_param_name(const gpt_dims *d, int module, int index);

@@ -7,11 +7,27 @@
 
 #include "model/gpt.h"
 
-enum { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCPROJ_W, FCPROJ_B, BLOCK_PARAMS };
+_Static_assert(GPT_EMBED_PARAMS <= GPT_MAX_MODULE_PARAMS && GPT_FINAL_PARAMS <= GPT_MAX_MODULE_PARAMS,
+               "GPT_MAX_MODULE_PARAMS must hold every module's parameters");
 
-static const char *const block_names[BLOCK_PARAMS] = {
-    "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
-    "ln2.weight", "ln2.bias", "mlp.fc.weight",   "mlp.fc.bias",   "mlp.proj.weight",  "mlp.proj.bias"};
+static const char *const embed_names[GPT_EMBED_PARAMS] = {[GPT_WTE] = "wte", [GPT_WPE] = "wpe"};
+
+static const char *const block_names[GPT_BLOCK_PARAMS] = {
+    [GPT_LN1_W] = "ln1.weight",
+    [GPT_LN1_B] = "ln1.bias",
+    [GPT_QKV_W] = "attn.qkv.weight",
+    [GPT_QKV_B] = "attn.qkv.bias",
+    [GPT_PROJ_W] = "attn.proj.weight",
+    [GPT_PROJ_B] = "attn.proj.bias",
+    [GPT_LN2_W] = "ln2.weight",
+    [GPT_LN2_B] = "ln2.bias",
+    [GPT_FC_W] = "mlp.fc.weight",
+    [GPT_FC_B] = "mlp.fc.bias",
+    [GPT_FCPROJ_W] = "mlp.proj.weight",
+    [GPT_FCPROJ_B] = "mlp.proj.bias",
+};
+
+static const char *const final_names[GPT_FINAL_PARAMS] = {[GPT_LNF_W] = "ln_f.weight", [GPT_LNF_B] = "ln_f.bias"};
 
 int gpt_modules(const gpt_dims *d)
 {
@@ -22,26 +38,30 @@ int gpt_module_param_sizes(const gpt_dims *d, int module, size_t *sizes)
 {
     size_t h = (size_t)d->hidden;
     if (module == 0) {
-        sizes[0] = (size_t)d->vocab * h; /* token embedding, tied to the head */
-        sizes[1] = (size_t)d->seq * h;   /* position embedding */
-        return 2;
+        sizes[GPT_WTE] = (size_t)d->vocab * h;
+        sizes[GPT_WPE] = (size_t)d->seq * h;
+        return GPT_EMBED_PARAMS;
     }
     if (module == d->layers + 1) {
-        sizes[0] = h;
-        sizes[1] = h;
-        return 2;
+        sizes[GPT_LNF_W] = h;
+        sizes[GPT_LNF_B] = h;
+        return GPT_FINAL_PARAMS;
     }
-    size_t block[BLOCK_PARAMS] = {h, h, 3 * h * h, 3 * h, h * h, h, h, h, 4 * h * h, 4 * h, 4 * h * h, h};
-    memcpy(sizes, block, sizeof block);
-    return BLOCK_PARAMS;
+    sizes[GPT_LN1_W] = h, sizes[GPT_LN1_B] = h;
+    sizes[GPT_QKV_W] = 3 * h * h, sizes[GPT_QKV_B] = 3 * h;
+    sizes[GPT_PROJ_W] = h * h, sizes[GPT_PROJ_B] = h;
+    sizes[GPT_LN2_W] = h, sizes[GPT_LN2_B] = h;
+    sizes[GPT_FC_W] = 4 * h * h, sizes[GPT_FC_B] = 4 * h;
+    sizes[GPT_FCPROJ_W] = 4 * h * h, sizes[GPT_FCPROJ_B] = h;
+    return GPT_BLOCK_PARAMS;
 }
 
 const char *gpt_param_name(const gpt_dims *d, int module, int index)
 {
     if (module == 0)
-        return index == 0 ? "wte" : "wpe";
+        return embed_names[index];
     if (module == d->layers + 1)
-        return index == 0 ? "ln_f.weight" : "ln_f.bias";
+        return final_names[index];
     return block_names[index];
 }
 
@@ -100,16 +120,16 @@ float gpt_init_value(const gpt_dims *d, uint64_t seed, int module, int index, si
     if (module == 0)
         return 0.02f * normal_at(key);
     if (module == d->layers + 1)
-        return index == 0 ? 1.0f : 0.0f;
-    switch (index) {
-    case LN1_W:
-    case LN2_W:
+        return index == GPT_LNF_W ? 1.0f : 0.0f;
+    switch ((gpt_block_param)index) {
+    case GPT_LN1_W:
+    case GPT_LN2_W:
         return 1.0f;
-    case QKV_W:
-    case FC_W:
+    case GPT_QKV_W:
+    case GPT_FC_W:
         return 0.02f * normal_at(key);
-    case PROJ_W:
-    case FCPROJ_W:
+    case GPT_PROJ_W:
+    case GPT_FCPROJ_W:
         return (float)(0.02 / sqrt(2.0 * d->layers)) * normal_at(key);
     default:
         return 0.0f; /* biases */

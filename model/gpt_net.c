@@ -130,15 +130,15 @@ static void block_forward(gpt_net *net, int l, float **w, const float *inp)
     void *x = o->ctx;
     int N = net->B * net->T, C = net->d.hidden;
     layer_acts *a = &net->layer[l];
-    o->layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w[0], w[1], N, C);
-    o->linear_forward(x, a->qkv, a->ln1, w[2], w[3], N, C, 3 * C);
+    o->layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
+    o->linear_forward(x, a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
     o->attention_forward(x, a->atty, a->att, a->qkv, net->B, net->T, C, net->d.heads);
-    o->linear_forward(x, net->dsmall, a->atty, w[4], w[5], N, C, C);
+    o->linear_forward(x, net->dsmall, a->atty, w[GPT_PROJ_W], w[GPT_PROJ_B], N, C, C);
     o->residual_forward(x, a->res2, inp, net->dsmall, (size_t)N * C);
-    o->layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[6], w[7], N, C);
-    o->linear_forward(x, a->fch, a->ln2, w[8], w[9], N, C, 4 * C);
+    o->layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B], N, C);
+    o->linear_forward(x, a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], N, C, 4 * C);
     o->gelu_forward(x, a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    o->linear_forward(x, net->dsmall, a->fch_gelu, w[10], w[11], N, 4 * C, C);
+    o->linear_forward(x, net->dsmall, a->fch_gelu, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], N, 4 * C, C);
     o->residual_forward(x, a->res3, a->res2, net->dsmall, (size_t)N * C);
 }
 
@@ -153,18 +153,20 @@ static void block_backward(gpt_net *net, int l, float **w, float **g, const floa
     size_t n4 = (size_t)N * 4 * C;
     /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
     o->zero(x, dbig, n4);
-    o->linear_backward(x, dbig, g[10], g[11], dres, a->fch_gelu, w[10], N, 4 * C, C);
+    o->linear_backward(x, dbig, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fch_gelu, w[GPT_FCPROJ_W], N, 4 * C, C);
     o->gelu_backward(x, dbig, a->fch, n4);
     o->zero(x, dsmall, (size_t)N * C);
-    o->linear_backward(x, dsmall, g[8], g[9], dbig, a->ln2, w[8], N, C, 4 * C);
-    o->layernorm_backward(x, dres, g[6], g[7], dsmall, a->res2, w[6], a->ln2_mean, a->ln2_rstd, N, C);
+    o->linear_backward(x, dsmall, g[GPT_FC_W], g[GPT_FC_B], dbig, a->ln2, w[GPT_FC_W], N, C, 4 * C);
+    o->layernorm_backward(x, dres, g[GPT_LN2_W], g[GPT_LN2_B], dsmall, a->res2, w[GPT_LN2_W], a->ln2_mean, a->ln2_rstd,
+                          N, C);
     /* Attention: res2 = inp + proj(attn(qkv(ln1(inp)))) */
     o->zero(x, dsmall, (size_t)N * C);
-    o->linear_backward(x, dsmall, g[4], g[5], dres, a->atty, w[4], N, C, C);
+    o->linear_backward(x, dsmall, g[GPT_PROJ_W], g[GPT_PROJ_B], dres, a->atty, w[GPT_PROJ_W], N, C, C);
     o->attention_backward(x, dbig, net->datt, dsmall, a->qkv, a->att, net->B, net->T, C, net->d.heads);
     o->zero(x, dsmall, (size_t)N * C);
-    o->linear_backward(x, dsmall, g[2], g[3], dbig, a->ln1, w[2], N, C, 3 * C);
-    o->layernorm_backward(x, dres, g[0], g[1], dsmall, inp, w[0], a->ln1_mean, a->ln1_rstd, N, C);
+    o->linear_backward(x, dsmall, g[GPT_QKV_W], g[GPT_QKV_B], dbig, a->ln1, w[GPT_QKV_W], N, C, 3 * C);
+    o->layernorm_backward(x, dres, g[GPT_LN1_W], g[GPT_LN1_B], dsmall, inp, w[GPT_LN1_W], a->ln1_mean, a->ln1_rstd, N,
+                          C);
 }
 
 /* Waits for the queued work (its failures come back here) and sums the row losses in row order, so the loss is the
@@ -196,7 +198,7 @@ strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *t
 
     /* forward */
     TRY(src->acquire(src->ctx, 0, false, w, g));
-    o->embed_forward(x, net->encoded, net->tokens, w[0], w[1], N, net->T, C);
+    o->embed_forward(x, net->encoded, net->tokens, w[GPT_WTE], w[GPT_WPE], N, net->T, C);
     TRY(src->finish(src->ctx, 0, false));
     for (int l = 0; l < L; l++) {
         TRY(src->acquire(src->ctx, l + 1, false, w, g));
@@ -205,13 +207,13 @@ strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *t
     }
     float *last = L > 0 ? net->layer[L - 1].res3 : net->encoded;
     TRY(src->acquire(src->ctx, L + 1, false, w, g));
-    o->layernorm_forward(x, net->lnf, net->lnf_mean, net->lnf_rstd, last, w[0], w[1], N, C);
+    o->layernorm_forward(x, net->lnf, net->lnf_mean, net->lnf_rstd, last, w[GPT_LNF_W], w[GPT_LNF_B], N, C);
     TRY(src->finish(src->ctx, L + 1, false));
 
     /* the tied head: its forward and backward while the embedding is held */
     TRY(src->acquire(src->ctx, 0, backward, w, g));
-    o->head_loss(x, backward ? net->dsmall : NULL, backward ? g[0] : NULL, net->logits, net->row_loss, net->lnf, w[0],
-                 net->targets, N, C, d->vocab, N < HEAD_CHUNK ? N : HEAD_CHUNK, grad_scale / (float)N);
+    o->head_loss(x, backward ? net->dsmall : NULL, backward ? g[GPT_WTE] : NULL, net->logits, net->row_loss, net->lnf,
+                 w[GPT_WTE], net->targets, N, C, d->vocab, N < HEAD_CHUNK ? N : HEAD_CHUNK, grad_scale / (float)N);
     TRY(src->finish(src->ctx, 0, backward));
     if (!backward)
         return read_loss(net, loss);
@@ -219,7 +221,8 @@ strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *t
     /* backward */
     TRY(src->acquire(src->ctx, L + 1, true, w, g));
     o->zero(x, net->dres, (size_t)N * C);
-    o->layernorm_backward(x, net->dres, g[0], g[1], net->dsmall, last, w[0], net->lnf_mean, net->lnf_rstd, N, C);
+    o->layernorm_backward(x, net->dres, g[GPT_LNF_W], g[GPT_LNF_B], net->dsmall, last, w[GPT_LNF_W], net->lnf_mean,
+                          net->lnf_rstd, N, C);
     TRY(src->finish(src->ctx, L + 1, true));
     for (int l = L - 1; l >= 0; l--) {
         TRY(src->acquire(src->ctx, l + 1, true, w, g));
@@ -227,7 +230,7 @@ strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *t
         TRY(src->finish(src->ctx, l + 1, true));
     }
     TRY(src->acquire(src->ctx, 0, true, w, g));
-    o->embed_backward(x, g[0], g[1], net->dres, net->tokens, N, net->T, C);
+    o->embed_backward(x, g[GPT_WTE], g[GPT_WPE], net->dres, net->tokens, N, net->T, C);
     TRY(src->finish(src->ctx, 0, true));
     return read_loss(net, loss);
 }

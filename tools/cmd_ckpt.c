@@ -1,12 +1,15 @@
 /* `strata ckpt inspect DIR` (summary and a table of tensors with their checksum status) and
- * `strata ckpt verify DIR` (every checksum; exit 1 on any damage). */
+ * `strata ckpt verify DIR` (every checksum; exit 1 on any damage). DIR is a checkpoint or a directory holding
+ * them (what `strata train --save DIR` writes), whose latest checkpoint is taken. */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/size.h"
 #include "engine/ckpt/ckpt_files.h"
 #include "strata.h"
+#include "tools/ckpt_locate.h"
 #include "tools/cli.h"
 
 static void usage(FILE *out)
@@ -16,7 +19,9 @@ static void usage(FILE *out)
             "       strata ckpt verify DIR\n\n"
             "inspect  print the checkpoint's step, precision and files, and one row per tensor: name, file, dtype,\n"
             "         shape, bytes and whether its crc32c matches the manifest\n"
-            "verify   read every tensor and check sizes, headers and checksums; exit 1 when anything is damaged\n");
+            "verify   read every tensor and check sizes, headers and checksums; exit 1 when anything is damaged\n\n"
+            "DIR is a checkpoint, or a directory holding checkpoints (such as `strata train --save DIR` writes:\n"
+            "DIR/step-N), of which the latest is taken.\n");
 }
 
 static void row(const ckpt_tensor *t, bool ok, uint32_t actual, void *user)
@@ -85,5 +90,13 @@ int cmd_ckpt(int argc, char **argv)
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
-    return strcmp(argv[1], "inspect") == 0 ? inspect(argv[2]) : verify(argv[2]);
+    char buf[PATH_MAX];
+    const char *dir = ckpt_locate(argv[2], buf, sizeof buf);
+    if (!dir) {
+        fprintf(stderr, "strata ckpt %s: %s; %s\n", argv[1], strata_last_error(NULL), CKPT_LOCATE_EXPECTED);
+        return CLI_EXIT_FAIL;
+    }
+    if (dir != argv[2])
+        printf("%s: latest checkpoint: %s\n", argv[2], dir);
+    return strcmp(argv[1], "inspect") == 0 ? inspect(dir) : verify(dir);
 }

@@ -1,9 +1,7 @@
 /* The training loop of `strata train` (see trainer.h). */
 #include "tools/trainer.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +11,7 @@
 #include <time.h>
 
 #include "model/gpt_engine.h"
+#include "tools/ckpt_locate.h"
 #include "tools/train_report.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -40,54 +39,8 @@ double trainer_lr(const trainer_opts *o, int64_t s)
 
 /* ---------------------------------------------------------------- checkpoints: DIR/step-N */
 
-/* The step number of a "step-N" name, or -1. */
-static int64_t step_of(const char *name)
-{
-    char *end;
-    if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9')
-        return -1;
-    long long n = strtoll(name + 5, &end, 10);
-    return *end ? -1 : n;
-}
-
-/* The step-N entries of dir, ascending, into a malloc'd array; returns the count (-1 when dir is unreadable). */
-static int list_steps(const char *dir, int64_t **out)
-{
-    *out = NULL;
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0, cap = 0;
-    struct dirent *ent;
-    while ((ent = readdir(d))) {
-        int64_t s = step_of(ent->d_name);
-        if (s < 0)
-            continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 8;
-            int64_t *grown = realloc(*out, (size_t)cap * sizeof **out);
-            if (!grown)
-                break;
-            *out = grown;
-        }
-        (*out)[n++] = s;
-    }
-    closedir(d);
-    for (int i = 1; i < n; i++) /* insertion sort: a handful of entries */
-        for (int j = i; j > 0 && (*out)[j - 1] > (*out)[j]; j--) {
-            int64_t t = (*out)[j];
-            (*out)[j] = (*out)[j - 1];
-            (*out)[j - 1] = t;
-        }
-    return n;
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
+/* Saves DIR/step-N, then keeps the last o->keep checkpoints in DIR: strata_checkpoint_prune touches only
+ * directories holding a manifest, so a user's own step-N directory (or anything else) in DIR survives. */
 static strata_status save_checkpoint(strata_engine *e, const trainer_opts *o, int64_t steps_done)
 {
     if (mkdir(o->save_dir, 0755) != 0 && errno != EEXIST) {
@@ -102,35 +55,13 @@ static strata_status save_checkpoint(strata_engine *e, const trainer_opts *o, in
         fprintf(stderr, "strata train: saving %s failed: %s\n", path, strata_last_error(e));
         return st;
     }
-    int64_t *steps;
-    int n = list_steps(o->save_dir, &steps);
-    for (int i = 0; i < n - o->keep; i++) {
-        snprintf(path, sizeof path, "%s/step-%lld", o->save_dir, (long long)steps[i]);
-        nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    }
-    free(steps);
+    printf("checkpoint: %s\n", path);
+    fflush(stdout);
+    /* The checkpoint is safe on disk: a rotation that fails costs disk space, not the run. */
+    if (strata_checkpoint_prune(o->save_dir, o->keep, NULL) != STRATA_OK)
+        fprintf(stderr, "strata train: warning: removing checkpoints older than the last --keep %d in \"%s\" "
+                        "failed: %s\n", o->keep, o->save_dir, strata_last_error(NULL));
     return STRATA_OK;
-}
-
-/* The checkpoint to resume from: dir itself when it is named step-N, else its newest step-N entry. */
-static bool resolve_resume(const char *dir, char *path, size_t len, int64_t *step)
-{
-    const char *base = strrchr(dir, '/');
-    base = base && base[1] ? base + 1 : dir;
-    if ((*step = step_of(base)) >= 0) {
-        snprintf(path, len, "%s", dir);
-        return true;
-    }
-    int64_t *steps;
-    int n = list_steps(dir, &steps);
-    if (n <= 0) {
-        free(steps);
-        return false;
-    }
-    *step = steps[n - 1];
-    snprintf(path, len, "%s/step-%lld", dir, (long long)*step);
-    free(steps);
-    return true;
 }
 
 /* ---------------------------------------------------------------- the loop */
@@ -208,10 +139,11 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
     }
     int64_t start = 0;
     if (o->resume_dir) {
-        char path[4096];
-        if (!resolve_resume(o->resume_dir, path, sizeof path, &start)) {
-            fprintf(stderr, "strata train: --resume \"%s\": no checkpoint there (expected a step-N directory or a "
-                            "directory holding step-N checkpoints written by --save)\n", o->resume_dir);
+        char buf[4096];
+        const char *path = ckpt_locate(o->resume_dir, buf, sizeof buf);
+        if (!path) {
+            fprintf(stderr, "strata train: --resume \"%s\": no checkpoint there: %s; %s\n", o->resume_dir,
+                    strata_last_error(NULL), CKPT_LOCATE_EXPECTED);
             rc = 2;
             goto out;
         }
@@ -219,6 +151,13 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
             rc = fail(e, "resuming (strata_load)");
             goto out;
         }
+        /* The data continues where the saved run's strata_step calls stopped. */
+        strata_checkpoint_info info;
+        if (strata_checkpoint_inspect(path, &info) != STRATA_OK) {
+            rc = fail(NULL, "reading the resumed checkpoint's manifest (strata_checkpoint_inspect)");
+            goto out;
+        }
+        start = info.iterations;
         printf("resumed from %s at step %lld\n", path, (long long)start);
     }
     if (o->log_jsonl && !(jsonl = fopen(o->log_jsonl, "w"))) {
@@ -259,6 +198,10 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
         strata_stats_get(e, &stats);
         report_step(&rep, s, loss, lr, now_s() - t0, t1 - t0, &stats, &res);
         if (o->save_dir && o->save_every > 0 && (s + 1) % o->save_every == 0 && s + 1 < o->steps) {
+            /* On a terminal the progress line is redrawn with \r and has no newline yet: end it, so that what the save
+             * prints (the checkpoint, or why it failed) stands on a line of its own. */
+            if (rep.tty && !rep.quiet)
+                putchar('\n');
             if (save_checkpoint(e, o, s + 1) != STRATA_OK)
                 goto out;
             last_saved = s + 1;
@@ -274,7 +217,6 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
     if (o->save_dir && s > start && last_saved != s) {
         if (save_checkpoint(e, o, s) != STRATA_OK)
             goto out;
-        printf("checkpoint: %s/step-%lld\n", o->save_dir, (long long)s);
     }
     if (o->dump_weights && dump_weights(m, o) != STRATA_OK) {
         rc = fail(e, "--dump-weights");

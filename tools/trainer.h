@@ -25,8 +25,8 @@ typedef struct trainer_opts {
     const char *dump_weights;  /* raw fp32 master weights at the end; NULL = none */
     const char *save_dir;      /* checkpoints DIR/step-N; NULL = none */
     int64_t save_every;        /* 0 = only at the end (and on a signal) */
-    int keep;                  /* checkpoints kept in save_dir */
-    const char *resume_dir;    /* a step-N checkpoint, or a directory holding them; NULL = fresh */
+    int keep;                  /* checkpoints kept in save_dir (directories without a manifest are never removed) */
+    const char *resume_dir;    /* a checkpoint, or a directory holding them (the latest is taken); NULL = fresh */
     bool quiet;                /* no progress line */
 } trainer_opts;
 
