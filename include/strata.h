@@ -431,13 +431,13 @@ STRATA_API strata_status strata_checkpoint_inspect(const char *dir, strata_check
 STRATA_API strata_status strata_checkpoint_verify(const char *dir);
 
 /* Keep-last-N rotation: among root's subdirectories that hold a checkpoint manifest, removes all but the
- * keep_last with the highest step (ties: the later name), with their files; directories without a manifest
+ * keep_last newest (most strata_step calls, then the highest step, then the later name), with their files; directories without a manifest
  * are never touched. keep_last >= 1 (STRATA_EINVAL otherwise). *removed (may be NULL) gets the count.
  * Typical use: strata_save(e, "root/step-00001200"), then strata_checkpoint_prune("root", 3, NULL). */
 STRATA_API strata_status strata_checkpoint_prune(const char *root, int keep_last, int *removed);
 
-/* The subdirectory of root holding the checkpoint with the highest step, written into out (outlen bytes)
- * as "root/name". STRATA_ENOTFOUND when root has none. For `--resume ROOT`. */
+/* The subdirectory of root holding the newest checkpoint (in strata_checkpoint_prune's order), written into
+ * out (outlen bytes) as "root/name". STRATA_ENOTFOUND when root has none. For `--resume ROOT`. */
 STRATA_API strata_status strata_checkpoint_latest(const char *root, char *out, size_t outlen);
 
 

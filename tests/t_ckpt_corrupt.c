@@ -188,17 +188,35 @@ static void rotation(const synth_opts *o0, const strata_config *c, const char *s
         T_OK(synth_train(&o, c, &w, &n, NULL, NULL));
         free(w);
     }
+    /* fp16 with a loss scale that overflows every step: 5 strata_step calls, no update applied. The newest
+     * checkpoint by strata_step calls, though its optimizer step (0) is the lowest. */
+    synth_opts o = *o0;
+    o.steps = o.save_after = 5;
+    snprintf(dir, sizeof dir, "%s/run-0", root);
+    o.save_dir = dir;
+    strata_config skipping = *c;
+    skipping.param_dtype = STRATA_DTYPE_FP16;
+    skipping.initial_scale_power = 40;
+    float *w = NULL;
+    size_t n;
+    T_OK(synth_train(&o, &skipping, &w, &n, NULL, NULL));
+    free(w);
+    strata_checkpoint_info info;
+    T_OK(strata_checkpoint_inspect(dir, &info));
+    T_CHECK(info.step == 0 && info.iterations == 5, "run-0: step %lld, iterations %lld; want 0 and 5 (every step "
+            "skipped)", (long long)info.step, (long long)info.iterations);
+
     snprintf(dir, sizeof dir, "%s/not-a-checkpoint", root);
     mkdir(dir, 0755);
     T_OK(strata_checkpoint_latest(root, latest, sizeof latest));
-    snprintf(dir, sizeof dir, "%s/run-c", root);
+    snprintf(dir, sizeof dir, "%s/run-0", root);
     T_EQ_STR(latest, dir);
     int removed = -1;
     T_OK(strata_checkpoint_prune(root, 2, &removed));
-    T_EQ_INT(removed, 2);
-    const char *expect[] = {"run-a", "run-b", "run-c", "run-d", "not-a-checkpoint"};
-    bool present[] = {true, false, true, false, true};
-    for (int i = 0; i < 5; i++) {
+    T_EQ_INT(removed, 3);
+    const char *expect[] = {"run-0", "run-a", "run-b", "run-c", "run-d", "not-a-checkpoint"};
+    bool present[] = {true, false, false, true, false, true};
+    for (int i = 0; i < 6; i++) {
         struct stat sb;
         snprintf(dir, sizeof dir, "%s/%s", root, expect[i]);
         T_CHECK((stat(dir, &sb) == 0) == present[i], "after pruning to 2, %s is %s", expect[i],

@@ -38,12 +38,16 @@ STRATA_API strata_status strata_checkpoint_verify(const char *dir)
 
 typedef struct found {
     char name[256];
-    int64_t step;
+    int64_t iterations, step;
 } found;
 
-static int by_step(const void *a, const void *b)
+/* Oldest first by strata_step calls: the optimizer's step count stands still over skipped fp16 steps, so two
+ * checkpoints can share it (names do not order: "step-10" < "step-9"). */
+static int by_age(const void *a, const void *b)
 {
     const found *x = a, *y = b;
+    if (x->iterations != y->iterations)
+        return x->iterations < y->iterations ? -1 : 1;
     if (x->step != y->step)
         return x->step < y->step ? -1 : 1;
     return strcmp(x->name, y->name);
@@ -84,12 +88,13 @@ static strata_status scan(const char *root, found **out, size_t *n)
             *out = grown;
         }
         snprintf((*out)[*n].name, sizeof (*out)[*n].name, "%s", de->d_name);
+        (*out)[*n].iterations = info.iterations;
         (*out)[(*n)++].step = info.step;
     }
     closedir(d);
     err_clear();
     if (st == STRATA_OK && *n)
-        qsort(*out, *n, sizeof **out, by_step);
+        qsort(*out, *n, sizeof **out, by_age);
     return st;
 }
 
