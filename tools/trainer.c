@@ -90,152 +90,171 @@ static strata_status dump_weights(gpt_model *m, const trainer_opts *o)
     return st;
 }
 
+/* What one run holds; run_close frees it. */
+typedef struct run {
+    strata_engine *e;
+    gpt_model *m;
+    FILE *jsonl;
+    int32_t *tokens, *targets;
+} run;
+
+/* Engine, model and activations; 0, or the exit code. */
+static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
+{
+    size_t ntok = (size_t)o->batch * o->seq;
+    r->tokens = malloc(ntok * sizeof(int32_t));
+    r->targets = malloc(ntok * sizeof(int32_t));
+    size_t act = gpt_engine_activation_bytes(&o->dims, o->batch, o->seq, cfg->param_dtype);
+    if (cfg->activation_bytes < act)
+        cfg->activation_bytes = act;
+    if (!r->tokens || !r->targets) {
+        fprintf(stderr, "strata train: out of memory\n");
+        return 1;
+    }
+    if (strata_engine_create(cfg, &r->e) != STRATA_OK)
+        return fail(NULL, "creating the engine");
+    if (gpt_model_register(r->e, &o->dims, o->seed, &r->m) != STRATA_OK)
+        return fail(r->e, "registering the model");
+    if (strata_engine_finalize(r->e) != STRATA_OK)
+        return fail(r->e, "planning the memory (strata_engine_finalize)");
+    strata_status st = gpt_model_prepare(r->m, o->batch, o->seq, cfg->param_dtype);
+    if (st == STRATA_EUNSUPPORTED) {
+        fprintf(stderr, "strata train: this build has no CUDA kernels for the model (nvcc was not found when it "
+                        "was configured); use --device host\n");
+        return 1;
+    }
+    if (st != STRATA_OK && *gpt_model_error(r->m)) {
+        fprintf(stderr, "strata train: the model's CUDA kernels cannot start: %s\n", gpt_model_error(r->m));
+        return 1;
+    }
+    if (st != STRATA_OK)
+        return fail(r->e, "allocating the activations (strata_device_alloc)");
+    if (o->log_jsonl && !(r->jsonl = fopen(o->log_jsonl, "w"))) {
+        fprintf(stderr, "strata train: --log-jsonl \"%s\": cannot open: %s\n", o->log_jsonl, strerror(errno));
+        return 2;
+    }
+    return 0;
+}
+
+static void run_close(run *r)
+{
+    if (r->jsonl)
+        fclose(r->jsonl);
+    gpt_model_destroy(r->m);
+    strata_engine_destroy(r->e);
+    free(r->tokens);
+    free(r->targets);
+}
+
+/* --resume: loads the checkpoint and sets *start to where its data continues; 0, or the exit code. */
+static int resume(run *r, const trainer_opts *o, int64_t *start)
+{
+    char buf[4096];
+    const char *path = ckpt_locate(o->resume_dir, buf, sizeof buf);
+    if (!path) {
+        fprintf(stderr, "strata train: --resume \"%s\": no checkpoint there: %s; %s\n", o->resume_dir,
+                strata_last_error(NULL), CKPT_LOCATE_EXPECTED);
+        return 2;
+    }
+    if (strata_load(r->e, path) != STRATA_OK)
+        return fail(r->e, "resuming (strata_load)");
+    /* The data continues where the saved run's strata_step calls stopped. */
+    strata_checkpoint_info info;
+    if (strata_checkpoint_inspect(path, &info) != STRATA_OK)
+        return fail(NULL, "reading the resumed checkpoint's manifest (strata_checkpoint_inspect)");
+    *start = info.iterations;
+    printf("resumed from %s at step %lld\n", path, (long long)*start);
+    return 0;
+}
+
+/* One step: the micro-batches' forward and backward, then strata_step; 0, or the exit code. */
+static int train_step(run *r, const trainer_opts *o, int64_t s, train_report *rep)
+{
+    double t0 = now_s(), loss = 0;
+    for (int mb = 0; mb < o->grad_accum; mb++) {
+        data_batch(o->data, o->seed, s, mb, o->batch, o->seq, r->tokens, r->targets);
+        double l = 0;
+        float scale = (float)(strata_loss_scale(r->e) / o->grad_accum);
+        if (gpt_model_micro_step(r->m, r->tokens, r->targets, true, scale, &l) != STRATA_OK) {
+            const char *kernel_error = gpt_model_error(r->m);
+            if (!*kernel_error)
+                return fail(r->e, "the forward/backward pass");
+            fprintf(stderr, "strata train: the forward/backward pass failed: %s\n", kernel_error);
+            return 1;
+        }
+        loss += l / o->grad_accum;
+    }
+    double t1 = now_s(), lr = trainer_lr(o, s);
+    strata_step_args args = {.lr = lr};
+    strata_step_result res;
+    if (strata_step(r->e, &args, &res) != STRATA_OK)
+        return fail(r->e, "the optimizer step (strata_step)");
+    strata_stats stats;
+    strata_stats_get(r->e, &stats);
+    report_step(rep, s, loss, lr, now_s() - t0, t1 - t0, &stats, &res);
+    return 0;
+}
+
+/* Steps from start until o->steps or a signal, saving every save_every; *done is the steps done so far. */
+static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_config *cfg, int64_t *done)
+{
+    size_t ntok = (size_t)o->batch * o->seq;
+    strata_stats stats;
+    strata_stats_get(r->e, &stats);
+    train_report rep;
+    report_begin(&rep, start, o->steps, (int64_t)ntok * o->grad_accum, &stats, o->quiet, r->jsonl);
+    rep.flops_per_token = gpt_flops_per_token(&o->dims, o->seq);
+    int64_t s = start, last_saved = -1;
+    int rc = 0;
+    for (; s < o->steps && !stop_signal && rc == 0; s++) {
+        if ((rc = train_step(r, o, s, &rep)) != 0)
+            break;
+        if (o->save_dir && o->save_every > 0 && (s + 1) % o->save_every == 0 && s + 1 < o->steps) {
+            /* On a terminal the progress line is redrawn with \r and has no newline yet: end it, so that what the save
+             * prints (the checkpoint, or why it failed) stands on a line of its own. */
+            if (rep.tty && !rep.quiet)
+                putchar('\n');
+            if (save_checkpoint(r->e, o, s + 1) != STRATA_OK)
+                rc = 1;
+            last_saved = s + 1;
+        }
+    }
+    *done = s;
+    if (rc != 0)
+        return rc;
+    if (strata_sync(r->e) != STRATA_OK)
+        return fail(r->e, "finishing the last update (strata_sync)");
+    strata_stats_get(r->e, &stats);
+    rep.now = stats;
+    report_summary(&rep, cfg->trace_path);
+    if (o->save_dir && s > start && last_saved != s && save_checkpoint(r->e, o, s) != STRATA_OK)
+        return 1;
+    return 0;
+}
+
 int trainer_run(const trainer_opts *o, strata_config *cfg)
 {
-    int rc = 1;
-    strata_engine *e = NULL;
-    gpt_model *m = NULL;
-    FILE *jsonl = NULL;
-    size_t ntok = (size_t)o->batch * o->seq;
-    int32_t *tokens = malloc(ntok * sizeof(int32_t)), *targets = malloc(ntok * sizeof(int32_t));
     struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     stop_signal = 0;
 
-    size_t act = gpt_engine_activation_bytes(&o->dims, o->batch, o->seq, cfg->param_dtype);
-    if (cfg->activation_bytes < act)
-        cfg->activation_bytes = act;
-    if (!tokens || !targets) {
-        fprintf(stderr, "strata train: out of memory\n");
-        goto out;
-    }
-    if (strata_engine_create(cfg, &e) != STRATA_OK) {
-        rc = fail(NULL, "creating the engine");
-        goto out;
-    }
-    if (gpt_model_register(e, &o->dims, o->seed, &m) != STRATA_OK) {
-        rc = fail(e, "registering the model");
-        goto out;
-    }
-    if (strata_engine_finalize(e) != STRATA_OK) {
-        rc = fail(e, "planning the memory (strata_engine_finalize)");
-        goto out;
-    }
-    strata_status st = gpt_model_prepare(m, o->batch, o->seq, cfg->param_dtype);
-    if (st == STRATA_EUNSUPPORTED) {
-        fprintf(stderr, "strata train: this build has no CUDA kernels for the model (nvcc was not found when it "
-                        "was configured); use --device host\n");
-        goto out;
-    }
-    if (st != STRATA_OK && *gpt_model_error(m)) {
-        fprintf(stderr, "strata train: the model's CUDA kernels cannot start: %s\n", gpt_model_error(m));
-        goto out;
-    }
-    if (st != STRATA_OK) {
-        rc = fail(e, "allocating the activations (strata_device_alloc)");
-        goto out;
-    }
-    int64_t start = 0;
-    if (o->resume_dir) {
-        char buf[4096];
-        const char *path = ckpt_locate(o->resume_dir, buf, sizeof buf);
-        if (!path) {
-            fprintf(stderr, "strata train: --resume \"%s\": no checkpoint there: %s; %s\n", o->resume_dir,
-                    strata_last_error(NULL), CKPT_LOCATE_EXPECTED);
-            rc = 2;
-            goto out;
-        }
-        if (strata_load(e, path) != STRATA_OK) {
-            rc = fail(e, "resuming (strata_load)");
-            goto out;
-        }
-        /* The data continues where the saved run's strata_step calls stopped. */
-        strata_checkpoint_info info;
-        if (strata_checkpoint_inspect(path, &info) != STRATA_OK) {
-            rc = fail(NULL, "reading the resumed checkpoint's manifest (strata_checkpoint_inspect)");
-            goto out;
-        }
-        start = info.iterations;
-        printf("resumed from %s at step %lld\n", path, (long long)start);
-    }
-    if (o->log_jsonl && !(jsonl = fopen(o->log_jsonl, "w"))) {
-        fprintf(stderr, "strata train: --log-jsonl \"%s\": cannot open: %s\n", o->log_jsonl, strerror(errno));
-        rc = 2;
-        goto out;
-    }
-    strata_stats stats;
-    strata_stats_get(e, &stats);
-    train_report rep;
-    report_begin(&rep, start, o->steps, (int64_t)ntok * o->grad_accum, &stats, o->quiet, jsonl);
-    rep.flops_per_token = gpt_flops_per_token(&o->dims, o->seq);
-    int64_t s = start, last_saved = -1;
-    for (; s < o->steps && !stop_signal; s++) {
-        double t0 = now_s(), loss = 0;
-        for (int mb = 0; mb < o->grad_accum; mb++) {
-            data_batch(o->data, o->seed, s, mb, o->batch, o->seq, tokens, targets);
-            double l = 0;
-            float scale = (float)(strata_loss_scale(e) / o->grad_accum);
-            if (gpt_model_micro_step(m, tokens, targets, true, scale, &l) != STRATA_OK) {
-                const char *kernel_error = gpt_model_error(m);
-                if (*kernel_error)
-                    fprintf(stderr, "strata train: the forward/backward pass failed: %s\n", kernel_error);
-                else
-                    fail(e, "the forward/backward pass");
-                rc = 1;
-                goto out;
-            }
-            loss += l / o->grad_accum;
-        }
-        double t1 = now_s(), lr = trainer_lr(o, s);
-        strata_step_args args = {.lr = lr};
-        strata_step_result res;
-        if (strata_step(e, &args, &res) != STRATA_OK) {
-            rc = fail(e, "the optimizer step (strata_step)");
-            goto out;
-        }
-        strata_stats_get(e, &stats);
-        report_step(&rep, s, loss, lr, now_s() - t0, t1 - t0, &stats, &res);
-        if (o->save_dir && o->save_every > 0 && (s + 1) % o->save_every == 0 && s + 1 < o->steps) {
-            /* On a terminal the progress line is redrawn with \r and has no newline yet: end it, so that what the save
-             * prints (the checkpoint, or why it failed) stands on a line of its own. */
-            if (rep.tty && !rep.quiet)
-                putchar('\n');
-            if (save_checkpoint(e, o, s + 1) != STRATA_OK)
-                goto out;
-            last_saved = s + 1;
-        }
-    }
-    if (strata_sync(e) != STRATA_OK) {
-        rc = fail(e, "finishing the last update (strata_sync)");
-        goto out;
-    }
-    strata_stats_get(e, &stats);
-    rep.now = stats;
-    report_summary(&rep, cfg->trace_path);
-    if (o->save_dir && s > start && last_saved != s) {
-        if (save_checkpoint(e, o, s) != STRATA_OK)
-            goto out;
-    }
-    if (o->dump_weights && dump_weights(m, o) != STRATA_OK) {
-        rc = fail(e, "--dump-weights");
-        goto out;
-    }
-    if (stop_signal) {
-        printf("stopped by %s after step %lld%s\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)s,
+    run r = {0};
+    int64_t start = 0, done = 0;
+    int rc = run_open(&r, o, cfg);
+    if (rc == 0 && o->resume_dir)
+        rc = resume(&r, o, &start);
+    if (rc == 0)
+        rc = train_loop(&r, o, start, cfg, &done);
+    if (rc == 0 && o->dump_weights && dump_weights(r.m, o) != STRATA_OK)
+        rc = fail(r.e, "--dump-weights");
+    if (rc == 0 && stop_signal) {
+        printf("stopped by %s after step %lld%s\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)done,
                o->save_dir ? "; resume with --resume" : "");
         rc = 128 + stop_signal;
-    } else {
-        rc = 0;
     }
-out:
-    if (jsonl)
-        fclose(jsonl);
-    gpt_model_destroy(m);
-    strata_engine_destroy(e);
-    free(tokens);
-    free(targets);
+    run_close(&r);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     return rc;
