@@ -58,6 +58,12 @@ strata_status engine_require_finalized(strata_engine *e, const char *what)
     return STRATA_OK;
 }
 
+strata_status engine_require_module(strata_engine *e, strata_module_id id, const char *what)
+{
+    ERR_CHECK(engine_require_finalized(e, what));
+    return registry_find_module(e->reg, id, what) ? STRATA_OK : STRATA_ESTATE;
+}
+
 /* In reverse order of finalize: the optimizer thread's job, gradient hand-offs, device copies, deferred
  * frees (the dropped buffers wait for the compute stream), the step's slots, the tiers, the streams. */
 void engine_unbuild(strata_engine *e)

@@ -72,6 +72,8 @@ struct strata_engine {
 
 /* STRATA_ESTATE unless finalize has run (what names the call). */
 strata_status engine_require_finalized(strata_engine *e, const char *what);
+/* As engine_require_finalized, and STRATA_ESTATE for a module id the registry does not know. */
+strata_status engine_require_module(strata_engine *e, strata_module_id id, const char *what);
 /* Tears down everything finalize builds, in reverse order, draining work in flight; the engine is as
  * strata_engine_create left it (plus its registry). Safe on a partly built engine. */
 void engine_unbuild(strata_engine *e);

@@ -248,9 +248,7 @@ STRATA_API void *strata_grad_data(strata_engine *e, strata_param_id param)
 
 static strata_status grads_ready(strata_engine *e, strata_module_id id)
 {
-    ERR_CHECK(engine_require_finalized(e, "strata_grads_ready"));
-    if (!registry_find_module(e->reg, id, "strata_grads_ready"))
-        return STRATA_ESTATE;
+    ERR_CHECK(engine_require_module(e, id, "strata_grads_ready"));
     grad_store *g = e->grads;
     const reg_module *m = registry_module(e->reg, id);
     grad_buffer *b = &g->bufs[id];

@@ -399,9 +399,7 @@ void residency_stats(const residency *r, uint64_t *fetches, uint64_t *prefetch_h
 
 static strata_status fetch(strata_engine *e, strata_module_id id)
 {
-    ERR_CHECK(engine_require_finalized(e, "strata_fetch"));
-    if (!registry_find_module(e->reg, id, "strata_fetch"))
-        return STRATA_ESTATE;
+    ERR_CHECK(engine_require_module(e, id, "strata_fetch"));
     residency *r = e->res;
     resident *m = &r->mods[id];
     if (m->held)
@@ -451,9 +449,7 @@ STRATA_API strata_status strata_fetch(strata_engine *e, strata_module_id module)
 
 static strata_status release(strata_engine *e, strata_module_id id)
 {
-    ERR_CHECK(engine_require_finalized(e, "strata_release"));
-    if (!registry_find_module(e->reg, id, "strata_release"))
-        return STRATA_ESTATE;
+    ERR_CHECK(engine_require_module(e, id, "strata_release"));
     residency *r = e->res;
     resident *m = &r->mods[id];
     if (!m->held)
