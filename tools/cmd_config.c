@@ -22,7 +22,7 @@ static void print_table(const strata_config *cfg, const strata_config *defaults)
     printf("%-56s %-28s %s\n", "KEY", "VALUE", "VS DEFAULT");
     for (size_t i = 0; i < cfg_key_count; i++) {
         const cfg_key *k = &cfg_keys[i];
-        if (k->kind == CFG_SECTION || k->kind == CFG_UNIMPLEMENTED || k->kind == CFG_RENAMED)
+        if (!cfg_key_is_setting(k))
             continue;
         char value[256], def[256];
         cfg_key_format(k, cfg, value, sizeof value);
