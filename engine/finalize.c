@@ -65,23 +65,10 @@ static void plan_input_of(const strata_engine *e, plan_input *in)
     };
 }
 
-/* The swap space spans the NVMe paths of every state class placed on NVMe (each path once). */
 static strata_status open_nvme(strata_engine *e, size_t capacity)
 {
-    const char *paths[2 * STRATA_MAX_NVME_PATHS];
-    int n = 0;
-    const strata_offload_config *blocks[2] = {&e->cfg.offload_optimizer, &e->cfg.offload_param};
-    for (int b = 0; b < 2; b++) {
-        if (blocks[b]->device != STRATA_TIER_NVME)
-            continue;
-        for (int i = 0; i < blocks[b]->nvme_path_count; i++) {
-            bool seen = false;
-            for (int j = 0; j < n; j++)
-                seen |= strcmp(paths[j], blocks[b]->nvme_path[i]) == 0;
-            if (!seen)
-                paths[n++] = blocks[b]->nvme_path[i];
-        }
-    }
+    const char *paths[PLAN_MAX_SWAP_PATHS];
+    int n = plan_swap_paths(&e->cfg, paths);
     ERR_CHECK(nvme_io_create(&e->cfg.aio, &e->io));
     ERR_CHECK(swap_create(e->io, paths, n, capacity, &e->swap));
     swap_set_checksum(e->swap, e->cfg.swap_checksum);
