@@ -11,7 +11,6 @@
  * Both observations are printed. The test fails for a key without a probe (so an inert key cannot be added
  * silently), for a probe of a key the schema no longer has, and for a probe that sees no difference.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -115,17 +114,24 @@ static void obs_create(const strata_config *cfg, char *out, size_t len)
     strata_engine_destroy(e);
 }
 
-/* A finalized engine of the synthetic model: the plan it took (memory per tier) and its loss scale. */
-static void obs_finalize(const strata_config *cfg, char *out, size_t len)
+/* The synthetic model's engine, finalized with cfg; NULL when it failed, with the failure written to out. */
+static strata_engine *finalized(const strata_config *cfg, char *out, size_t len)
 {
     synth_opts o;
     synth_defaults(&o, SEED);
     strata_engine *e = NULL;
     strata_status st = synth_engine(&o, cfg, &e);
-    if (st != STRATA_OK) {
+    if (st != STRATA_OK)
         appendf(out, len, "finalize: %s: %s", strata_status_name(st), strata_last_error(NULL));
+    return e;
+}
+
+/* A finalized engine of the synthetic model: the plan it took (memory per tier) and its loss scale. */
+static void obs_finalize(const strata_config *cfg, char *out, size_t len)
+{
+    strata_engine *e = finalized(cfg, out, len);
+    if (!e)
         return;
-    }
     strata_stats s;
     T_OK(strata_stats_get(e, &s));
     appendf(out, len, "device %zu bytes, host plan %zu bytes, nvme %zu bytes, loss scale %g", s.device_peak_bytes,
@@ -251,87 +257,52 @@ static long long fdinfo_value(int fd, const char *key)
     return v;
 }
 
-/* The engine's swap files: open, unlinked files (O_TMPFILE shows as "dir/#ino (deleted)"). Calls fn with each
- * descriptor and its directory. */
-static void each_swap_file(void (*fn)(int fd, const char *dir, void *ctx), void *ctx)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        char link[300], target[1200];
-        snprintf(link, sizeof link, "/proc/self/fd/%s", de->d_name);
-        ssize_t n = readlink(link, target, sizeof target - 1);
-        if (n <= 0)
-            continue;
-        target[n] = '\0';
-        char *deleted = strstr(target, " (deleted)");
-        char *slash = strrchr(target, '/');
-        if (target[0] != '/' || !deleted || !slash || strncmp(target, "/memfd:", 7) == 0)
-            continue;
-        *slash = '\0';
-        fn(atoi(de->d_name), target, ctx);
-    }
-    if (d)
-        closedir(d);
-}
-
 typedef struct out_buf {
     char *out;
     size_t len;
 } out_buf;
 
-static void describe_swap_file(int fd, const char *dir, void *ctx)
+/* The engine's swap files are open, unlinked files ("dir/#ino (deleted)" for O_TMPFILE); its rings are
+ * io_uring descriptors. Describes each from what the kernel says of it. */
+static bool describe_fd(int fd, const char *target, void *ctx)
 {
     out_buf *b = ctx;
-    struct stat sb;
-    fstat(fd, &sb);
-    long long flags = fdinfo_value(fd, "flags");
-    const char *where = strcmp(dir, dir2) == 0 ? "$DIR2" : strcmp(dir, dir1) == 0 ? "$DIR" : dir;
-    appendf(b->out, b->len, "swap file in %s: %lld bytes, %s; ", where, (long long)sb.st_size,
-            flags >= 0 && (flags & O_DIRECT) ? "O_DIRECT" : "buffered");
+    const char *slash = strrchr(target, '/');
+    if (target[0] == '/' && slash && strstr(target, " (deleted)") && strncmp(target, "/memfd:", 7) != 0) {
+        char dir[1200];
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - target), target);
+        struct stat sb;
+        fstat(fd, &sb);
+        long long flags = fdinfo_value(fd, "flags");
+        const char *where = strcmp(dir, dir2) == 0 ? "$DIR2" : strcmp(dir, dir1) == 0 ? "$DIR" : dir;
+        appendf(b->out, b->len, "%sswap file in %s: %lld bytes, %s", b->out[0] ? "; " : "", where,
+                (long long)sb.st_size, flags >= 0 && (flags & O_DIRECT) ? "O_DIRECT" : "buffered");
+    } else if (strcmp(target, "anon_inode:[io_uring]") == 0) {
+        appendf(b->out, b->len, "%sio_uring with %lld SQ entries, %s", b->out[0] ? "; " : "",
+                fdinfo_value(fd, "SqMask") + 1,
+                fdinfo_value(fd, "SqThread") > 0 ? "a kernel polling thread" : "no polling thread");
+    }
+    return false;
 }
 
 /* A finalized engine with state on NVMe: the swap files and io_uring rings it holds open, as the kernel
  * reports them. */
 static void obs_files(const strata_config *cfg, char *out, size_t len)
 {
-    synth_opts o;
-    synth_defaults(&o, SEED);
-    strata_engine *e = NULL;
-    strata_status st = synth_engine(&o, cfg, &e);
-    if (st != STRATA_OK) {
-        appendf(out, len, "finalize: %s: %s", strata_status_name(st), strata_last_error(NULL));
+    strata_engine *e = finalized(cfg, out, len);
+    if (!e)
         return;
-    }
     out_buf b = {out, len};
-    each_swap_file(describe_swap_file, &b);
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        char link[300], target[256];
-        snprintf(link, sizeof link, "/proc/self/fd/%s", de->d_name);
-        ssize_t n = readlink(link, target, sizeof target - 1);
-        if (n <= 0)
-            continue;
-        target[n] = '\0';
-        if (strcmp(target, "anon_inode:[io_uring]") != 0)
-            continue;
-        int fd = atoi(de->d_name);
-        appendf(out, len, "io_uring with %lld SQ entries, %s; ", fdinfo_value(fd, "SqMask") + 1,
-                fdinfo_value(fd, "SqThread") > 0 ? "a kernel polling thread" : "no polling thread");
-    }
-    if (d)
-        closedir(d);
+    t_each_open_fd(describe_fd, &b);
     strata_engine_destroy(e);
-    size_t n = strlen(out);
-    if (n >= 2 && strcmp(out + n - 2, "; ") == 0)
-        out[n - 2] = '\0';
 }
 
-static void corrupt_first_block(int fd, const char *dir, void *ctx)
+/* Overwrites the first 4 KiB of a swap file through a second descriptor of it. */
+static bool corrupt_swap_file(int fd, const char *target, void *ctx)
 {
-    (void)dir;
     int *done = ctx;
+    if (target[0] != '/' || !strstr(target, " (deleted)") || strncmp(target, dir1, strlen(dir1)) != 0)
+        return false;
     char path[64], junk[4096];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     int w = open(path, O_WRONLY);
@@ -339,24 +310,20 @@ static void corrupt_first_block(int fd, const char *dir, void *ctx)
     *done += w >= 0 && pwrite(w, junk, sizeof junk, 0) == (ssize_t)sizeof junk && fsync(w) == 0;
     if (w >= 0)
         close(w);
+    return false;
 }
 
 /* A finalized engine with the optimizer state on NVMe whose swap file is overwritten behind its back: does
  * reading the master weights back notice? (The master weights are the first state in the swap space.) */
 static void obs_corrupt(const strata_config *cfg, char *out, size_t len)
 {
-    synth_opts o;
-    synth_defaults(&o, SEED);
-    strata_engine *e = NULL;
-    strata_status st = synth_engine(&o, cfg, &e);
-    if (st != STRATA_OK) {
-        appendf(out, len, "finalize: %s: %s", strata_status_name(st), strata_last_error(NULL));
+    strata_engine *e = finalized(cfg, out, len);
+    if (!e)
         return;
-    }
     int corrupted = 0;
-    each_swap_file(corrupt_first_block, &corrupted);
+    t_each_open_fd(corrupt_swap_file, &corrupted);
     float w[16];
-    st = strata_param_read_master(e, 0, 0, 16, w);
+    strata_status st = strata_param_read_master(e, 0, 0, 16, w);
     appendf(out, len, "%d swap file(s) overwritten; reading the master weights back: %s", corrupted,
             strata_status_name(st));
     strata_engine_destroy(e);
