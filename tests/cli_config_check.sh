@@ -13,20 +13,7 @@ cleanup() {
     rm -rf "$scratch"
 }
 trap cleanup EXIT
-passed=0 failed=0
-
-check() { # check NAME EXPECTED_EXIT EXPECTED_TEXT_IN_OUTPUT -- command...
-    local name=$1 want=$2 text=$3; shift 4
-    local out rc
-    out=$("$@" 2>&1); rc=$?
-    if [ "$rc" -ne "$want" ]; then
-        echo "FAIL $name: exit $rc, expected $want; output:"; echo "$out"; failed=$((failed + 1)); return
-    fi
-    if [ -n "$text" ] && ! grep -qF -- "$text" <<<"$out"; then
-        echo "FAIL $name: output lacks \"$text\"; got:"; echo "$out"; failed=$((failed + 1)); return
-    fi
-    passed=$((passed + 1))
-}
+source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
 
 # A config with the optimizer state on NVMe at $1 (and "extra" JSON members in the strata section).
 config() { # config NAME PATH [STRATA_SECTION_MEMBERS]
@@ -43,14 +30,14 @@ cfg=$(config good "$scratch/good")
 check "good path" 0 "good.json: ok" -- "$bin" config check "$cfg"
 out=$("$bin" config check "$cfg" 2>/dev/null)
 grep -qE "^nvme_path \"$scratch/good\": directory, writable, (O_DIRECT|O_DIRECT refused, so buffered I/O .*), $free_re" \
-    <<<"$out" && passed=$((passed + 1)) || { echo "FAIL good path line; got:"; echo "$out"; failed=$((failed + 1)); }
+    <<<"$out" && passed=$((passed + 1)) || { fail "good path line; got:"; echo "$out"; }
 
 # A path that does not exist, and a file where a directory is expected.
 cfg=$(config missing "$scratch/missing")
 check "missing path" 2 "missing.json: nvme_path \"$scratch/missing\": No such file or directory (ENOENT); it must be an existing directory" -- \
     "$bin" config check "$cfg"
 out=$("$bin" config check "$cfg" 2>/dev/null)
-[ -z "$out" ] && passed=$((passed + 1)) || { echo "FAIL missing path printed \"ok\" output:"; echo "$out"; failed=$((failed + 1)); }
+[ -z "$out" ] && passed=$((passed + 1)) || { fail "missing path printed \"ok\" output:"; echo "$out"; }
 touch "$scratch/afile"
 cfg=$(config afile "$scratch/afile")
 check "file as path" 2 "nvme_path \"$scratch/afile\" is not a directory; name a directory on the NVMe drive" -- \
@@ -82,7 +69,7 @@ if [ -d /dev/shm ] && shm=$(mktemp -d /dev/shm/cli_config_check.XXXXXX 2>/dev/nu
     check "tmpfs path" 0 "tmpfs.json: ok" -- "$bin" config check "$cfg"
     out=$("$bin" config check "$cfg" 2>/dev/null)
     grep -qE "^nvme_path \"$shm\": directory, writable, .*, $free_re" <<<"$out" && passed=$((passed + 1)) ||
-        { echo "FAIL tmpfs line; got:"; echo "$out"; failed=$((failed + 1)); }
+        { fail "tmpfs line; got:"; echo "$out"; }
     check "tmpfs without O_DIRECT falls back" 0 \
         "nvme_path \"$shm\": directory, writable, O_DIRECT refused, so buffered I/O (strata.aio.direct = auto falls back; true would make this an error)" -- \
         env STRATA_NVME_FAULT=nodirect "$bin" config check "$cfg"
@@ -104,5 +91,4 @@ printf '{"zero_optimization": {"offload_param": {"device": "cpu", "nvme_path": "
     >"$scratch/unused.json"
 check "unused path" 0 "unused.json: ok" -- "$bin" config check "$scratch/unused.json"
 
-echo "cli_config_check: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+cli_done cli_config_check
