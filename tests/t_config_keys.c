@@ -175,11 +175,16 @@ static void obs_trace(const strata_config *cfg, char *out, size_t len)
 {
     strata_config c = *cfg;
     snprintf(c.trace_path, sizeof c.trace_path, "%s/obs-trace.json", dir1);
+    unlink(c.trace_path);
     synth_opts o;
     synth_defaults(&o, SEED);
     o.steps = 1;
-    char ignored[OBS_BYTES] = "";
-    train_summary(&o, &c, ignored, sizeof ignored);
+    char run[OBS_BYTES] = "";
+    train_summary(&o, &c, run, sizeof run);
+    if (strncmp(run, "train: ", 7) == 0) {
+        appendf(out, len, "%s", run);
+        return;
+    }
     json_error_t je;
     json_t *root = json_load_file(c.trace_path, 0, &je);
     if (!root) {
@@ -229,8 +234,12 @@ static void obs_trace_file(const strata_config *cfg, char *out, size_t len)
     synth_opts o;
     synth_defaults(&o, SEED);
     o.steps = 1;
-    char ignored[OBS_BYTES] = "";
-    train_summary(&o, cfg, ignored, sizeof ignored);
+    char run[OBS_BYTES] = "";
+    train_summary(&o, cfg, run, sizeof run);
+    if (strncmp(run, "train: ", 7) == 0) {
+        appendf(out, len, "%s", run);
+        return;
+    }
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (root)
