@@ -88,14 +88,18 @@ typedef struct work {
     padded_stats *partial;
 } work;
 
-static void run_tiles(const work *w, size_t numel, int threads, size_t tile)
+/* Returns the size of the team that ran the tiles. */
+static int run_tiles(const work *w, size_t numel, int threads, size_t tile)
 {
     size_t tiles = (numel + tile - 1) / tile;
+    int team = 1;
     pthread_once(&topo_once, load_topology);
 #pragma omp parallel num_threads(threads)
     {
         hwloc_bitmap_t saved;
         int t = omp_get_thread_num();
+        if (t == 0)
+            team = omp_get_num_threads();
         bind_thread(t, &saved);
 #pragma omp for schedule(static, 1)
         for (size_t k = 0; k < tiles; k++) {
@@ -117,6 +121,7 @@ static void run_tiles(const work *w, size_t numel, int threads, size_t tile)
         }
         unbind_thread(saved);
     }
+    return team;
 }
 
 strata_status adam_run_step(const adam_job *job)
@@ -124,7 +129,9 @@ strata_status adam_run_step(const adam_job *job)
     if (job->numel == 0)
         return STRATA_OK;
     work w = {.kind = WORK_STEP, .job = job};
-    run_tiles(&w, job->numel, job->threads, adam_tile_numel(job->numel, job->threads, job->tile_numel));
+    int team = run_tiles(&w, job->numel, job->threads, adam_tile_numel(job->numel, job->threads, job->tile_numel));
+    if (job->team_out)
+        *job->team_out = team;
     return STRATA_OK;
 }
 

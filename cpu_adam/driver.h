@@ -29,6 +29,8 @@ typedef struct adam_job {
     size_t tile_numel;            /* 0 = default; rounded up to ADAM_TILE_ALIGN */
     strata_adam_tile_fn on_tile;  /* may be NULL; called from worker threads, concurrently */
     void *on_tile_user;
+    int *team_out;                /* may be NULL; receives how many threads the OpenMP runtime gave the call
+                                     (fewer than asked for under OMP_THREAD_LIMIT, for instance) */
 } adam_job;
 
 /* One Adam step over job->arrays[0, numel). */

@@ -1,6 +1,7 @@
 #include "engine/plan.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -23,6 +24,24 @@ void plan_choose_grad_tier(const strata_config *cfg, plan_input *in, size_t host
         return;
     in->grad_tier = STRATA_TIER_NVME;
     plan_compute(in, out);
+}
+
+int plan_swap_paths(const strata_config *cfg, const char *paths[PLAN_MAX_SWAP_PATHS])
+{
+    int n = 0;
+    const strata_offload_config *blocks[2] = {&cfg->offload_optimizer, &cfg->offload_param};
+    for (int b = 0; b < 2; b++) {
+        if (blocks[b]->device != STRATA_TIER_NVME)
+            continue;
+        for (int i = 0; i < blocks[b]->nvme_path_count; i++) {
+            bool seen = false;
+            for (int j = 0; j < n; j++)
+                seen |= strcmp(paths[j], blocks[b]->nvme_path[i]) == 0;
+            if (!seen)
+                paths[n++] = blocks[b]->nvme_path[i];
+        }
+    }
+    return n;
 }
 
 void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch_bytes, size_t *max_live_bytes)

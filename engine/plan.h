@@ -45,6 +45,11 @@ typedef struct plan {
  * plan_choose_grad_tier settles it once the sizes are known. */
 void plan_tiers(const strata_config *cfg, strata_tier *param, strata_tier *opt, strata_tier *grad);
 
+/* The nvme_paths the swap space spans: those of every block placed on NVMe, each path once. Fills paths
+ * (pointers into cfg) and returns how many. */
+#define PLAN_MAX_SWAP_PATHS (2 * STRATA_MAX_NVME_PATHS)
+int plan_swap_paths(const strata_config *cfg, const char *paths[PLAN_MAX_SWAP_PATHS]);
+
 /* The prefetch window and the device residency cap of a config, in bytes. */
 void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch_bytes, size_t *max_live_bytes);
 

@@ -352,12 +352,14 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
         }
     }
     job.arrays = a;
+    int team = 0;
+    job.team_out = &team;
     uint64_t t0 = now_ns();
     strata_status st = adam_run_step(&job);
     uint64_t t1 = now_ns();
     atomic_fetch_add(&e->ctr.adam_ns, t1 - t0);
-    char label[32];
-    snprintf(label, sizeof label, "sub-group %zu", k);
+    char label[64];
+    snprintf(label, sizeof label, "sub-group %zu, %d thread%s", k, team, team == 1 ? "" : "s");
     trace_event(e->trace, TRACK_OPTIMIZER, "adam", label, t0, t1);
     ERR_CHECK(st);
     if (atomic_load(&tiles.failed))
@@ -393,7 +395,7 @@ static strata_status run_pipeline(step_ctx *c, const adam_consts *consts)
             ERR_CHECK(issue_read(c, sub_at(c, j + 1, desc)));
         ERR_CHECK(update_sub_group(c, k, consts));
         if (c->opt_nvme && !o->pipeline_write)
-            ERR_CHECK(io_wait_wait(&c->slot[k % STEP_SLOTS].wr));
+            ERR_CHECK(wait_write(c->e, &c->slot[k % STEP_SLOTS]));
         if (c->opt_nvme && more && !o->pipeline_read)
             ERR_CHECK(issue_read(c, sub_at(c, j + 1, desc)));
     }

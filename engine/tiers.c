@@ -10,23 +10,11 @@
 
 #define INIT_CHUNK_NUMEL ((size_t)1 << 20) /* a multiple of ENGINE_MODULE_ALIGN */
 
-/* The swap space spans the NVMe paths of every state class placed on NVMe (each path once). */
+/* The swap space spans the NVMe paths of every state class placed on NVMe (plan_swap_paths). */
 static strata_status open_nvme(engine_tiers *t, const strata_config *cfg, size_t capacity)
 {
-    const char *paths[2 * STRATA_MAX_NVME_PATHS];
-    int n = 0;
-    const strata_offload_config *blocks[2] = {&cfg->offload_optimizer, &cfg->offload_param};
-    for (int b = 0; b < 2; b++) {
-        if (blocks[b]->device != STRATA_TIER_NVME)
-            continue;
-        for (int i = 0; i < blocks[b]->nvme_path_count; i++) {
-            bool seen = false;
-            for (int j = 0; j < n; j++)
-                seen |= strcmp(paths[j], blocks[b]->nvme_path[i]) == 0;
-            if (!seen)
-                paths[n++] = blocks[b]->nvme_path[i];
-        }
-    }
+    const char *paths[PLAN_MAX_SWAP_PATHS];
+    int n = plan_swap_paths(cfg, paths);
     ERR_CHECK(nvme_io_create(&cfg->aio, &t->io));
     ERR_CHECK(swap_create(t->io, paths, n, capacity, &t->swap));
     swap_set_checksum(t->swap, cfg->swap_checksum);

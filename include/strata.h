@@ -146,13 +146,8 @@ typedef struct strata_offload_config {
     strata_tier device;                                         /* none | cpu | nvme */
     char nvme_path[STRATA_MAX_NVME_PATHS][STRATA_PATH_BYTES];   /* several paths are striped (RAID-0) */
     int nvme_path_count;
-    int buffer_count;                                           /* pinned swap buffers */
-    size_t buffer_size;                                         /* elements per buffer (offload_param) */
-    size_t max_in_cpu;                                          /* elements kept in RAM when on nvme */
-    bool pin_memory;
     bool pipeline_read;                                         /* overlap NVMe reads with Adam */
     bool pipeline_write;                                        /* overlap NVMe writes with Adam */
-    double ratio;                                               /* share of optimizer work on the CPU */
 } strata_offload_config;
 
 /* The NVMe I/O engine's settings (DeepSpeed's "aio" block plus strata's own). */

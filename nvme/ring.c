@@ -64,7 +64,23 @@ struct ring {
     piece *pieces, *free_list;
     int inflight;
     request *cur;           /* request being split into pieces */
+    /* How the ring submitted, logged when it goes: what aio.single_submit and overlap_events change. */
+    uint64_t pieces_started, submissions, largest_submission, started_in_flight;
 };
+
+/* io_uring_submit (or submit_and_wait) result: counted when it submitted anything. */
+static void count_submission(ring *r, int submitted)
+{
+    if (submitted <= 0)
+        return;
+    r->submissions++;
+    r->largest_submission = MAX(r->largest_submission, (uint64_t)submitted);
+}
+
+static void submit(ring *r)
+{
+    count_submission(r, io_uring_submit(&r->uring));
+}
 
 static const char *op_name(ring_op op)
 {
@@ -97,7 +113,7 @@ static struct io_uring_sqe *get_sqe(ring *r)
     if (!sqe) {
         /* The SQ is sized for every piece plus the wake poll, so this only happens when
          * SQPOLL has not consumed entries yet; submitting makes room. */
-        io_uring_submit(&r->uring);
+        submit(r);
         sqe = io_uring_get_sqe(&r->uring);
     }
     return sqe;
@@ -140,7 +156,7 @@ static void prep_piece(ring *r, piece *p)
         sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data(sqe, p);
     if (r->single_submit)
-        io_uring_submit(&r->uring);
+        submit(r);
 }
 
 /* Starts pieces of queued requests while slots are free. */
@@ -149,6 +165,7 @@ static void fill(ring *r)
     /* Without overlap_events a batch is submitted only once the previous one has fully completed. */
     if (!r->overlap && r->inflight > 0)
         return;
+    int earlier = r->inflight; /* pieces submitted before this call and not yet complete */
     while (r->free_list) {
         if (!r->cur) {
             pthread_mutex_lock(&r->mu);
@@ -179,10 +196,12 @@ static void fill(ring *r)
         q->cursor += p->len;
         q->inflight++;
         r->inflight++;
+        r->pieces_started++;
+        r->started_in_flight += earlier > 0;
         prep_piece(r, p);
     }
     if (!r->single_submit && io_uring_sq_ready(&r->uring) > 0)
-        io_uring_submit(&r->uring);
+        submit(r);
 }
 
 static void release_piece(ring *r, piece *p)
@@ -267,7 +286,7 @@ static void *ring_main(void *arg)
 {
     ring *r = arg;
     arm_wake(r);
-    io_uring_submit(&r->uring);
+    submit(r);
     for (;;) {
         pthread_mutex_lock(&r->mu);
         bool stop = r->stopping;
@@ -300,6 +319,7 @@ static void *ring_main(void *arg)
 
         struct io_uring_cqe *cqe;
         int rc = io_uring_submit_and_wait(&r->uring, 1);
+        count_submission(r, rc);
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
             char eb[96];
             LOG_ERROR(LOG_IO, "%s: io_uring_enter failed: %s; retrying", r->name, err_errno_str(-rc, eb, sizeof eb));
@@ -316,7 +336,7 @@ static void *ring_main(void *arg)
         }
         io_uring_cq_advance(&r->uring, seen);
         if (io_uring_sq_ready(&r->uring) > 0)
-            io_uring_submit(&r->uring);
+            submit(r);
     }
     return NULL;
 }
@@ -420,6 +440,10 @@ void ring_destroy(ring *r)
         ssize_t n = write(r->efd, &one, sizeof one);
         (void)n;
         pthread_join(r->thread, NULL);
+        LOG_DEBUG(LOG_IO, "%s: %llu pieces in %llu submissions (at most %llu SQEs in one); %llu pieces started while "
+                  "earlier ones were in flight", r->name, (unsigned long long)r->pieces_started,
+                  (unsigned long long)r->submissions, (unsigned long long)r->largest_submission,
+                  (unsigned long long)r->started_in_flight);
     }
     if (r->uring_ok)
         io_uring_queue_exit(&r->uring);

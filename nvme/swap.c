@@ -38,22 +38,29 @@ struct nvme_swap {
     uint8_t *crc_valid;       /* one byte per unit (not bits: units are updated from several I/O threads) */
 };
 
-/* A private file in dir: O_TMPFILE where the filesystem has it, else a named file unlinked at once. */
-static strata_status open_private(nvme_swap *s, const char *dir, nvme_file **out)
+/* A private file in dir: O_TMPFILE where the filesystem has it, else a named file unlinked at once. tag
+ * keeps the names of several files of one process apart. */
+static strata_status open_private(nvme_io *io, const char *dir, const void *tag, nvme_file **out)
 {
-    strata_status st = nvme_io_open(s->io, dir, O_RDWR | O_TMPFILE, 0600, out);
+    strata_status st = nvme_io_open(io, dir, O_RDWR | O_TMPFILE, 0600, out);
     if (st == STRATA_OK)
         return STRATA_OK;
     char name[STRATA_PATH_BYTES + 64];
-    snprintf(name, sizeof name, "%s/.strata-swap-%d-%p", dir, (int)getpid(), (void *)s);
+    snprintf(name, sizeof name, "%s/.strata-swap-%d-%p", dir, (int)getpid(), tag);
     LOG_INFO(LOG_IO, "nvme_path \"%s\": O_TMPFILE not available (%s); using a named file unlinked after open", dir,
              err_last());
-    ERR_CHECK(nvme_io_open(s->io, name, O_RDWR | O_CREAT | O_EXCL, 0600, out));
+    st = nvme_io_open(io, name, O_RDWR | O_CREAT | O_EXCL, 0600, out);
+    if (st != STRATA_OK) {
+        char why[ERR_MSG_BYTES - 96];
+        snprintf(why, sizeof why, "%s", err_last());
+        return err_set(st, "nvme_path \"%s\": cannot create a swap file there: %s", dir, why);
+    }
     unlink(name);
     return STRATA_OK;
 }
 
-static strata_status check_path(const char *dir, uint64_t need)
+/* dir must be an existing directory with need bytes free; *avail_out (may be NULL) gets what is free. */
+static strata_status check_path(const char *dir, uint64_t need, uint64_t *avail_out)
 {
     char eb[96], a[32], b[32];
     struct stat sb;
@@ -67,6 +74,8 @@ static strata_status check_path(const char *dir, uint64_t need)
     if (statvfs(dir, &vs) != 0)
         return err_set(STRATA_EIO, "nvme_path \"%s\": statvfs failed: %s", dir, err_errno_str(errno, eb, sizeof eb));
     uint64_t avail = (uint64_t)vs.f_bavail * vs.f_frsize;
+    if (avail_out)
+        *avail_out = avail;
     if (avail < need)
         return err_set(STRATA_ENOSPC,
                        "nvme_path \"%s\": swap needs %s (%llu bytes) but the filesystem has only %s (%llu bytes) "
@@ -112,9 +121,9 @@ strata_status swap_create(nvme_io *io, const char *const *paths, int npaths, uin
     s->capacity = s->per_file * (uint64_t)npaths;
     strata_status st = STRATA_OK;
     for (int i = 0; i < npaths && st == STRATA_OK; i++)
-        st = check_path(paths[i], s->per_file);
+        st = check_path(paths[i], s->per_file, NULL);
     for (int i = 0; i < npaths && st == STRATA_OK; i++) {
-        st = open_private(s, paths[i], &s->files[i]);
+        st = open_private(s->io, paths[i], s, &s->files[i]);
         if (st == STRATA_OK) {
             s->nfiles++;
             st = preallocate(s->files[i], paths[i], s->per_file);
@@ -136,6 +145,17 @@ strata_status swap_create(nvme_io *io, const char *const *paths, int npaths, uin
     LOG_INFO(LOG_IO, "swap: %s over %d path(s), stripe unit %llu, %s I/O", size_format(s->capacity, a, sizeof a),
              npaths, (unsigned long long)s->unit, swap_is_direct(s) ? "direct" : "buffered");
     *out = s;
+    return STRATA_OK;
+}
+
+strata_status swap_check_path(nvme_io *io, const char *dir, swap_path_report *out)
+{
+    *out = (swap_path_report){0};
+    ERR_CHECK(check_path(dir, 0, &out->free_bytes));
+    nvme_file *f;
+    ERR_CHECK(open_private(io, dir, out, &f));
+    out->direct = f->direct;
+    nvme_io_close(io, f);
     return STRATA_OK;
 }
 

@@ -43,6 +43,19 @@ typedef struct swap_extent {
 strata_status swap_create(nvme_io *io, const char *const *paths, int npaths, uint64_t capacity_bytes,
                           nvme_swap **out);
 
+/* What swap_create would meet at one nvme_path, found without creating swap (`strata config check`). */
+typedef struct swap_path_report {
+    bool direct;          /* a swap file there gets O_DIRECT; false: buffered (aio.direct auto fell back, or false) */
+    uint64_t free_bytes;  /* free space for this user (statvfs) */
+} swap_path_report;
+
+/* Checks dir the way swap_create does, with the same messages: an existing directory in which a private
+ * file can be opened under io's aio.direct policy (so it is writable, and O_DIRECT is accepted or, with
+ * auto, the fallback to buffered I/O is said once); the file is closed (and so gone) before this returns.
+ * STRATA_ECONFIG (missing, not a directory), STRATA_EUNSUPPORTED (O_DIRECT refused with aio.direct on),
+ * or the open's error (STRATA_EIO for a read-only filesystem or no permission). */
+strata_status swap_check_path(nvme_io *io, const char *dir, swap_path_report *out);
+
 /* Closes (and so deletes) the swap files. The caller has waited for all swap I/O. NULL-safe. */
 void swap_destroy(nvme_swap *s);
 

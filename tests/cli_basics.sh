@@ -4,20 +4,7 @@ set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_basics.XXXXXX" 2>/dev/null || mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-passed=0 failed=0
-
-check() { # check NAME EXPECTED_EXIT EXPECTED_TEXT_IN_OUTPUT -- command...
-    local name=$1 want=$2 text=$3; shift 4
-    local out rc
-    out=$("$@" 2>&1); rc=$?
-    if [ "$rc" -ne "$want" ]; then
-        echo "FAIL $name: exit $rc, expected $want; output:"; echo "$out"; failed=$((failed + 1)); return
-    fi
-    if [ -n "$text" ] && ! grep -qF -- "$text" <<<"$out"; then
-        echo "FAIL $name: output lacks \"$text\"; got:"; echo "$out"; failed=$((failed + 1)); return
-    fi
-    passed=$((passed + 1))
-}
+source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
 
 check "no command" 2 "usage: strata <command>" -- "$bin"
 check "unknown command" 2 'unknown command "frobnicate"' -- "$bin" frobnicate
@@ -51,9 +38,9 @@ JSON
 check "config good" 0 "good.json: ok" -- "$bin" config check "$scratch/good.json"
 out=$("$bin" config check "$scratch/good.json")
 grep -qE '^aio.block_size +4194304 \(4.00 MiB\) +changed$' <<<"$out" && passed=$((passed + 1)) ||
-    { echo "FAIL resolved table row for aio.block_size; got:"; echo "$out"; failed=$((failed + 1)); }
+    { fail "resolved table row for aio.block_size; got:"; echo "$out"; }
 grep -qE '^aio.single_submit +false +same$' <<<"$out" && passed=$((passed + 1)) ||
-    { echo "FAIL resolved table row for aio.single_submit"; failed=$((failed + 1)); }
+    { fail "resolved table row for aio.single_submit"; }
 
 # estimate: the planner's arithmetic for a shape, without allocating
 check "estimate over budget" 1 "device budget exceeded: the plan needs" -- "$bin" estimate --model 124M --device-budget 1GiB
@@ -68,7 +55,7 @@ JSON
 check "estimate 3B on NVMe fits" 0 "master weights + Adam moments (fp32)" -- "$bin" estimate --model 3B --config "$scratch/nvme.json"
 out=$("$bin" estimate --model 3B --config "$scratch/nvme.json")
 grep -qE '^device +[0-9.]+ [KMG]iB +2.00 GiB +yes$' <<<"$out" && grep -qE '^host +[0-9.]+ [KMG]iB +8.00 GiB +yes$' <<<"$out" &&
-    passed=$((passed + 1)) || { echo "FAIL estimate 3B table:"; echo "$out"; failed=$((failed + 1)); }
+    passed=$((passed + 1)) || { fail "estimate 3B table:"; echo "$out"; }
 # The gradient store stays in host memory when the host budget holds it (124M: 0.5 GB), else goes to NVMe (3B: 12 GB).
 check "estimate 3B gradients on NVMe" 0 "optimizer state nvme, gradients nvme" -- "$bin" estimate --model 3B --config "$scratch/nvme.json"
 check "estimate 124M gradients on host" 0 "optimizer state nvme, gradients host" -- \
@@ -77,5 +64,4 @@ check "estimate bad preset" 2 '--model "7T" is not a preset; allowed: tiny, 124M
 check "estimate custom needs hidden" 2 "a custom model needs --layers and --hidden" -- "$bin" estimate --layers 4
 check "estimate bad size" 2 '--device-budget "lots" is not a size' -- "$bin" estimate --device-budget lots
 
-echo "cli_basics: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+cli_done cli_basics

@@ -6,21 +6,7 @@ set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train.XXXXXX" 2>/dev/null || mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-passed=0 failed=0
-fail() { echo "FAIL $*"; failed=$((failed + 1)); }
-
-check() { # check NAME EXPECTED_EXIT EXPECTED_TEXT -- command...
-    local name=$1 want=$2 text=$3; shift 4
-    local out rc
-    out=$("$@" 2>&1); rc=$?
-    if [ "$rc" -ne "$want" ]; then
-        fail "$name: exit $rc, expected $want; output:"; echo "$out"; return
-    fi
-    if [ -n "$text" ] && ! grep -qF -- "$text" <<<"$out"; then
-        fail "$name: output lacks \"$text\"; got:"; echo "$out"; return
-    fi
-    passed=$((passed + 1))
-}
+source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
 
 : >"$scratch/empty.txt"
 printf 'short text' >"$scratch/short.txt"
@@ -91,5 +77,4 @@ fi
 "$bin" train --model tiny --steps 2 --batch 4 --seed 8 --quiet --dump-weights "$scratch/w_other.bin" >/dev/null 2>&1
 cmp -s "$scratch/w_device.bin" "$scratch/w_other.bin" && fail "different seeds gave identical weights"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+cli_done cli_train

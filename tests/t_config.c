@@ -7,6 +7,27 @@
 
 #include "testlib.h"
 
+/* Messages logged while a capture runs, one per line. */
+static char captured[4096];
+
+static void capture(strata_log_level level, const char *subsystem, const char *message, void *user)
+{
+    (void)level, (void)user;
+    size_t used = strlen(captured);
+    snprintf(captured + used, sizeof captured - used, "%s: %s\n", subsystem, message);
+}
+
+static void log_capture_start(void)
+{
+    captured[0] = '\0';
+    strata_log_set_callback(capture, NULL);
+}
+
+static void log_capture_stop(void)
+{
+    strata_log_set_callback(NULL, NULL);
+}
+
 static strata_config defaults(void)
 {
     strata_config c;
@@ -76,6 +97,50 @@ static void test_error_classes(void)
                  "config: zero_optimization.overlap_comm is a DeepSpeed key that strata does not implement: strata "
                  "always overlaps transfers on dedicated streams; remove the key; or set "
                  "strata.ignore_unimplemented = true to only warn");
+    /* DeepSpeed keys strata validated once but never read: refused with what strata does instead */
+    expect_error("{\"zero_optimization\": {\"offload_param\": {\"buffer_count\": 5}}}",
+                 "config: zero_optimization.offload_param.buffer_count is a DeepSpeed key that strata does not "
+                 "implement: strata sizes its pinned NVMe fetch staging from the prefetch window "
+                 "(stage3_prefetch_bucket_size or strata.prefetch_bytes) plus two of the largest module, as strata "
+                 "estimate shows; remove the key; or set strata.ignore_unimplemented = true to only warn");
+    expect_error("{\"zero_optimization\": {\"offload_param\": {\"buffer_size\": 1e8}}}",
+                 "config: zero_optimization.offload_param.buffer_size is a DeepSpeed key that strata does not "
+                 "implement: strata sizes its pinned NVMe fetch staging from the prefetch window "
+                 "(stage3_prefetch_bucket_size or strata.prefetch_bytes) plus two of the largest module, as strata "
+                 "estimate shows; remove the key; or set strata.ignore_unimplemented = true to only warn");
+    expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"buffer_count\": 4}}}",
+                 "config: zero_optimization.offload_optimizer.buffer_count is a DeepSpeed key that strata does not "
+                 "implement: strata keeps four pinned optimizer slots of one sub-group each "
+                 "(zero_optimization.sub_group_size elements of master weights and both moments); size them with "
+                 "sub_group_size and remove the key; or set strata.ignore_unimplemented = true to only warn");
+    /* ... and those where one value is what strata does anyway: that value passes, any other is refused */
+    expect_error("{\"zero_optimization\": {\"offload_param\": {\"pin_memory\": false}}}",
+                 "config: zero_optimization.offload_param.pin_memory = false is a DeepSpeed setting that strata does "
+                 "not implement: strata always pins its host buffers (host-tier state and its staging pool, both "
+                 "counted in strata.host_budget_bytes); write true (what strata does) or remove the key; or set "
+                 "strata.ignore_unimplemented = true to only warn");
+    expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"pin_memory\": false}}}",
+                 "config: zero_optimization.offload_optimizer.pin_memory = false is a DeepSpeed setting that strata "
+                 "does not implement: strata always pins its host buffers (host-tier state and its staging pool, "
+                 "both counted in strata.host_budget_bytes); write true (what strata does) or remove the key; or set "
+                 "strata.ignore_unimplemented = true to only warn");
+    expect_error("{\"zero_optimization\": {\"offload_param\": {\"max_in_cpu\": 1e9}}}",
+                 "config: zero_optimization.offload_param.max_in_cpu = 1000000000.0 is a DeepSpeed setting that "
+                 "strata does not implement: host caching of NVMe parameters is not implemented yet: a module that "
+                 "is not on the device is read from NVMe at every fetch (offload_param.device = \"cpu\" keeps all "
+                 "parameters in host memory); write 0 (what strata does) or remove the key; or set "
+                 "strata.ignore_unimplemented = true to only warn");
+    expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 0.3}}}",
+                 "config: zero_optimization.offload_optimizer.ratio = 0.3 is a DeepSpeed setting that strata does "
+                 "not implement: the whole optimizer step runs on the CPU (partial offload is not implemented); "
+                 "write 1 (what strata does) or remove the key; or set strata.ignore_unimplemented = true to only "
+                 "warn");
+    /* a value of the wrong type is not what strata does either */
+    expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"pin_memory\": \"yes\"}}}",
+                 "config: zero_optimization.offload_optimizer.pin_memory = \"yes\" is a DeepSpeed setting that "
+                 "strata does not implement: strata always pins its host buffers (host-tier state and its staging "
+                 "pool, both counted in strata.host_budget_bytes); write true (what strata does) or remove the key; "
+                 "or set strata.ignore_unimplemented = true to only warn");
     /* relations between keys */
     expect_error("{\"bf16\": {\"enabled\": true}, \"fp16\": {\"enabled\": true}}",
                  "config: bf16.enabled and fp16.enabled are both true; enable at most one");
@@ -98,10 +163,10 @@ static void test_deepspeed_config_resolves(void)
         "{\n"
         "  \"zero_optimization\": {\n"
         "    \"stage\": 3,\n"
-        "    \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/local_nvme\", \"buffer_count\": 6,\n"
-        "                      \"buffer_size\": 1e8, \"max_in_cpu\": 1e9, \"pin_memory\": true},\n"
-        "    \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": [\"/nvme0\", \"/nvme1\"], \"buffer_count\": 4,\n"
-        "                          \"pin_memory\": true, \"pipeline_read\": true, \"pipeline_write\": false, \"ratio\": 0.5},\n"
+        "    \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/local_nvme\", \"pin_memory\": true,\n"
+        "                      \"max_in_cpu\": 0},\n"
+        "    \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": [\"/nvme0\", \"/nvme1\"],\n"
+        "                          \"pin_memory\": true, \"pipeline_read\": true, \"pipeline_write\": false, \"ratio\": 1.0},\n"
         "    \"sub_group_size\": 5e7,\n"
         "    \"stage3_prefetch_bucket_size\": \"auto\",\n"
         "    \"stage3_max_live_parameters\": 3e8,\n"
@@ -126,14 +191,10 @@ static void test_deepspeed_config_resolves(void)
     T_EQ_INT(c.offload_param.device, STRATA_TIER_NVME);
     T_EQ_INT(c.offload_param.nvme_path_count, 1);
     T_EQ_STR(c.offload_param.nvme_path[0], "/local_nvme");
-    T_EQ_INT(c.offload_param.buffer_count, 6);
-    T_EQ_INT(c.offload_param.buffer_size, 100000000);
-    T_EQ_INT(c.offload_param.max_in_cpu, 1000000000);
     T_EQ_INT(c.offload_optimizer.device, STRATA_TIER_NVME);
     T_EQ_INT(c.offload_optimizer.nvme_path_count, 2);
     T_EQ_STR(c.offload_optimizer.nvme_path[1], "/nvme1");
     T_EQ_INT(c.offload_optimizer.pipeline_write, 0);
-    T_CHECK(c.offload_optimizer.ratio == 0.5, "ratio %g", c.offload_optimizer.ratio);
     T_EQ_INT(c.sub_group_size, 50000000);
     T_EQ_INT(c.prefetch_bucket_size, defaults().prefetch_bucket_size); /* "auto" keeps the default */
     T_EQ_INT(c.max_live_parameters, 300000000);
@@ -176,6 +237,38 @@ static void test_ignore_unimplemented_warns(void)
     T_OK(strata_config_load_json_string(
         &c, "{\"train_batch_size\": 32, \"strata\": {\"ignore_unimplemented\": true}}", NULL, NULL, 0));
     T_EQ_INT(c.ignore_unimplemented, 1);
+
+    /* A value strata does not implement only warns too, and the warning says why. */
+    strata_config d = defaults(), before = d;
+    log_capture_start();
+    T_OK(strata_config_load_json_string(&d,
+                                        "{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 0.5}}, "
+                                        "\"strata\": {\"ignore_unimplemented\": true}}",
+                                        NULL, NULL, 0));
+    log_capture_stop();
+    T_EQ_STR(captured, "config: zero_optimization.offload_optimizer.ratio = 0.5 is a DeepSpeed setting that strata "
+                       "does not implement (the whole optimizer step runs on the CPU (partial offload is not "
+                       "implemented)); ignored because strata.ignore_unimplemented = true\n");
+    before.ignore_unimplemented = true;
+    T_CHECK(memcmp(&d, &before, sizeof d) == 0, "an ignored key changed something besides ignore_unimplemented");
+}
+
+/* The value of each of these is what strata does anyway: a DeepSpeed config that writes it loads silently. */
+static void test_what_strata_does_passes(void)
+{
+    strata_config c = defaults(), before = c;
+    log_capture_start();
+    T_OK(strata_config_load_json_string(&c,
+                                        "{\"zero_optimization\": {\"offload_param\": {\"pin_memory\": true, "
+                                        "\"max_in_cpu\": 0}, \"offload_optimizer\": {\"pin_memory\": true, "
+                                        "\"ratio\": 1}}}",
+                                        NULL, NULL, 0));
+    T_OK(strata_config_load_json_string(&c, "{\"zero_optimization\": {\"offload_param\": {\"max_in_cpu\": 0.0}, "
+                                            "\"offload_optimizer\": {\"ratio\": 1.0}}}",
+                                        NULL, NULL, 0));
+    log_capture_stop();
+    T_EQ_STR(captured, "");
+    T_CHECK(memcmp(&c, &before, sizeof c) == 0, "accepting what strata does anyway changed the config");
 }
 
 static void test_file_errors(void)
@@ -229,6 +322,7 @@ int main(void)
     test_error_classes();
     test_deepspeed_config_resolves();
     test_ignore_unimplemented_warns();
+    test_what_strata_does_passes();
     test_file_errors();
     test_validate_from_c();
     return t_done();

@@ -1,6 +1,5 @@
 /* The benchmark's verification can fail: clean passes count 0 wrong; a block changed behind its
  * back is counted in #wrong; an injected EIO is counted as an error with the path, not as data. */
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -10,26 +9,17 @@
 #include "nvme/io.h"
 #include "testlib.h"
 
-/* The benchmark's private file is unlinked; find its descriptor among ours by its deleted name. */
+static bool is_deleted_file_in(int fd, const char *target, void *dir)
+{
+    (void)fd;
+    return strncmp(target, dir, strlen(dir)) == 0 && strstr(target, "(deleted)");
+}
+
+/* The benchmark's private file is unlinked; find its descriptor among ours by its deleted name (between runs
+ * only the base file is open). */
 static int find_bench_fd(const char *dir)
 {
-    DIR *d = opendir("/proc/self/fd");
-    int found = -1;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        char link[300], target[4200];
-        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
-        ssize_t n = readlink(link, target, sizeof target - 1);
-        if (n <= 0)
-            continue;
-        target[n] = '\0';
-        if (strncmp(target, dir, strlen(dir)) == 0 && strstr(target, "(deleted)"))
-            found = atoi(e->d_name); /* between runs only the base file is open */
-        if (found >= 0)
-            break;
-    }
-    if (d)
-        closedir(d);
-    return found;
+    return t_each_open_fd(is_deleted_file_in, (void *)dir);
 }
 
 int main(void)

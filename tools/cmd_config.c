@@ -2,7 +2,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/size.h"
 #include "engine/config/config_schema.h"
+#include "engine/plan.h"
+#include "nvme/io.h"
+#include "nvme/swap.h"
 #include "strata.h"
 #include "tools/cli.h"
 
@@ -11,8 +15,10 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: strata config check FILE\n"
             "       strata config defaults\n\n"
-            "check     load FILE (DeepSpeed vocabulary plus a \"strata\" section) over the defaults; print every\n"
-            "          problem and exit 2, or print the resolved configuration with the source of each value\n"
+            "check     load FILE (DeepSpeed vocabulary plus a \"strata\" section) over the defaults and check every\n"
+            "          nvme_path training would use on this machine (a directory, writable, O_DIRECT or the\n"
+            "          buffered fallback, free space); print every problem and exit 2, or print the paths and\n"
+            "          the resolved configuration with the source of each value\n"
             "defaults  print the default configuration as the same table\n");
 }
 
@@ -22,13 +28,57 @@ static void print_table(const strata_config *cfg, const strata_config *defaults)
     printf("%-56s %-28s %s\n", "KEY", "VALUE", "VS DEFAULT");
     for (size_t i = 0; i < cfg_key_count; i++) {
         const cfg_key *k = &cfg_keys[i];
-        if (k->kind == CFG_SECTION || k->kind == CFG_UNIMPLEMENTED || k->kind == CFG_RENAMED)
+        if (!cfg_key_is_setting(k))
             continue;
         char value[256], def[256];
         cfg_key_format(k, cfg, value, sizeof value);
         cfg_key_format(k, defaults, def, sizeof def);
         printf("%-56s %-28s %s\n", k->path, value, strcmp(value, def) == 0 ? "same" : "changed");
     }
+}
+
+/* What one usable nvme_path offers, as a line of the report. */
+static void describe_path(const char *dir, const swap_path_report *r, strata_switch direct, char *buf, size_t len)
+{
+    char free_h[32];
+    const char *io = r->direct                       ? "O_DIRECT"
+                     : direct == STRATA_SWITCH_OFF ? "buffered I/O (strata.aio.direct = false)"
+                                                   : "O_DIRECT refused, so buffered I/O (strata.aio.direct = auto "
+                                                     "falls back; true would make this an error)";
+    snprintf(buf, len, "nvme_path \"%s\": directory, writable, %s, %s free\n", dir, io,
+             size_format((size_t)r->free_bytes, free_h, sizeof free_h));
+}
+
+/* Checks every nvme_path training would open, with the swap space's own code and messages; problems go to
+ * stderr, the description of the good paths into report. Returns the CLI exit code. */
+static int check_swap_paths(const char *file, const strata_config *cfg, char *report, size_t len)
+{
+    report[0] = '\0';
+    const char *paths[PLAN_MAX_SWAP_PATHS];
+    int n = plan_swap_paths(cfg, paths);
+    if (n == 0)
+        return CLI_EXIT_OK;
+    nvme_io *io;
+    if (nvme_io_create(&cfg->aio, &io) != STRATA_OK) {
+        fprintf(stderr, "%s: cannot check the nvme_paths: %s\n", file, strata_last_error(NULL));
+        return CLI_EXIT_FAIL;
+    }
+    int rc = CLI_EXIT_OK;
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        swap_path_report r;
+        if (swap_check_path(io, paths[i], &r) != STRATA_OK) {
+            fprintf(stderr, "%s: %s\n", file, strata_last_error(NULL));
+            rc = CLI_EXIT_USAGE;
+            continue;
+        }
+        if (used < len) {
+            describe_path(paths[i], &r, cfg->aio.direct, report + used, len - used);
+            used += strlen(report + used);
+        }
+    }
+    nvme_io_destroy(io);
+    return rc;
 }
 
 int cmd_config(int argc, char **argv)
@@ -54,7 +104,11 @@ int cmd_config(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return CLI_EXIT_USAGE;
     }
-    printf("%s: ok\n\n", argv[2]);
+    char paths[PLAN_MAX_SWAP_PATHS * (STRATA_PATH_BYTES + 192)];
+    int rc = check_swap_paths(argv[2], &cfg, paths, sizeof paths);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    printf("%s: ok\n\n%s%s", argv[2], paths, paths[0] ? "\n" : "");
     print_table(&cfg, &defaults);
     return CLI_EXIT_OK;
 }

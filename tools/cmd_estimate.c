@@ -39,16 +39,16 @@ static size_t nvme_free(const strata_config *cfg)
 {
     size_t best = 0;
     bool any = false;
-    const strata_offload_config *blocks[] = {&cfg->offload_param, &cfg->offload_optimizer};
-    for (int b = 0; b < 2; b++)
-        for (int i = 0; blocks[b]->device == STRATA_TIER_NVME && i < blocks[b]->nvme_path_count; i++) {
-            struct statvfs v;
-            if (statvfs(blocks[b]->nvme_path[i], &v) == 0) {
-                size_t f = (size_t)v.f_bavail * v.f_frsize;
-                best = any ? MIN(best, f) : f;
-                any = true;
-            }
+    const char *paths[PLAN_MAX_SWAP_PATHS];
+    int n = plan_swap_paths(cfg, paths);
+    for (int i = 0; i < n; i++) {
+        struct statvfs v;
+        if (statvfs(paths[i], &v) == 0) {
+            size_t f = (size_t)v.f_bavail * v.f_frsize;
+            best = any ? MIN(best, f) : f;
+            any = true;
         }
+    }
     return best;
 }
 

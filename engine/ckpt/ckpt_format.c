@@ -241,7 +241,7 @@ static json_t *config_object(const strata_config *cfg)
     json_t *o = json_object();
     for (size_t i = 0; o && i < cfg_key_count; i++) {
         const cfg_key *k = &cfg_keys[i];
-        if (k->kind == CFG_SECTION || k->kind == CFG_UNIMPLEMENTED || k->kind == CFG_RENAMED)
+        if (!cfg_key_is_setting(k))
             continue;
         char value[1024];
         cfg_key_format(k, cfg, value, sizeof value);

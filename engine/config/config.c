@@ -19,12 +19,9 @@ static void set_defaults(strata_config *cfg)
 
     /* Stage 3 is what offloading parameters needs; with one rank it partitions trivially. */
     cfg->zero_stage = 3;
-    cfg->offload_param = (strata_offload_config){
-        .device = STRATA_TIER_DEVICE, .buffer_count = 5, .buffer_size = 100000000, .max_in_cpu = 1000000000,
-        .pin_memory = true, .ratio = 1.0};
+    cfg->offload_param = (strata_offload_config){.device = STRATA_TIER_DEVICE};
     cfg->offload_optimizer = (strata_offload_config){
-        .device = STRATA_TIER_DEVICE, .buffer_count = 4, .pin_memory = true, .pipeline_read = true,
-        .pipeline_write = true, .ratio = 1.0};
+        .device = STRATA_TIER_DEVICE, .pipeline_read = true, .pipeline_write = true};
     /* DeepSpeed defaults to 1e9; a smaller sub-group keeps the pinned working set of the NVMe
      * pipeline (3 sub-groups of fp32 master, m, v in flight) within a few GiB. */
     cfg->sub_group_size = 100000000;

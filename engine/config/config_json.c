@@ -296,6 +296,51 @@ static void unknown_key(walk_ctx *c, const char *path)
                    (int)plen, path, known);
 }
 
+/* Whether v is one of the values (JSON text) a key accepts because they are what strata does anyway. */
+static bool is_what_strata_does(const cfg_choice *accepted, const json_t *v)
+{
+    for (size_t i = 0; accepted && accepted[i].name; i++) {
+        json_t *want = json_loads(accepted[i].name, JSON_DECODE_ANY, NULL);
+        double a, b;
+        bool same = json_equal(want, (json_t *)v) || (number_of(want, &a) && number_of(v, &b) && a == b);
+        json_decref(want);
+        if (same)
+            return true;
+    }
+    return false;
+}
+
+/* A DeepSpeed key strata knows but does not implement: an error that says why and what strata does instead,
+ * or only a warning with strata.ignore_unimplemented. A key whose value is what strata does anyway
+ * (pin_memory = true) passes silently. */
+static void unimplemented(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v)
+{
+    if (!k->choices) {
+        if (c->ignore_unimplemented)
+            LOG_WARN(LOG_CONFIG, "%s is a DeepSpeed key that strata does not implement (%s); ignored because "
+                     "strata.ignore_unimplemented = true", path, k->help);
+        else
+            cfg_report_add(c->report, "%s is a DeepSpeed key that strata does not implement: %s; or set "
+                           "strata.ignore_unimplemented = true to only warn", path, k->help);
+        return;
+    }
+    if (is_what_strata_does(k->choices, v))
+        return;
+    char shown[80], allowed[64];
+    show(v, shown, sizeof shown);
+    size_t used = 0;
+    allowed[0] = '\0';
+    for (size_t i = 0; k->choices[i].name && used < sizeof allowed; i++)
+        used += (size_t)snprintf(allowed + used, sizeof allowed - used, "%s%s", i ? " or " : "", k->choices[i].name);
+    if (c->ignore_unimplemented)
+        LOG_WARN(LOG_CONFIG, "%s = %s is a DeepSpeed setting that strata does not implement (%s); ignored because "
+                 "strata.ignore_unimplemented = true", path, shown, k->help);
+    else
+        cfg_report_add(c->report, "%s = %s is a DeepSpeed setting that strata does not implement: %s; write %s (what "
+                       "strata does) or remove the key; or set strata.ignore_unimplemented = true to only warn",
+                       path, shown, k->help, allowed);
+}
+
 static void walk(walk_ctx *c, const json_t *obj, const char *prefix)
 {
     const char *key;
@@ -316,12 +361,7 @@ static void walk(walk_ctx *c, const json_t *obj, const char *prefix)
                 walk(c, value, path);
             break;
         case CFG_UNIMPLEMENTED:
-            if (c->ignore_unimplemented)
-                LOG_WARN(LOG_CONFIG, "%s is a DeepSpeed key that strata does not implement (%s); ignored because "
-                         "strata.ignore_unimplemented = true", path, k->help);
-            else
-                cfg_report_add(c->report, "%s is a DeepSpeed key that strata does not implement: %s; or set "
-                               "strata.ignore_unimplemented = true to only warn", path, k->help);
+            unimplemented(c, k, path, value);
             break;
         case CFG_RENAMED: {
             const cfg_key *target = cfg_key_find(k->help);

@@ -23,25 +23,43 @@ static const cfg_choice backend_choices[] = {
 static const cfg_choice switch_choices[] = {
     {"auto", STRATA_SWITCH_AUTO}, {"true", STRATA_SWITCH_ON}, {"false", STRATA_SWITCH_OFF}, {NULL, 0}};
 
+/* DeepSpeed keys whose one value below is what strata always does: that value is accepted silently, any
+ * other is not implemented (see CFG_UNIMPLEMENTED). Written as JSON; numbers compare by value. */
+static const cfg_choice only_true[] = {{"true", 0}, {NULL, 0}};
+static const cfg_choice only_zero[] = {{"0", 0}, {NULL, 0}};
+static const cfg_choice only_one[] = {{"1", 0}, {NULL, 0}};
+
 /* Paths of the two offload blocks share their key names; these macros keep the table readable. */
 #define OFFLOAD_COMMON(prefix, field)                                                                   \
     {prefix ".device", CFG_ENUM, OFF(field.device), 0, 0, tier_choices, NULL},                          \
     {prefix ".nvme_path", CFG_PATHS, OFF(field), 0, 0, NULL, NULL},                                     \
-    {prefix ".buffer_count", CFG_INT, OFF(field.buffer_count), 1, 1024, NULL, NULL},                    \
-    {prefix ".pin_memory", CFG_BOOL, OFF(field.pin_memory), 0, 0, NULL, NULL}
+    {prefix ".pin_memory", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_true,                                  \
+     "strata always pins its host buffers (host-tier state and its staging pool, both counted in "       \
+     "strata.host_budget_bytes)"}
+/* What strata does instead of DeepSpeed's parameter swap buffers (buffer_count, buffer_size). */
+#define PARAM_BUFFERS_HELP                                                                              \
+    "strata sizes its pinned NVMe fetch staging from the prefetch window (stage3_prefetch_bucket_size or " \
+    "strata.prefetch_bytes) plus two of the largest module, as strata estimate shows; remove the key"
 
 const cfg_key cfg_keys[] = {
     {"zero_optimization", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
     {"zero_optimization.stage", CFG_INT, OFF(zero_stage), 0, 3, NULL, NULL},
     {"zero_optimization.offload_param", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
     OFFLOAD_COMMON("zero_optimization.offload_param", offload_param),
-    {"zero_optimization.offload_param.buffer_size", CFG_COUNT, OFF(offload_param.buffer_size), 1, SIZE_MAX_D, NULL, NULL},
-    {"zero_optimization.offload_param.max_in_cpu", CFG_COUNT, OFF(offload_param.max_in_cpu), 0, SIZE_MAX_D, NULL, NULL},
+    {"zero_optimization.offload_param.buffer_count", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL, PARAM_BUFFERS_HELP},
+    {"zero_optimization.offload_param.buffer_size", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL, PARAM_BUFFERS_HELP},
+    {"zero_optimization.offload_param.max_in_cpu", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_zero,
+     "host caching of NVMe parameters is not implemented yet: a module that is not on the device is read from "
+     "NVMe at every fetch (offload_param.device = \"cpu\" keeps all parameters in host memory)"},
     {"zero_optimization.offload_optimizer", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
     OFFLOAD_COMMON("zero_optimization.offload_optimizer", offload_optimizer),
+    {"zero_optimization.offload_optimizer.buffer_count", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
+     "strata keeps four pinned optimizer slots of one sub-group each (zero_optimization.sub_group_size elements "
+     "of master weights and both moments); size them with sub_group_size and remove the key"},
     {"zero_optimization.offload_optimizer.pipeline_read", CFG_BOOL, OFF(offload_optimizer.pipeline_read), 0, 0, NULL, NULL},
     {"zero_optimization.offload_optimizer.pipeline_write", CFG_BOOL, OFF(offload_optimizer.pipeline_write), 0, 0, NULL, NULL},
-    {"zero_optimization.offload_optimizer.ratio", CFG_DOUBLE, OFF(offload_optimizer.ratio), 0, 1, NULL, NULL},
+    {"zero_optimization.offload_optimizer.ratio", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_one,
+     "the whole optimizer step runs on the CPU (partial offload is not implemented)"},
     {"zero_optimization.offload_optimizer.fast_init", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
      "strata always initialises state straight into its tier; remove the key"},
     {"zero_optimization.sub_group_size", CFG_COUNT, OFF(sub_group_size), 1, SIZE_MAX_D, NULL, NULL},
@@ -142,6 +160,11 @@ const cfg_key cfg_keys[] = {
     {"strata.aio.sqpoll", CFG_ENUM, OFF(aio.sqpoll), 0, 0, switch_choices, NULL},
 };
 const size_t cfg_key_count = ARRAY_LEN(cfg_keys);
+
+bool cfg_key_is_setting(const cfg_key *key)
+{
+    return key->kind != CFG_SECTION && key->kind != CFG_UNIMPLEMENTED && key->kind != CFG_RENAMED;
+}
 
 const cfg_key *cfg_key_find(const char *path)
 {

@@ -27,7 +27,7 @@ typedef enum cfg_kind {
     CFG_PRECISION,  /* bf16.enabled / fp16.enabled: sets param_dtype */
     CFG_OPTIMIZER,  /* optimizer.type */
     CFG_ADAM_W_MODE,/* optimizer.params.adam_w_mode (DeepSpeed's Adam switch) */
-    CFG_UNIMPLEMENTED, /* a DeepSpeed key strata knows but does not implement */
+    CFG_UNIMPLEMENTED, /* a DeepSpeed key strata knows but does not implement (no field) */
     CFG_RENAMED,    /* an old spelling: accepted with a notice, stored as `target` */
 } cfg_kind;
 
@@ -41,13 +41,18 @@ typedef struct cfg_key {
     cfg_kind kind;
     size_t offset;             /* into strata_config */
     double min, max;           /* inclusive range for numbers */
-    const cfg_choice *choices; /* CFG_ENUM: NULL-terminated */
-    const char *help;          /* CFG_UNIMPLEMENTED: why, and what to do; CFG_RENAMED: the new path */
+    const cfg_choice *choices; /* CFG_ENUM: NULL-terminated. CFG_UNIMPLEMENTED: the values (JSON text) that are
+                                  what strata does anyway, accepted silently; NULL: every value is refused */
+    const char *help;          /* CFG_UNIMPLEMENTED: why, and what strata does instead; CFG_RENAMED: the new path */
 } cfg_key;
 
 /* The table, in the order `strata config check` prints it. */
 extern const cfg_key cfg_keys[];
 extern const size_t cfg_key_count;
+
+/* True for a key that sets a field of strata_config (what `strata config check` lists and what
+ * t_config_keys proves has an effect); false for sections, renamed and unimplemented keys. */
+bool cfg_key_is_setting(const cfg_key *key);
 
 /* The entry for a full path, or NULL. */
 const cfg_key *cfg_key_find(const char *path);

@@ -197,7 +197,8 @@ static strata_status cuda_host_alloc(dev_impl *d, size_t bytes, void **out)
         *out = NULL;
         return err_set(STRATA_ENOMEM,
                        "cuda:%d: cudaHostAlloc of %s pinned host memory failed: %s; lower "
-                       "strata.host_budget_bytes or the pinned buffer count",
+                       "zero_optimization.sub_group_size or the prefetch window (the pinned pool), or move "
+                       "state to NVMe (offload_param / offload_optimizer.device = \"nvme\")",
                        d->id, size_format(bytes, b, sizeof b), cudaGetErrorString(e));
     }
     return STRATA_OK;

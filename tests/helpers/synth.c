@@ -414,6 +414,8 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
         pos += nb;
     }
     *n_out = total;
+    if (o->final_loss_scale)
+        *o->final_loss_scale = strata_loss_scale(e);
     if (stats)
         CHECK(strata_stats_get(e, stats));
 out:

@@ -29,6 +29,7 @@ typedef struct synth_opts {
     const char *load_dir;             /* strata_load from here right after finalize */
     const char *save_dir;             /* strata_save here after step index save_after - 1 ... */
     int save_after;                   /* ... i.e. once save_after steps (counted from 0) are done */
+    double *final_loss_scale;         /* when not NULL: receives strata_loss_scale() after the last step */
 } synth_opts;
 
 /* Trains with cfg and returns every parameter's master weights concatenated (malloc'd) in *weights,

@@ -140,6 +140,25 @@ int t_dir_entries(const char *dir)
     return n;
 }
 
+int t_each_open_fd(bool (*fn)(int fd, const char *target, void *ctx), void *ctx)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int found = -1;
+    for (struct dirent *e; d && found < 0 && (e = readdir(d));) {
+        char link[300], target[4200];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = '\0';
+        if (fn(atoi(e->d_name), target, ctx))
+            found = atoi(e->d_name);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
 static char scratch_path[4096];
 
 const char *t_scratch_dir(const char *name)

@@ -81,6 +81,11 @@ size_t t_rand_range(size_t lo, size_t hi); /* [lo, hi] */
  * benchmark files must never be visible. */
 int t_dir_entries(const char *dir);
 
+/* Calls fn for each descriptor this process holds open, with what /proc/self/fd says it is
+ * ("/dir/#1234 (deleted)" for a private swap file, "anon_inode:[io_uring]"), until fn returns true.
+ * Returns the descriptor fn stopped at, or -1. How a test finds the files strata keeps private. */
+int t_each_open_fd(bool (*fn)(int fd, const char *target, void *ctx), void *ctx);
+
 /* A fresh directory under $STRATA_SCRATCH (or /tmp) for this test; removed by t_scratch_cleanup(). */
 const char *t_scratch_dir(const char *name);
 void t_scratch_cleanup(void);
