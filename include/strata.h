@@ -146,8 +146,8 @@ typedef struct strata_offload_config {
     strata_tier device;                                         /* none | cpu | nvme */
     char nvme_path[STRATA_MAX_NVME_PATHS][STRATA_PATH_BYTES];   /* several paths are striped (RAID-0) */
     int nvme_path_count;
-    bool pipeline_read;                                         /* overlap NVMe reads with Adam */
-    bool pipeline_write;                                        /* overlap NVMe writes with Adam */
+    bool pipeline_read;                                         /* overlap NVMe reads with Adam (optimizer only) */
+    bool pipeline_write;                                        /* overlap NVMe writes with Adam (optimizer only) */
 } strata_offload_config;
 
 /* The NVMe I/O engine's settings (DeepSpeed's "aio" block plus strata's own). */

@@ -309,6 +309,10 @@ static void test_validate_from_c(void)
                   "config: zero_optimization.offload_param.device = \"nvme\" needs "
                   "zero_optimization.offload_param.nvme_path (a directory on a fast local drive, or a list of them "
                   "to stripe)");
+    c = defaults();
+    c.offload_param.pipeline_write = true;
+    T_STATUS(strata_config_validate(&c, err, sizeof err), STRATA_ECONFIG);
+    T_CONTAINS(err, "offload_param.pipeline_read/pipeline_write are set, but they only apply to the optimizer step");
     strata_config raw;
     memset(&raw, 0, sizeof raw);
     T_STATUS(strata_config_validate(&raw, err, sizeof err), STRATA_ECONFIG);

@@ -156,6 +156,11 @@ void cfg_validate_into(const strata_config *cfg, cfg_report *report)
 
     check_offload(&cfg->offload_param, "offload_param", cfg, report);
     check_offload(&cfg->offload_optimizer, "offload_optimizer", cfg, report);
+    /* The struct is shared by both blocks, but only the optimizer step pipelines its NVMe transfers. */
+    if (cfg->offload_param.pipeline_read || cfg->offload_param.pipeline_write)
+        cfg_report_add(report, "strata_config.offload_param.pipeline_read/pipeline_write are set, but they only "
+                       "apply to the optimizer step (offload_optimizer.pipeline_read/pipeline_write); parameter "
+                       "fetches are always prefetched ahead of use: leave them false");
     if (cfg->offload_param.device != STRATA_TIER_DEVICE && cfg->zero_stage != 3)
         cfg_report_add(report, "zero_optimization.offload_param needs zero_optimization.stage = 3 (it is %d): "
                        "parameters are only offloaded when they are partitioned", cfg->zero_stage);
