@@ -413,18 +413,19 @@ int bench_step_main(int argc, char **argv)
     for (int c = 0; c < COLS; c++)
         ok &= (col[c] = calloc((size_t)o.reps, sizeof(double))) != NULL;
     r.master = malloc(o.numel * 4);
-    r.m = calloc(o.numel, 4);
-    r.v = calloc(o.numel, 4);
+    r.m = malloc(o.numel * 4);
+    r.v = malloc(o.numel * 4);
     r.grad = malloc(o.numel * 4);
     r.param = malloc(o.numel * 2);
     if (!ok || !r.master || !r.m || !r.v || !r.grad || !r.param) {
         fprintf(stderr, "strata bench step: out of memory for %zu elements in RAM\n", o.numel);
         goto out;
     }
-    /* Touch everything now, so that no rep pays for first-touch page faults. */
-    memset(r.m, 0, o.numel * 4);
-    memset(r.v, 0, o.numel * 4);
-    memset(r.param, 0, o.numel * 2);
+    /* Touch everything now, so that no rep pays for first-touch page faults: explicit_bzero, because the
+     * compiler folds malloc + memset into calloc, which touches nothing. */
+    explicit_bzero(r.m, o.numel * 4);
+    explicit_bzero(r.v, o.numel * 4);
+    explicit_bzero(r.param, o.numel * 2);
     for (size_t i = 0; i < o.numel; i++)
         r.master[i] = init_value(i);
     {
