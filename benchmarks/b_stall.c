@@ -9,11 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
 
 #include "base/util.h"
-#include "build_info.h"
 #include "strata.h"
+#include "tools/machine_line.h"
 
 static void spin_compute(const uint16_t *w, size_t n, double ms, volatile uint32_t *sink)
 {
@@ -60,12 +59,10 @@ int main(int argc, char **argv)
     c.prefetch_bytes = 3 * numel * 2;           /* three modules ahead */
     c.max_live_bytes = 6 * numel * 2;
     c.device_budget_bytes = 10 * numel * 2 + (16u << 20);
-    struct utsname u;
-    uname(&u);
     FILE *hdr = json ? stderr : stdout;
-    fprintf(hdr, "strata %s b_stall on %s, build %s; %d modules x %.0f MiB bf16 on NVMe (%s), %.1f ms compute per "
-            "module, prefetch 3 modules, %d steps (first step records the order)\n\n", strata_version(), u.nodename,
-            STRATA_BUILD_TYPE, modules, module_mib, path, compute_ms, steps);
+    machine_line_print(hdr, "");
+    fprintf(hdr, "config:  %d modules x %.0f MiB bf16 on NVMe (%s), %.1f ms compute per module, prefetch 3 modules, "
+            "%d steps (first step records the order)\n\n", modules, module_mib, path, compute_ms, steps);
 
     strata_engine *e = NULL;
     strata_module_id *mods = calloc((size_t)modules, sizeof *mods);

@@ -8,25 +8,62 @@
 
 #include "t_adam_util.h"
 
+/* A child's exit status says what failed; the parent prints the meaning (the child prints the values). */
+enum {
+    CHILD_OK = 0,
+    CHILD_BAD_NAME = 10,
+    CHILD_REPORTED_UNSUPPORTED,
+    CHILD_NOT_REFUSED,
+    CHILD_REFUSAL_UNNAMED,
+    CHILD_NOT_FORCED,
+    CHILD_STEP_FAILED,
+    CHILD_MISMATCH,
+};
+
+static const char *child_failure(int code)
+{
+    switch (code) {
+    case CHILD_BAD_NAME: return "adam_isa_parse does not know the ISA name";
+    case CHILD_REPORTED_UNSUPPORTED: return "strata_adam_isa() reported an ISA this CPU lacks instead of NULL";
+    case CHILD_NOT_REFUSED: return "strata_adam_step ran with an ISA this CPU lacks instead of STRATA_EUNSUPPORTED";
+    case CHILD_REFUSAL_UNNAMED: return "the refusal does not name the missing features (\"lacks\")";
+    case CHILD_NOT_FORCED: return "strata_adam_isa() is not the forced ISA";
+    case CHILD_STEP_FAILED: return "strata_adam_step failed";
+    case CHILD_MISMATCH: return "result mismatch vs reference";
+    default: return "unknown exit code";
+    }
+}
+
+static int unsupported_child(const char *name, const char *got)
+{
+    float x[3] = {0};
+    uint16_t g = 0;
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.0, true};
+    strata_adam_tensors t = {x, x + 1, x + 2, &g, STRATA_DTYPE_BF16, NULL, STRATA_DTYPE_NONE, 1};
+    strata_adam_step_args a = {.step = 1};
+    strata_status st = strata_adam_step(&hp, &t, &a, NULL);
+    printf("%s (unsupported here): strata_adam_isa() = %s; strata_adam_step: %s: %s\n", name, got ? got : "NULL",
+           strata_status_name(st), strata_last_error(NULL));
+    if (got)
+        return CHILD_REPORTED_UNSUPPORTED;
+    if (st != STRATA_EUNSUPPORTED)
+        return CHILD_NOT_REFUSED;
+    return strstr(strata_last_error(NULL), "lacks") ? CHILD_OK : CHILD_REFUSAL_UNNAMED;
+}
+
 static int child(const char *name)
 {
     setenv("STRATA_ISA", name, 1);
     adam_isa isa;
     if (!adam_isa_parse(name, &isa))
-        return 10;
+        return CHILD_BAD_NAME;
     const char *got = strata_adam_isa();
-    if (!adam_isa_supported(isa)) {
-        float x[3] = {0};
-        uint16_t g = 0;
-        strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.0, true};
-        strata_adam_tensors t = {x, x + 1, x + 2, &g, STRATA_DTYPE_BF16, NULL, STRATA_DTYPE_NONE, 1};
-        strata_adam_step_args a = {.step = 1};
-        strata_status st = strata_adam_step(&hp, &t, &a, NULL);
-        printf("%s (unsupported here): %s: %s\n", name, strata_status_name(st), strata_last_error(NULL));
-        return got == NULL && st == STRATA_EUNSUPPORTED && strstr(strata_last_error(NULL), "lacks") ? 0 : 11;
+    if (!adam_isa_supported(isa))
+        return unsupported_child(name, got);
+    if (!got || strcmp(got, name) != 0) {
+        printf("STRATA_ISA=%s: strata_adam_isa() = %s (%s)\n", name, got ? got : "NULL", strata_last_error(NULL));
+        return CHILD_NOT_FORCED;
     }
-    if (!got || strcmp(got, name) != 0)
-        return 12;
     size_t n = 5000 + t_rand_range(0, 100);
     ta_state ref, s;
     ta_alloc(&ref, n, STRATA_DTYPE_FP16, STRATA_DTYPE_BF16);
@@ -40,11 +77,14 @@ static int child(const char *name)
     adam_step_ref(&c, &(adam_arrays){ref.master, ref.m, ref.v, ref.grad, ref.param, ref.gd, ref.pd, false}, 0, n);
     strata_adam_tensors t = {s.master, s.m, s.v, s.grad, s.gd, s.param, s.pd, n};
     strata_adam_step_args a = {.step = 1, .threads = 2};
-    if (strata_adam_step(&hp, &t, &a, NULL) != STRATA_OK)
-        return 13;
+    strata_status st = strata_adam_step(&hp, &t, &a, NULL);
+    if (st != STRATA_OK) {
+        printf("STRATA_ISA=%s: strata_adam_step: %s: %s\n", name, strata_status_name(st), strata_last_error(NULL));
+        return CHILD_STEP_FAILED;
+    }
     size_t bad = ta_compare(&s, &ref, name);
     printf("%s forced: %zu differences from the reference\n", name, bad);
-    return bad ? 14 : 0;
+    return bad ? CHILD_MISMATCH : CHILD_OK;
 }
 
 int main(void)
@@ -61,9 +101,12 @@ int main(void)
         }
         int status = 0;
         waitpid(pid, &status, 0);
-        T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "STRATA_ISA=%s: child %s %d", names[i],
-                WIFEXITED(status) ? "exited" : "died with signal",
-                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        if (WIFEXITED(status))
+            T_CHECK(WEXITSTATUS(status) == CHILD_OK, "child STRATA_ISA=%s: exited %d = %s", names[i],
+                    WEXITSTATUS(status), child_failure(WEXITSTATUS(status)));
+        else
+            T_CHECK(0, "child STRATA_ISA=%s: died with signal %d (%s)", names[i], WTERMSIG(status),
+                    strsignal(WTERMSIG(status)));
     }
     return t_done();
 }

@@ -20,12 +20,12 @@
 
 #include "base/size.h"
 #include "base/util.h"
-#include "build_info.h"
 #include "cpu_adam/adam.h"
 #include "cpu_adam/convert.h"
 #include "cpu_adam/driver.h"
 #include "strata.h"
 #include "tools/cli.h"
+#include "tools/machine_line.h"
 
 /* ------------------------------------------------------------------ bench adam */
 
@@ -213,19 +213,6 @@ static void *big_alloc(size_t bytes)
     return p;
 }
 
-static size_t mem_available_bytes(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    size_t kib = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %zu kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib * 1024;
-}
-
 static float hash_unit(uint64_t x)
 {
     x ^= x >> 33;
@@ -353,17 +340,7 @@ static void run_row(const adam_opts *o, const bufs *b, row *r, int64_t *step)
 
 static void print_header(FILE *out, const adam_opts *o)
 {
-    char model[256] = "unknown", line[512];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "model name : %255[^\n]", model) == 1)
-            break;
-    if (f)
-        fclose(f);
-    char mem[32];
-    fprintf(out, "# machine: %s, %d cores for this process, %s available\n", model, adam_default_threads(),
-            size_format(mem_available_bytes(), mem, sizeof mem));
-    fprintf(out, "# build: strata %s, %s, %s\n", strata_version(), STRATA_BUILD_TYPE, STRATA_BUILD_COMPILER);
+    machine_line_print(out, "# ");
     fprintf(out, "# config: kernel %s, %s lr=%g betas=(%g,%g) eps=%g wd=%g bias_correction=%d, grad_scale=0.8/1024,"
             " reps %d (best counts), sizes above %zu elements: bf16:bf16 only%s, seed %llu\n",
             o->ops->name, o->hp.kind == STRATA_OPTIMIZER_ADAM ? "adam" : "adamw", o->hp.lr, o->hp.beta1, o->hp.beta2,
@@ -435,7 +412,7 @@ static int bench_adam(int argc, char **argv)
             }
         if (!gmax)
             continue;
-        size_t need = n * (12 + gmax + pmax), avail = mem_available_bytes();
+        size_t need = n * (12 + gmax + pmax), avail = machine_mem_available_bytes();
         char a[32], b[32];
         if (need + ((size_t)1 << 30) > avail) {
             fprintf(stderr, "# %zu elements skipped: needs %s, %s available (keep 1 GiB spare)\n", n,

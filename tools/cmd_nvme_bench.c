@@ -8,15 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
 #include "base/size.h"
-#include "build_info.h"
 #include "nvme/bench.h"
 #include "tools/cli.h"
+#include "tools/machine_line.h"
 
 #define MAX_GRID 16
 
@@ -122,22 +121,8 @@ static void clear_progress(void)
 static void print_header(const char *const *paths, int npaths, uint64_t size, const grid *g, double seconds,
                          strata_switch direct, bool is_direct, uint64_t seed)
 {
-    struct utsname u;
-    uname(&u);
-    char cpu[128] = "?";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    for (char line[256]; f && fgets(line, sizeof line, f);) {
-        if (strncmp(line, "model name", 10) == 0) {
-            snprintf(cpu, sizeof cpu, "%.120s", strchr(line, ':') ? strchr(line, ':') + 2 : line);
-            cpu[strcspn(cpu, "\n")] = '\0';
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
     char a[32];
-    printf("machine: %s, Linux %s, %s, %ld cores\n", u.nodename, u.release, cpu, sysconf(_SC_NPROCESSORS_ONLN));
-    printf("build:   strata %s, %s, %s\n", strata_version(), STRATA_BUILD_TYPE, STRATA_BUILD_COMPILER);
+    machine_line_print(stdout, "");
     printf("config:  paths");
     for (int i = 0; i < npaths; i++)
         printf(" %s", paths[i]);

@@ -11,6 +11,34 @@
 int t_failures;
 int t_checks;
 
+/* How the test ended: t_done() and t_skip() say so; anything else reaches no_check_at_exit() undecided. */
+static bool ended;
+static pid_t test_pid;
+
+static void report_no_check(void)
+{
+    fprintf(stderr, "FAIL %s: ran no check (a test that checks nothing proves nothing)\n",
+            program_invocation_short_name);
+}
+
+/* The exit status is out of reach here, so a process that ran no check and did not end through t_done() or
+ * t_skip() is failed with _exit(1) (exit() again would be undefined). One that failed another way exits 1
+ * all the same. */
+static void no_check_at_exit(void)
+{
+    if (ended || t_checks > 0 || t_failures > 0 || getpid() != test_pid)
+        return;
+    report_no_check();
+    fflush(NULL);
+    _exit(1);
+}
+
+__attribute__((constructor)) static void watch_exit(void)
+{
+    test_pid = getpid();
+    atexit(no_check_at_exit);
+}
+
 void t_fail(const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
@@ -32,13 +60,20 @@ void t_skip(const char *fmt, ...)
     va_end(ap);
     fflush(stdout);
     t_scratch_cleanup();
+    ended = true;
     exit(77);
 }
 
 int t_done(void)
 {
     t_scratch_cleanup();
+    ended = true;
     printf("%d checks, %d failed (seed %" PRIu64 ")\n", t_checks, t_failures, t_rng_seed());
+    if (t_checks == 0 && t_failures == 0) {
+        fflush(stdout);
+        report_no_check();
+        return 1;
+    }
     return t_failures ? 1 : 0;
 }
 
@@ -170,6 +205,7 @@ const char *t_scratch_dir(const char *name)
     snprintf(scratch_path, sizeof scratch_path, "%s/%s.XXXXXX", base, name);
     if (!mkdtemp(scratch_path)) {
         fprintf(stderr, "FAIL: mkdtemp(%s): %s\n", scratch_path, strerror(errno));
+        ended = true; /* failed, and said why */
         exit(1);
     }
     return scratch_path;

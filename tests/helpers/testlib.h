@@ -23,7 +23,10 @@ void t_fail(const char *file, int line, const char *fmt, ...) __attribute__((for
 /* Exits 77 with the reason printed: the test cannot run here (no GPU, no O_DIRECT, not root). */
 void t_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
-/* Prints the summary and returns the exit code for main(). */
+/* Prints the summary and returns the exit code for main(): 1 when a check failed, and 1 when none ran (a test
+ * that checks nothing proves nothing: "ran no check"). A test process that ends any other way than t_done() or
+ * t_skip() having run no check -- main returning 0 early, exit(0) -- is failed the same way at exit (exit
+ * status 1). Only the process that loaded the test is judged: forked children end as they please. */
 int t_done(void);
 
 #define T_CHECK(cond, ...)                                  \
