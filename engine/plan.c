@@ -1,4 +1,5 @@
 #include "engine/plan.h"
+#include "engine/step.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -7,6 +8,9 @@
 #include "base/error.h"
 #include "base/size.h"
 #include "base/util.h"
+
+#define PLAN_STR_(x) #x
+#define PLAN_STR(x) PLAN_STR_(x) /* the value of a macro as a string literal */
 
 void plan_tiers(const strata_config *cfg, strata_tier *param, strata_tier *opt, strata_tier *grad)
 {
@@ -114,11 +118,11 @@ void plan_compute(const plan_input *in, plan *p)
     part[1] = 2 * big;
     part[2] = in->grad_tier == STRATA_TIER_NVME ? in->largest_module_numel * 4 : 0;
     size_t slot = (in->opt_tier == STRATA_TIER_NVME ? 12 * sg : 0) + (in->grad_tier == STRATA_TIER_NVME ? 4 * sg : 0);
-    part[3] = 4 * slot + (in->param_tier != STRATA_TIER_HOST ? 2 * sg * in->param_bytes : 0); /* see STEP_SLOTS */
+    part[3] = STEP_SLOTS * slot + (in->param_tier != STRATA_TIER_HOST ? 2 * sg * in->param_bytes : 0);
     add(p, "pinned: NVMe fetch staging", STRATA_TIER_HOST, part[0], true);
     add(p, "pinned: gradient staging", STRATA_TIER_HOST, part[1], true);
     add(p, "pinned: gradient accumulation (NVMe)", STRATA_TIER_HOST, part[2], true);
-    add(p, "pinned: optimizer slots (4) + parameter staging (2)", STRATA_TIER_HOST, part[3], true);
+    add(p, "pinned: optimizer slots (" PLAN_STR(STEP_SLOTS) ") + parameter staging (2)", STRATA_TIER_HOST, part[3], true);
 }
 
 static strata_status over(const plan *p, strata_tier tier, size_t budget, const char *knob, const char *hint)

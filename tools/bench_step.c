@@ -32,10 +32,9 @@
 #define MODULE_NUMEL ((size_t)16 << 20)
 #define GRAD_VALUE 1e-3f
 
-/* The engine's optimizer slot count (STEP_SLOTS, private to engine/step.c; kept equal by hand until the engine
- * exposes it). The pipelined peer needs at least as many: with three against the engine's four it waited
- * for writes the engine no longer waits for, and the overlap read 1.13 and 1.16. */
-#define PEER_SLOTS 4
+/* The pipelined peer uses the engine's own optimizer slot count (engine/step.h): with three against the engine's
+ * four it waited for writes the engine no longer waits for, and the overlap read 1.13 and 1.16. */
+#define PEER_SLOTS STEP_SLOTS
 
 typedef struct step_opts {
     size_t numel, sub_group;
