@@ -64,7 +64,7 @@ strata_status engine_require_module(strata_engine *e, strata_module_id id, const
     return registry_find_module(e->reg, id, what) ? STRATA_OK : STRATA_ESTATE;
 }
 
-/* In reverse order of finalize: the optimizer thread's job, gradient hand-offs, device copies, deferred
+/* In reverse order of finalize: the optimizer thread's job, device copies, gradient hand-offs, deferred
  * frees (the dropped buffers wait for the compute stream), the step's slots, the tiers, the streams. */
 void engine_unbuild(strata_engine *e)
 {
@@ -73,10 +73,8 @@ void engine_unbuild(strata_engine *e)
     opt_job_join(e->opt, &unused, &had);
     opt_thread_stop(e->opt);
     driver_destroy(e->driver);
-    if (e->grads)
-        grads_drain(e);
     residency_destroy(e, e->res);
-    grads_destroy(e, e->grads);
+    grads_destroy(e, e->grads); /* drains the gradient hand-offs first */
     deferred_destroy(e->frees);
     step_destroy(e, e->step);
     tiers_close(&e->tiers);
