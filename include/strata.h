@@ -58,7 +58,8 @@ STRATA_API const char *strata_version(void);
     X(STRATA_ENOTFOUND,    11, "not found")                                        \
     X(STRATA_EBUSY,        12, "work still in flight")                             \
     X(STRATA_ECANCELED,    13, "canceled")                                         \
-    X(STRATA_EINTERNAL,    14, "internal error (a bug in strata; please report it)")
+    X(STRATA_EINTERNAL,    14, "internal error (a bug in strata; please report it)") \
+    X(STRATA_ECOMM,        15, "collective communication failed (a rank failed, timed out or disagreed)")
 
 typedef enum strata_status {
 #define STRATA_STATUS_ENUM_(name, value, text) name = value,
@@ -258,6 +259,40 @@ STRATA_API strata_backend_kind strata_engine_backend(const strata_engine *engine
  * the same engine (or thread). */
 STRATA_API const char *strata_last_error(const strata_engine *engine);
 
+/* ------------------------------------------------------------------ ranks
+ *
+ * A data-parallel world: N processes, one engine each, that partition the model state across them as
+ * zero_optimization.stage says (1: optimizer state, 2: + gradients, 3: + parameters; 0: replicated, the
+ * gradients all-reduced). Collectives run over MPI (host buffers, and device buffers staged through pinned
+ * memory) and NCCL (device buffers). Every rank makes the same calls in the same order: the same modules,
+ * the same fetches, the same steps.
+ */
+typedef struct strata_comm strata_comm;
+
+/* The launcher's world: under mpirun (Open MPI / PMIx / PMI environment) initialises MPI with
+ * MPI_THREAD_SERIALIZED and returns a comm over MPI_COMM_WORLD (MPI is finalised by strata_comm_destroy);
+ * otherwise a world of 1. STRATA_EUNSUPPORTED when launched by mpirun but strata was built without MPI.
+ * Detail per thread (strata_last_error(NULL)). */
+STRATA_API strata_status strata_comm_create(strata_comm **out);
+/* Over the embedder's own MPI communicator: mpi_comm points at an MPI_Comm (NULL = MPI_COMM_WORLD). strata
+ * duplicates it, so its messages never match the embedder's; MPI must already be initialised with at least
+ * MPI_THREAD_SERIALIZED. */
+STRATA_API strata_status strata_comm_create_mpi(const void *mpi_comm, strata_comm **out);
+/* Frees the comm (after every engine that uses it). NULL is a no-op. */
+STRATA_API void strata_comm_destroy(strata_comm *comm);
+STRATA_API int strata_comm_rank(const strata_comm *comm);
+STRATA_API int strata_comm_size(const strata_comm *comm);
+/* Rank among the processes on this host: picks the GPU (device_id + local rank, modulo the GPUs). */
+STRATA_API int strata_comm_local_rank(const strata_comm *comm);
+
+/* As strata_engine_create, as one rank of comm's world (comm outlives the engine; NULL = world 1).
+ * nccl_comm (an ncclComm_t of the same world, or NULL) is used for device buffers on the CUDA backend;
+ * without it strata makes one over MPI when every rank on a host has its own GPU, and stages through
+ * pinned memory over MPI when ranks share one. Finalize checks that every rank has the same config and
+ * model (STRATA_ECONFIG naming the first difference and the ranks). */
+STRATA_API strata_status strata_engine_create_ranked(const strata_config *cfg, strata_comm *comm, void *nccl_comm,
+                                                     strata_engine **out);
+
 /* ------------------------------------------------------------------ model registry
  *
  * A trainer describes its model once: modules (the unit it fetches, e.g. a layer) holding
@@ -449,6 +484,9 @@ typedef struct strata_stats {
     uint64_t nvme_to_host_bytes, host_to_device_bytes, device_to_host_bytes, host_to_nvme_bytes;
     size_t device_peak_bytes, host_peak_bytes, nvme_peak_bytes;
     size_t device_budget_bytes, host_budget_bytes;
+    int rank, world_size;           /* this engine's place in its data-parallel world */
+    uint64_t comm_bytes;            /* collective payload: all-gathered outputs + reduce-scattered inputs
+                                       (an all-reduce counts twice its buffer), this rank */
 } strata_stats;
 
 /* Fills out with the counters since the engine was created. */
