@@ -5,15 +5,35 @@
 
 #include "base/log.h"
 #include "engine/config/config_validate.h"
+#include "engine/ranks.h"
 #include "engine/step.h"
 #include "engine/train_step.h"
 #include "gpu/device.h"
+
+/* Device collectives over NCCL: the embedder's communicator, or one made over MPI when every rank of this host
+ * has a GPU of its own; ranks that share a GPU stage through pinned memory over MPI instead. */
+static strata_status attach_nccl(strata_engine *e, void *nccl_comm)
+{
+    if (!nccl_comm && comm_local_size(e->comm) > dev_count(e->backend))
+        return STRATA_OK;
+    strata_status st = comm_attach_nccl(e->comm, e->dev, nccl_comm);
+    if (st == STRATA_EUNSUPPORTED && !nccl_comm) {
+        LOG_INFO(LOG_CORE, "device collectives over MPI through pinned memory: %s", err_last());
+        err_clear();
+        return STRATA_OK;
+    }
+    return st;
+}
 
 /* Opens the device backend the config asks for; AUTO falls back to the host backend when no GPU answers. */
 static strata_status open_device(strata_engine *e)
 {
     dev_options opt = DEV_OPTIONS_INIT;
-    opt.device_id = e->cfg.device_id;
+    /* One GPU per rank of a host when there are enough (ranks share them round-robin otherwise). */
+    opt.device_id = e->cfg.device_id + comm_local_rank(e->comm);
+    int gpus = dev_count(e->cfg.backend);
+    if (gpus > 0)
+        opt.device_id %= gpus;
     opt.budget_bytes = e->cfg.device_budget_bytes;
     ERR_CHECK(dev_create(e->cfg.backend, &opt, &e->dev));
     e->backend = dev_kind(e->dev);
@@ -21,7 +41,21 @@ static strata_status open_device(strata_engine *e)
     return STRATA_OK;
 }
 
-STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_engine **out)
+/* The engine's place in its world: the caller's comm, or a world of 1 of its own. */
+static strata_status join_world(strata_engine *e, strata_comm *c)
+{
+    if (c) {
+        e->comm = c;
+    } else {
+        ERR_CHECK(comm_create_single(&e->comm));
+        e->comm_owned = true;
+    }
+    e->rank = comm_rank(e->comm);
+    e->world = comm_size(e->comm);
+    return STRATA_OK;
+}
+
+static strata_status create(const strata_config *cfg, strata_comm *c, void *nccl_comm, strata_engine **out)
 {
     if (!out)
         return err_set(STRATA_EINVAL, "strata_engine_create: out is NULL");
@@ -39,7 +73,11 @@ STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_e
     if (st == STRATA_OK)
         st = fetch_order_create(&e->order);
     if (st == STRATA_OK)
+        st = join_world(e, c);
+    if (st == STRATA_OK)
         st = open_device(e);
+    if (st == STRATA_OK && e->world > 1 && e->backend != STRATA_BACKEND_HOST)
+        st = attach_nccl(e, nccl_comm);
     if (st == STRATA_OK && cfg->trace_path[0])
         st = trace_create(cfg->trace_path, &e->trace);
     if (st != STRATA_OK) {
@@ -48,6 +86,17 @@ STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_e
     }
     *out = e;
     return STRATA_OK;
+}
+
+STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_engine **out)
+{
+    return create(cfg, NULL, NULL, out);
+}
+
+STRATA_API strata_status strata_engine_create_ranked(const strata_config *cfg, strata_comm *comm, void *nccl_comm,
+                                                     strata_engine **out)
+{
+    return create(cfg, comm, nccl_comm, out);
 }
 
 strata_status engine_require_finalized(strata_engine *e, const char *what)
@@ -73,6 +122,7 @@ void engine_unbuild(strata_engine *e)
     opt_job_join(e->opt, &unused, &had);
     opt_thread_stop(e->opt);
     driver_destroy(e->driver);
+    ranks_destroy(e, e->ranks);
     residency_destroy(e, e->res);
     grads_destroy(e, e->grads); /* drains the gradient hand-offs first */
     deferred_destroy(e->frees);
@@ -83,6 +133,7 @@ void engine_unbuild(strata_engine *e)
         dev_stream_destroy(streams[i]);
     e->opt = NULL;
     e->driver = NULL;
+    e->ranks = NULL;
     e->res = NULL;
     e->grads = NULL;
     e->frees = NULL;
@@ -101,6 +152,8 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     trace_finish(e->trace);
     fetch_order_destroy(e->order);
     registry_destroy(e->reg);
+    if (e->comm_owned)
+        comm_destroy(e->comm);
     free(e);
 }
 

@@ -10,6 +10,7 @@
  *   grad_store    grads.c          gradient buffers, their hand-off, the fp32 gradient stores
  *   step          step.c           the optimizer step pipeline and its pinned slots
  *   driver        train_step.c     strata_step: loss scale, delayed hand-offs, step counts
+ *   ranks         ranks.c          the data-parallel world: the step's collectives and their buffers
  *   opt_thread    opt_thread.c     the delayed update's thread
  *   checkpoint    ckpt/            save and load (and the flag a failed load leaves)
  *
@@ -31,11 +32,13 @@
 #include "engine/residency.h"
 #include "engine/tiers.h"
 #include "engine/trace.h"
+#include "comm/comm.h"
 #include "gpu/device.h"
 #include "strata.h"
 
 typedef struct step_pipeline step_pipeline;
 typedef struct step_driver step_driver;
+typedef struct rank_state rank_state;
 
 /* Bytes moved per link and time spent, counted by whichever thread moves them. */
 typedef struct eng_counters {
@@ -50,6 +53,9 @@ struct strata_engine {
     bool finalized;
 
     /* from strata_engine_create */
+    comm *comm;                     /* the data-parallel world (a world of 1 when none was given) */
+    bool comm_owned;                /* made by create (world 1), freed by destroy */
+    int rank, world;
     device *dev;
     trace *trace;                   /* strata.trace_path, or NULL */
     registry *reg;
@@ -64,6 +70,8 @@ struct strata_engine {
     residency *res;
     step_pipeline *step;
     step_driver *driver;
+    rank_state *ranks;
+    engine_views views;
     opt_thread *opt;                /* only with the delayed update */
 
     eng_counters ctr;

@@ -11,6 +11,7 @@
 #include "base/util.h"
 #include "engine/engine.h"
 #include "engine/plan.h"
+#include "engine/ranks.h"
 #include "engine/step.h"
 #include "engine/train_step.h"
 
@@ -43,7 +44,8 @@ static strata_status make_plan(strata_engine *e, plan *pl)
         return err_set(STRATA_EUNSUPPORTED, "zero_optimization.offload_optimizer.device = \"none\" keeps the "
                        "optimizer state on the GPU, but strata's optimizer runs on the CPU; set it to \"cpu\" or "
                        "\"nvme\"");
-    ERR_CHECK(registry_layout(e->reg, e->cfg.param_persistence_threshold));
+    ranks_views(e->cfg.zero_stage, &e->views.param, &e->views.opt, &e->views.grad);
+    ERR_CHECK(registry_layout(e->reg, e->cfg.param_persistence_threshold, e->world));
     plan_input in;
     plan_input_of(e, &in);
     plan_choose_grad_tier(&e->cfg, &in, plan_host_budget(&e->cfg), pl);
@@ -72,10 +74,11 @@ static strata_status build(strata_engine *e)
     ERR_CHECK(make_plan(e, &pl));
     ERR_CHECK(open_streams(e));
     ERR_CHECK(tiers_open(&e->tiers, &e->cfg, e->dev, e->copy, e->backend == STRATA_BACKEND_HOST, &pl,
-                         registry_total_numel(e->reg)));
+                         registry_view_numel(e->reg, e->views.param), registry_view_numel(e->reg, e->views.opt)));
     ERR_CHECK(deferred_create(e->dev, &e->frees));
     ERR_CHECK(grads_create(e, &e->grads));
-    ERR_CHECK(tiers_write_initial(&e->tiers, e->reg, e->cfg.param_dtype));
+    ERR_CHECK(ranks_create(e, &e->ranks));
+    ERR_CHECK(tiers_write_initial(&e->tiers, e->reg, e->cfg.param_dtype, &e->views, e->rank));
     ERR_CHECK(residency_create(e, &e->res));
     ERR_CHECK(step_create(&e->cfg, &e->step));
     ERR_CHECK(driver_create(&e->cfg, &e->driver));
@@ -91,7 +94,9 @@ static strata_status finalize(strata_engine *e)
     if (registry_nparams(e->reg) == 0)
         return err_set(STRATA_ESTATE, "strata_engine_finalize: the model has no parameters; add modules and "
                        "parameters first");
-    strata_status st = build(e);
+    /* Every rank learns how every other's build went before any rank goes on, so none waits for a rank that
+     * failed (a budget, an NVMe path) in the first collective of training. */
+    strata_status st = ranks_agree_finalize(e, build(e));
     if (st != STRATA_OK) {
         /* Unwinding may touch the thread's error: keep the stage's message. */
         char msg[ERR_MSG_BYTES];
@@ -101,8 +106,9 @@ static strata_status finalize(strata_engine *e)
     }
     char tot[32];
     size_t total = registry_total_numel(e->reg);
-    LOG_INFO(LOG_CORE, "finalized %zu modules, %zu parameters, %zu elements (%s of parameters); tiers: param %s, "
-             "optimizer %s, gradients %s", registry_nmodules(e->reg), registry_nparams(e->reg), total,
+    LOG_INFO(LOG_CORE, "rank %d of %d: finalized %zu modules, %zu parameters, %zu elements (%s of parameters); "
+             "tiers: param %s, optimizer %s, gradients %s", e->rank, e->world, registry_nmodules(e->reg),
+             registry_nparams(e->reg), total,
              size_format(total * e->tiers.param_bytes, tot, sizeof tot), strata_tier_name(e->tiers.param_tier),
              strata_tier_name(e->tiers.opt_tier), strata_tier_name(e->tiers.grad_tier));
     e->finalized = true;

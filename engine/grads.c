@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/engine.h"
+#include "engine/ranks.h"
 #include "offload/accum.h"
 
 /* One module's device gradients while the trainer fills them. */
@@ -46,7 +47,7 @@ typedef struct grad_job {
 
 strata_status grads_create(strata_engine *e, grad_store **out)
 {
-    size_t n = registry_nmodules(e->reg), numel = registry_total_numel(e->reg);
+    size_t n = registry_nmodules(e->reg), numel = registry_view_numel(e->reg, e->views.grad);
     grad_store *g = calloc(1, sizeof *g);
     if (!g)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the gradient store");
@@ -100,45 +101,74 @@ static void record_failure(grad_store *g, strata_status st, const char *msg)
     pthread_mutex_unlock(&g->lock);
 }
 
+/* Adds count gradients (src, of src_dtype) into store elements [off, off + count): in place in host memory,
+ * or read-add-write through a pinned fp32 buffer on NVMe. first: the module's first gradients since its last
+ * step, which overwrite. */
+static strata_status accumulate_into(strata_engine *e, tier_array *store, size_t off, size_t count, const void *src,
+                                     strata_dtype src_dtype, bool first)
+{
+    float *host = tarr_host_ptr(store, &e->tiers.env, off);
+    if (host) {
+        accum_add(host, src, src_dtype, count, first);
+        return STRATA_OK;
+    }
+    float *buf = NULL;
+    io_wait w;
+    io_wait_init(&w);
+    strata_status st = pool_acquire(e->tiers.pool, POOL_ACCUM, count * 4, "gradient accumulation", (void **)&buf);
+    if (st == STRATA_OK && !first) {
+        st = tarr_read(store, &e->tiers.env, off, count, buf, &w);
+        if (st == STRATA_OK)
+            st = io_wait_wait(&w);
+        atomic_fetch_add(&e->ctr.nvme_to_host, count * 4);
+    }
+    if (st == STRATA_OK) {
+        accum_add(buf, src, src_dtype, count, first);
+        st = tarr_write(store, &e->tiers.env, off, count, buf, &w);
+        if (st == STRATA_OK)
+            st = io_wait_wait(&w);
+        atomic_fetch_add(&e->ctr.host_to_nvme, count * 4);
+    }
+    pool_release(e->tiers.pool, buf);
+    io_wait_destroy(&w);
+    return st;
+}
+
 /* Runs on the d2h stream after the copy into job->staging. */
 static strata_status accumulate(void *arg)
 {
     grad_job *job = arg;
     strata_engine *e = job->engine;
     const reg_module *m = job->module;
-    tier_array *store = job->store;
-    strata_status st = STRATA_OK;
-    float *host = tarr_host_ptr(store, &e->tiers.env, m->offset);
-    if (host) {
-        accum_add(host, job->staging, e->cfg.param_dtype, m->numel, job->first);
-    } else {
-        /* NVMe store: read-add-write through a pinned fp32 buffer. */
-        float *buf = NULL;
-        io_wait w;
-        io_wait_init(&w);
-        st = pool_acquire(e->tiers.pool, POOL_ACCUM, m->numel * 4, "gradient accumulation", (void **)&buf);
-        if (st == STRATA_OK && !job->first) {
-            st = tarr_read(store, &e->tiers.env, m->offset, m->numel, buf, &w);
-            if (st == STRATA_OK)
-                st = io_wait_wait(&w);
-            atomic_fetch_add(&e->ctr.nvme_to_host, m->numel * 4);
-        }
-        if (st == STRATA_OK) {
-            accum_add(buf, job->staging, e->cfg.param_dtype, m->numel, job->first);
-            st = tarr_write(store, &e->tiers.env, m->offset, m->numel, buf, &w);
-            if (st == STRATA_OK)
-                st = io_wait_wait(&w);
-            atomic_fetch_add(&e->ctr.host_to_nvme, m->numel * 4);
-        }
-        pool_release(e->tiers.pool, buf);
-        io_wait_destroy(&w);
-    }
+    strata_status st = accumulate_into(e, job->store, m->offset, m->numel, job->staging, e->cfg.param_dtype,
+                                       job->first);
     if (st != STRATA_OK) {
         char msg[ERR_MSG_BYTES];
         snprintf(msg, sizeof msg, "gradients of module \"%s\": %s", m->name, err_last());
         record_failure(e->grads, st, msg);
     }
     trace_event(e->trace, TRACK_D2H, "gradients", m->name, job->submit_ns, now_ns());
+    pool_release(e->tiers.pool, job->staging);
+    free(job);
+    return st;
+}
+
+/* Stages 2 and 3 with several ranks: the hand-off runs on the trainer's thread, because the reduce-scatter in
+ * it must be issued in the trainer's order on every rank. The module's gradients come off the device, become
+ * fp32, are reduce-scattered, and only this rank's part is accumulated into its shard of the store. */
+static strata_status hand_off_sharded(strata_engine *e, grad_job *job)
+{
+    const reg_module *m = job->module;
+    float *full, *part;
+    ranks_handoff_buffers(e->ranks, &full, &part);
+    strata_status st = dev_stream_sync(e->d2h);
+    if (st == STRATA_OK) {
+        accum_add(full, job->staging, e->cfg.param_dtype, m->numel, true);
+        st = ranks_reduce_module(e, m, full, part);
+    }
+    if (st == STRATA_OK)
+        st = accumulate_into(e, job->store, m->shard_offset, m->shard_numel, part, STRATA_DTYPE_FP32, job->first);
+    trace_event(e->trace, TRACK_D2H, "gradients (reduce-scatter)", m->name, job->submit_ns, now_ns());
     pool_release(e->tiers.pool, job->staging);
     free(job);
     return st;
@@ -188,6 +218,11 @@ tier_array *grads_store(grad_store *g, int index)
 const uint8_t *grads_touched(const grad_store *g, int index)
 {
     return g->touched[index];
+}
+
+void grads_mark_touched(grad_store *g, int index, strata_module_id id)
+{
+    g->touched[index][id] = 1;
 }
 
 void grads_consumed(grad_store *g, int index)
@@ -285,6 +320,13 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
         st = dev_stream_wait_event(e->d2h, b->written);
     if (st == STRATA_OK)
         st = dev_memcpy_async(e->d2h, job->staging, b->dev, bytes);
+    if (st == STRATA_OK && ranks_grads_sharded_at_handoff(e)) {
+        g->touched[g->front][id] = 1;
+        atomic_fetch_add(&e->ctr.device_to_host, bytes);
+        deferred_free_after(e->frees, b->dev, e->d2h);
+        b->dev = NULL;
+        return hand_off_sharded(e, job);
+    }
     if (st == STRATA_OK)
         st = dev_host_fn(e->d2h, accumulate, job);
     if (st != STRATA_OK) {
@@ -305,5 +347,7 @@ STRATA_API strata_status strata_grads_ready(strata_engine *e, strata_module_id m
 {
     if (!e)
         return err_set(STRATA_EINVAL, "strata_grads_ready: engine is NULL");
-    return err_copy(&e->err, grads_ready(e, module));
+    strata_status st = grads_ready(e, module);
+    ranks_fail(e, st);
+    return err_copy(&e->err, st);
 }

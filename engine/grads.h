@@ -33,6 +33,8 @@ tier_array *grads_store(grad_store *g, int index);
 /* Per module: whether gradients arrived in store index since its last step; grads_consumed clears it. */
 const uint8_t *grads_touched(const grad_store *g, int index);
 void grads_consumed(grad_store *g, int index);
+/* Marks a module as having gradients in store index (the ranks agreed it has: ranks.c zeroed its part). */
+void grads_mark_touched(grad_store *g, int index, strata_module_id id);
 /* A module with gradients in the front store that no step has consumed, or STRATA_INVALID_ID. */
 strata_module_id grads_first_unconsumed(const grad_store *g);
 /* Forgets every accumulation (a checkpoint was loaded): store 0 is the front, nothing touched. */

@@ -24,8 +24,7 @@ struct opt_thread {
     pthread_mutex_t lock;
     pthread_cond_t cv;
     bool job_pending, job_done, job_in_flight, quit;
-    double job_lr, job_scale;
-    int job_grad, job_param;
+    step_job job;
     strata_status job_status;
     char job_msg[ERR_MSG_BYTES];
     strata_step_result job_result;
@@ -43,13 +42,12 @@ static void *opt_main(void *arg)
         if (t->quit && !t->job_pending)
             break;
         t->job_pending = false;
-        double lr = t->job_lr, scale = t->job_scale;
-        int g = t->job_grad, p = t->job_param;
+        step_job job = t->job;
         pthread_mutex_unlock(&t->lock);
 
         strata_step_result r;
         err_clear();
-        strata_status st = step_run(t->e, lr, scale, g, p, &r);
+        strata_status st = step_run(t->e, &job, &r);
 
         pthread_mutex_lock(&t->lock);
         t->job_status = st;
@@ -82,13 +80,10 @@ strata_status opt_thread_start(strata_engine *e, opt_thread **out)
     return STRATA_OK;
 }
 
-void opt_job_submit(opt_thread *t, double lr, double loss_scale, int grad_index, int param_out)
+void opt_job_submit(opt_thread *t, const step_job *job)
 {
     pthread_mutex_lock(&t->lock);
-    t->job_lr = lr;
-    t->job_scale = loss_scale;
-    t->job_grad = grad_index;
-    t->job_param = param_out;
+    t->job = *job;
     t->job_done = false;
     t->job_pending = true;
     t->job_in_flight = true;

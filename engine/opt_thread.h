@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 
+#include "engine/step.h"
 #include "strata.h"
 
 typedef struct opt_thread opt_thread;
@@ -18,7 +19,7 @@ strata_status opt_thread_start(struct strata_engine *e, opt_thread **out);
 /* Lets the job in flight finish, stops the thread and frees it. NULL is a no-op. */
 void opt_thread_stop(opt_thread *t);
 
-void opt_job_submit(opt_thread *t, double lr, double loss_scale, int grad_index, int param_out);
+void opt_job_submit(opt_thread *t, const step_job *job);
 /* Waits for the job in flight (if any); its result goes to res, its failure to the thread's error. */
 strata_status opt_job_join(opt_thread *t, strata_step_result *res, bool *had_job);
 /* Waits for the job in flight (if any) without taking it: it stays for the next opt_job_join, which

@@ -13,7 +13,8 @@ struct registry {
     size_t nmodules, modules_cap;
     reg_param *params;
     size_t nparams, params_cap;
-    size_t total_numel;             /* the padded flat partition */
+    size_t total_numel;             /* the padded flat partition (full view) */
+    size_t shard_total_numel;       /* this rank's shards together (shard view) */
     size_t largest_module_numel;
 };
 
@@ -133,9 +134,9 @@ const reg_param *registry_find_param(const registry *r, strata_param_id id, cons
     return &r->params[id];
 }
 
-strata_status registry_layout(registry *r, size_t persistence_threshold)
+strata_status registry_layout(registry *r, size_t persistence_threshold, int world_size)
 {
-    size_t most = 1;
+    size_t most = 1, world = (size_t)world_size;
     for (size_t i = 0; i < r->nmodules; i++)
         most = MAX(most, r->modules[i].nparams);
     size_t *sizes = malloc(most * sizeof *sizes), *offs = malloc(most * sizeof *offs);
@@ -144,21 +145,26 @@ strata_status registry_layout(registry *r, size_t persistence_threshold)
         free(offs);
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the layout");
     }
-    size_t pos = 0;
+    size_t pos = 0, shard_pos = 0;
     r->largest_module_numel = 0;
     for (size_t i = 0; i < r->nmodules; i++) {
         reg_module *m = &r->modules[i];
         m->offset = pos;
         for (size_t j = 0; j < m->nparams; j++)
             sizes[j] = r->params[m->params[j]].numel;
-        m->numel = plan_module_layout(sizes, m->nparams, offs, &m->used_numel);
+        size_t one_rank = plan_module_layout(sizes, m->nparams, offs, &m->used_numel);
+        m->shard_numel = align_up((one_rank + world - 1) / world, ENGINE_MODULE_ALIGN);
+        m->shard_offset = shard_pos;
+        m->numel = m->shard_numel * world;
         for (size_t j = 0; j < m->nparams; j++)
             r->params[m->params[j]].offset = pos + offs[j];
         m->persistent = m->used_numel < persistence_threshold;
         pos += m->numel;
+        shard_pos += m->shard_numel;
         r->largest_module_numel = MAX(r->largest_module_numel, m->numel);
     }
     r->total_numel = pos;
+    r->shard_total_numel = shard_pos;
     free(sizes);
     free(offs);
     return STRATA_OK;
@@ -174,12 +180,27 @@ size_t registry_largest_module_numel(const registry *r)
     return r->largest_module_numel;
 }
 
-strata_module_id registry_module_at(const registry *r, size_t pos)
+size_t registry_view_numel(const registry *r, reg_view v)
+{
+    return v == REG_SHARD ? r->shard_total_numel : r->total_numel;
+}
+
+size_t registry_view_offset(const reg_module *m, reg_view v)
+{
+    return v == REG_SHARD ? m->shard_offset : m->offset;
+}
+
+size_t registry_view_count(const reg_module *m, reg_view v)
+{
+    return v == REG_SHARD ? m->shard_numel : m->numel;
+}
+
+strata_module_id registry_module_at(const registry *r, reg_view v, size_t pos)
 {
     size_t lo = 0, hi = r->nmodules;
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
-        if (r->modules[mid].offset <= pos)
+        if (registry_view_offset(&r->modules[mid], v) <= pos)
             lo = mid;
         else
             hi = mid;

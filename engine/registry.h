@@ -2,10 +2,17 @@
  * The model registry: the modules and parameters a trainer adds, and their place in the flat partition.
  *
  * Layout. Every module's parameters are one contiguous, padded range [offset, offset + numel) of a flat
- * per-rank partition of registry_total_numel() elements. Each state class is one tier_array over that
- * partition, so a module fetch moves one range of the parameter array and an optimizer sub-group is one
- * range of all arrays. Ranges start on ENGINE_MODULE_ALIGN elements, which keeps every NVMe transfer 4 KiB
- * aligned for every dtype.
+ * partition of registry_total_numel() elements (the full view). Each state class is one tier_array over a
+ * view of that partition, so a module fetch moves one range of the parameter array and an optimizer sub-group
+ * is one range of all arrays. Ranges start on ENGINE_MODULE_ALIGN elements, which keeps every NVMe transfer
+ * 4 KiB aligned for every dtype.
+ *
+ * Ranks. In a world of N ranks every module is cut into N equal shards of shard_numel elements (a multiple of
+ * ENGINE_MODULE_ALIGN; the module is padded to N * shard_numel), and rank r owns shard r: the full-view range
+ * [offset + r * shard_numel, offset + (r + 1) * shard_numel). The shard view is this rank's shards, one after
+ * another (module i's at shard_offset): a state class the ZeRO stage partitions lives in the shard view, the
+ * others in the full view. Cutting each module (rather than the whole partition) keeps a module's all-gather
+ * and reduce-scatter one equal-sized collective. With N = 1 both views are the same.
  *
  * The registry itself is private to registry.c; the descriptors below are read-only views of it.
  */
@@ -36,6 +43,7 @@ typedef struct reg_module {
     size_t nparams, cap;
     size_t offset, numel;          /* flat range, padded to ENGINE_MODULE_ALIGN (after registry_layout) */
     size_t used_numel;             /* elements that belong to parameters (without the tail padding) */
+    size_t shard_offset, shard_numel; /* this rank's shard: its place in the shard view, and its length */
     bool persistent;               /* below the persistence threshold: stays resident */
 } reg_module;
 
@@ -58,12 +66,27 @@ const reg_param *registry_param(const registry *r, strata_param_id id);
 const reg_module *registry_find_module(const registry *r, strata_module_id id, const char *what);
 const reg_param *registry_find_param(const registry *r, strata_param_id id, const char *what);
 
-/* Places every module and parameter in the flat partition; modules with fewer used elements than
- * persistence_threshold are marked persistent. Can run again (a retried finalize). */
-strata_status registry_layout(registry *r, size_t persistence_threshold);
+/* Places every module and parameter in the flat partition, cut into world_size equal shards (see Ranks);
+ * modules with fewer used elements than persistence_threshold are marked persistent. Can run
+ * again (a retried finalize). */
+strata_status registry_layout(registry *r, size_t persistence_threshold, int world_size);
 size_t registry_total_numel(const registry *r);
 size_t registry_largest_module_numel(const registry *r);
-/* The module holding flat element pos (modules are contiguous and ascending). */
-strata_module_id registry_module_at(const registry *r, size_t pos);
+
+/* The two views of the partition (see Ranks). */
+typedef enum reg_view { REG_FULL, REG_SHARD } reg_view;
+/* Elements of the view (the full partition, or this rank's shards together). */
+size_t registry_view_numel(const registry *r, reg_view v);
+/* A module's range in the view. */
+size_t registry_view_offset(const reg_module *m, reg_view v);
+size_t registry_view_count(const reg_module *m, reg_view v);
+/* Where the ZeRO stage puts each state class: the full view (replicated on every rank) or this rank's shard
+ * view. With one rank both views are the same. */
+typedef struct engine_views {
+    reg_view param, opt, grad;
+} engine_views;
+
+/* The module holding element pos of the view (modules are contiguous and ascending in both). */
+strata_module_id registry_module_at(const registry *r, reg_view v, size_t pos);
 
 #endif

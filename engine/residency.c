@@ -12,6 +12,7 @@
 #include "base/size.h"
 #include "base/util.h"
 #include "engine/engine.h"
+#include "engine/ranks.h"
 
 typedef enum mod_state {
     MOD_ABSENT = 0,  /* no device copy */
@@ -33,7 +34,8 @@ typedef struct resident {
     strata_status fetch_status;    /* a failed read or copy queueing (under the window's lock) */
     char fetch_msg[ERR_MSG_BYTES];
     dev_event *ready;              /* recorded after the host->device copy */
-    size_t fetch_bytes;            /* counted in flight / resident */
+    size_t fetch_bytes;            /* the device copy's size: counted in flight / resident */
+    size_t move_bytes, slot_bytes; /* what a fetch moves (this rank's shard at stage 3), and where it lands */
     uint64_t issue_ns, loaded_ns;  /* when the fetch was queued / its copy finished (trace) */
 } resident;
 
@@ -50,6 +52,12 @@ struct residency {
 static bool params_on(const strata_engine *e, strata_tier tier)
 {
     return e->tiers.param_tier == tier;
+}
+
+/* Device-tier parameters are used where they lie, unless the module must be gathered from the ranks. */
+static bool used_in_place(const strata_engine *e)
+{
+    return params_on(e, STRATA_TIER_DEVICE) && !ranks_fetch_gathers(e);
 }
 
 /* ---------------------------------------------------------------- loading */
@@ -69,7 +77,7 @@ static void on_fetch_read(io_wait *w, void *ctx)
     char msg[ERR_MSG_BYTES];
     strata_status st = io_wait_take_status(w, msg, sizeof msg);
     if (st == STRATA_OK) {
-        st = dev_memcpy_async(e->h2d, m->dev, m->staging, m->fetch_bytes);
+        st = dev_memcpy_async(e->h2d, (char *)m->dev + m->slot_bytes, m->staging, m->move_bytes);
         if (st == STRATA_OK && e->trace)
             st = dev_host_fn(e->h2d, mark_loaded, m);
         if (st == STRATA_OK)
@@ -148,7 +156,7 @@ static strata_status start(strata_engine *e, resident *m, bool demand)
     m->dev_owned = true;
     m->issue_ns = now_ns();
     const tier_array *src = &e->tiers.param[e->tiers.param_front];
-    size_t bytes = m->fetch_bytes;
+    size_t bytes = m->move_bytes, first = registry_view_offset(m->desc, e->views.param);
     m->state = MOD_LOADING;
     if (params_on(e, STRATA_TIER_NVME)) {
         m->copy_queued = false;
@@ -168,7 +176,8 @@ static strata_status start(strata_engine *e, resident *m, bool demand)
              * keeps on_fetch_read from running on a half-read buffer. */
             io_wait_set_notify(&m->io, on_fetch_read, m);
             io_wait_add(&m->io, 1);
-            st = tarr_read(src, &e->tiers.env, m->desc->offset, m->desc->numel, m->staging, &m->io);
+            st = tarr_read(src, &e->tiers.env, first, registry_view_count(m->desc, e->views.param), m->staging,
+                           &m->io);
             char why[ERR_MSG_BYTES];
             snprintf(why, sizeof why, "%s", st != STRATA_OK ? err_last() : "");
             io_wait_finish(&m->io, st, why); /* drops the guard; a failure reaches on_fetch_read */
@@ -176,7 +185,9 @@ static strata_status start(strata_engine *e, resident *m, bool demand)
         }
         atomic_fetch_add(&e->ctr.nvme_to_host, bytes);
     } else {
-        st = dev_memcpy_async(e->h2d, m->dev, tarr_host_ptr(src, &e->tiers.env, m->desc->offset), bytes);
+        const char *from = params_on(e, STRATA_TIER_DEVICE) ? (const char *)src->mem + first * e->tiers.param_bytes
+                                                            : tarr_host_ptr(src, &e->tiers.env, first);
+        st = dev_memcpy_async(e->h2d, (char *)m->dev + m->slot_bytes, from, bytes);
         if (st == STRATA_OK && e->trace)
             st = dev_host_fn(e->h2d, mark_loaded, m);
         if (st == STRATA_OK)
@@ -276,7 +287,7 @@ void residency_invalidate_all(strata_engine *e)
         resident *m = &r->mods[i];
         if (m->dev_owned)
             drop(e, m);
-        else if (params_on(e, STRATA_TIER_DEVICE))
+        else if (used_in_place(e))
             m->dev = device_tier_ptr(e, m);
     }
 }
@@ -303,7 +314,9 @@ strata_status residency_create(strata_engine *e, residency **out)
         r->nmods = i + 1; /* what residency_destroy tears down */
         ERR_CHECK(dev_event_create(e->dev, &m->ready));
         m->fetch_bytes = m->desc->numel * e->tiers.param_bytes;
-        if (params_on(e, STRATA_TIER_DEVICE)) {
+        m->move_bytes = registry_view_count(m->desc, e->views.param) * e->tiers.param_bytes;
+        m->slot_bytes = ranks_fetch_gathers(e) ? (size_t)e->rank * m->move_bytes : 0;
+        if (used_in_place(e)) {
             m->dev = device_tier_ptr(e, m);
             m->state = MOD_RESIDENT;
         }
@@ -333,7 +346,7 @@ strata_status residency_prefetch(strata_engine *e)
 {
     residency *r = e->res;
     const fetch_order *o = e->order;
-    if (!fetch_order_valid(o) || params_on(e, STRATA_TIER_DEVICE))
+    if (!fetch_order_valid(o) || used_in_place(e))
         return STRATA_OK;
     for (size_t i = 0; i < r->nmods; i++)
         settle(e, &r->mods[i], false);
@@ -408,7 +421,7 @@ static strata_status fetch(strata_engine *e, strata_module_id id)
     deferred_process(e->frees, false);
     fetch_order_track(e->order, e->reg, id);
     r->fetches++;
-    if (m->state != MOD_ABSENT || params_on(e, STRATA_TIER_DEVICE))
+    if (m->state != MOD_ABSENT || used_in_place(e))
         r->prefetch_hits++;
     if (m->state == MOD_ABSENT) {
         /* Make room within the residency cap before a demand fetch. */
@@ -426,6 +439,11 @@ static strata_status fetch(strata_engine *e, strata_module_id id)
     }
     uint64_t t0 = now_ns();
     strata_status st = order_for_compute(e, m);
+    /* Stage 3: every fetch gathers the module from the ranks' shards. A copy still resident from an earlier
+     * fetch is gathered again too: whether it is still resident depends on timing that differs between ranks,
+     * and every rank must make the same collectives. */
+    if (st == STRATA_OK && ranks_fetch_gathers(e))
+        st = ranks_gather_module(e, m->desc, m->dev);
     uint64_t t1 = now_ns();
     r->stall_ns += t1 - t0;
     if (t1 - t0 > 2000)
@@ -444,7 +462,9 @@ STRATA_API strata_status strata_fetch(strata_engine *e, strata_module_id module)
 {
     if (!e)
         return err_set(STRATA_EINVAL, "strata_fetch: engine is NULL");
-    return err_copy(&e->err, fetch(e, module));
+    strata_status st = fetch(e, module);
+    ranks_fail(e, st);
+    return err_copy(&e->err, st);
 }
 
 static strata_status release(strata_engine *e, strata_module_id id)

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/ranks.h"
 #include "engine/train_step.h"
 
 STRATA_API strata_status strata_stats_get(strata_engine *e, strata_stats *out)
@@ -31,6 +32,9 @@ STRATA_API strata_status strata_stats_get(strata_engine *e, strata_stats *out)
     }
     out->host_peak_bytes = e->tiers.host_tier_bytes;
     out->host_budget_bytes = e->finalized ? e->cfg.host_budget_bytes : 0;
+    out->rank = e->rank;
+    out->world_size = e->world;
+    out->comm_bytes = ranks_comm_bytes(e->ranks);
     if (e->tiers.swap)
         out->nvme_peak_bytes = swap_capacity(e->tiers.swap) - swap_free_bytes(e->tiers.swap);
     return STRATA_OK;

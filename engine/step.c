@@ -22,6 +22,7 @@
 #include "base/util.h"
 #include "cpu_adam/driver.h"
 #include "engine/engine.h"
+#include "engine/ranks.h"
 #include "engine/step.h"
 
 typedef struct opt_slot {
@@ -86,7 +87,7 @@ static size_t sub_first(const step_ctx *c, size_t k)
 
 static size_t sub_count(const step_ctx *c, size_t k)
 {
-    return MIN(c->sg, registry_total_numel(c->e->reg) - sub_first(c, k));
+    return MIN(c->sg, registry_view_numel(c->e->reg, c->e->views.opt) - sub_first(c, k));
 }
 
 /* Gradients of [first, first + count) into buf: modules that got none since the last step read as zero. */
@@ -94,11 +95,13 @@ static strata_status load_grads(step_ctx *c, size_t first, size_t count, float *
 {
     strata_engine *e = c->e;
     size_t end = first + count, nmodules = registry_nmodules(e->reg);
-    for (size_t i = registry_module_at(e->reg, first); i < nmodules; i++) {
+    reg_view v = e->views.opt;
+    for (size_t i = registry_module_at(e->reg, v, first); i < nmodules; i++) {
         const reg_module *m = registry_module(e->reg, (strata_module_id)i);
-        if (m->offset >= end)
+        size_t off = registry_view_offset(m, v);
+        if (off >= end)
             break;
-        size_t lo = MAX(m->offset, first), hi = MIN(m->offset + m->numel, end);
+        size_t lo = MAX(off, first), hi = MIN(off + registry_view_count(m, v), end);
         if (c->touched[i]) {
             ERR_CHECK(tarr_read(c->grads, &e->tiers.env, lo, hi - lo, buf + (lo - first), w));
             atomic_fetch_add(&e->ctr.nvme_to_host, (hi - lo) * 4);
@@ -116,7 +119,8 @@ static void zero_untouched(step_ctx *c)
     for (size_t i = 0; i < registry_nmodules(e->reg); i++) {
         const reg_module *m = registry_module(e->reg, (strata_module_id)i);
         if (!c->touched[i])
-            memset(tarr_host_ptr(c->grads, &e->tiers.env, m->offset), 0, m->numel * 4);
+            memset(tarr_host_ptr(c->grads, &e->tiers.env, registry_view_offset(m, e->views.opt)), 0,
+                   registry_view_count(m, e->views.opt) * 4);
     }
 }
 
@@ -261,7 +265,7 @@ static strata_status acquire_buffers(step_ctx *c)
     for (int i = 0; i < 2; i++) {
         io_wait_init(&c->ps[i].wr);
         ERR_CHECK(dev_event_create(e->dev, &c->ps[i].copied));
-        if (e->tiers.param_tier != STRATA_TIER_HOST)
+        if (c->pout->tier != STRATA_TIER_HOST)
             ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, c->sg * e->tiers.param_bytes, "parameter staging", &c->ps[i].staging));
     }
     return STRATA_OK;
@@ -337,14 +341,14 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
 
     tile_ctx tiles = {.e = e, .elem = e->tiers.param_bytes};
     adam_job job = {.ops = c->sp->adam, .consts = *consts, .numel = n, .threads = c->sp->threads};
-    if (e->tiers.param_tier == STRATA_TIER_HOST) {
+    if (c->pout->tier == STRATA_TIER_HOST) {
         a.param = tarr_host_ptr(c->pout, &e->tiers.env, first);
     } else {
         /* The staging buffer's previous sub-group must have left it. */
         ERR_CHECK(io_wait_wait(&p->wr));
         ERR_CHECK(dev_event_sync(p->copied));
         a.param = p->staging;
-        if (e->tiers.param_tier == STRATA_TIER_DEVICE) {
+        if (c->pout->tier == STRATA_TIER_DEVICE) {
             tiles.dst = (char *)c->pout->mem + first * e->tiers.param_bytes;
             tiles.src = p->staging;
             job.on_tile = copy_tile;
@@ -365,9 +369,9 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
     if (atomic_load(&tiles.failed))
         return err_set(STRATA_EDEVICE, "optimizer step: copying updated parameters of sub-group %zu to the device "
                        "failed: %s", k, err_last());
-    if (e->tiers.param_tier == STRATA_TIER_DEVICE)
+    if (c->pout->tier == STRATA_TIER_DEVICE)
         ERR_CHECK(dev_event_record(p->copied, e->upd));
-    if (e->tiers.param_tier == STRATA_TIER_NVME) {
+    if (c->pout->tier == STRATA_TIER_NVME) {
         ERR_CHECK(tarr_write(c->pout, &e->tiers.env, first, n, p->staging, &p->wr));
         atomic_fetch_add(&e->ctr.host_to_nvme, n * e->tiers.param_bytes);
     }
@@ -403,20 +407,36 @@ static strata_status run_pipeline(step_ctx *c, const adam_consts *consts)
     return STRATA_OK;
 }
 
-strata_status step_run(strata_engine *e, double lr, double loss_scale, int grad_index, int param_out,
-                       strata_step_result *res)
+static step_ctx ctx_of(strata_engine *e, int grad_index, int param_out)
 {
+    size_t numel = registry_view_numel(e->reg, e->views.opt);
     step_ctx c = {
         .e = e,
         .sp = e->step,
-        .grads = grads_store(e->grads, grad_index),
+        .grads = ranks_step_grads(e, grad_index),
         .touched = grads_touched(e->grads, grad_index),
-        .sg = MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), registry_total_numel(e->reg)),
+        .sg = MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), numel),
         .opt_nvme = e->tiers.opt_tier == STRATA_TIER_NVME,
         .grad_nvme = e->tiers.grad_tier == STRATA_TIER_NVME,
-        .pout = &e->tiers.param[param_out],
+        .pout = param_out >= 0 ? ranks_step_params(e, param_out) : NULL,
     };
-    c.nsub = (registry_total_numel(e->reg) + c.sg - 1) / c.sg;
+    c.nsub = (numel + c.sg - 1) / c.sg;
+    return c;
+}
+
+strata_status step_grad_stats(strata_engine *e, int grad_index, double *sumsq, bool *nonfinite)
+{
+    step_ctx c = ctx_of(e, grad_index, -1);
+    ERR_CHECK(acquire_slots(&c));
+    if (!c.grad_nvme)
+        zero_untouched(&c);
+    return grad_stats(&c, sumsq, nonfinite);
+}
+
+strata_status step_run(strata_engine *e, const step_job *job, strata_step_result *res)
+{
+    step_ctx c = ctx_of(e, job->grad_index, job->param_out);
+    double loss_scale = job->loss_scale;
     *res = (strata_step_result){.grad_norm = -1};
 
     strata_status st = acquire_buffers(&c);
@@ -426,9 +446,10 @@ strata_status step_run(strata_engine *e, double lr, double loss_scale, int grad_
     double grad_scale = 1.0 / loss_scale;
     bool fp16 = e->cfg.param_dtype == STRATA_DTYPE_FP16;
     if (st == STRATA_OK && (e->cfg.gradient_clipping > 0 || fp16)) {
-        double sumsq;
-        bool nonfinite;
-        st = grad_stats(&c, &sumsq, &nonfinite);
+        double sumsq = job->sumsq;
+        bool nonfinite = job->nonfinite;
+        if (!job->have_stats)
+            st = grad_stats(&c, &sumsq, &nonfinite);
         res->grad_norm = sqrt(sumsq) / loss_scale;
         if (st == STRATA_OK && nonfinite && fp16) {
             res->skipped = true; /* an overflowed fp16 step writes nothing */
@@ -439,7 +460,7 @@ strata_status step_run(strata_engine *e, double lr, double loss_scale, int grad_
     }
     if (st == STRATA_OK && !res->skipped) {
         strata_adam_hparams hp = {
-            .kind = e->cfg.optimizer, .lr = lr, .beta1 = e->cfg.beta1, .beta2 = e->cfg.beta2,
+            .kind = e->cfg.optimizer, .lr = job->lr, .beta1 = e->cfg.beta1, .beta2 = e->cfg.beta2,
             .eps = e->cfg.eps, .weight_decay = e->cfg.weight_decay, .bias_correction = e->cfg.bias_correction};
         adam_consts consts;
         adam_consts_init(&consts, &hp, c.sp->count + 1, grad_scale);
@@ -452,7 +473,7 @@ strata_status step_run(strata_engine *e, double lr, double loss_scale, int grad_
         step_forget(c.sp); /* a slot may hold a half-done update */
         return st;
     }
-    grads_consumed(e->grads, grad_index);
+    grads_consumed(e->grads, job->grad_index);
     if (!res->skipped)
         c.sp->count++;
     res->step = c.sp->count;

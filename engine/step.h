@@ -6,6 +6,7 @@
 #ifndef STRATA_ENGINE_STEP_H
 #define STRATA_ENGINE_STEP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "strata.h"
@@ -24,10 +25,22 @@ strata_status step_create(const strata_config *cfg, step_pipeline **out);
 /* Waits for the slots' I/O and gives their buffers back to the engine's pool. NULL is a no-op. */
 void step_destroy(struct strata_engine *e, step_pipeline *sp);
 
-/* One optimizer step over gradient store grad_index, writing the parameters into the parameter copy
- * param_out. loss_scale is the scale the trainer's gradients carry. res->skipped on an fp16 overflow. */
-strata_status step_run(struct strata_engine *e, double lr, double loss_scale, int grad_index, int param_out,
-                       strata_step_result *res);
+/* What one optimizer step runs over. */
+typedef struct step_job {
+    double lr;
+    double loss_scale;         /* the scale the trainer's gradients carry */
+    int grad_index;            /* the gradient store it consumes */
+    int param_out;             /* the parameter copy it writes */
+    bool have_stats;           /* sumsq and nonfinite are given (summed over the ranks); else the step computes them */
+    double sumsq;
+    bool nonfinite;
+} step_job;
+
+/* One optimizer step over this rank's part of the partition (the optimizer's view). res->skipped on an fp16
+ * overflow. Issues no collective: it may run on the optimizer thread. */
+strata_status step_run(struct strata_engine *e, const step_job *job, strata_step_result *res);
+/* This rank's gradient statistics over store grad_index (what step_run computes when have_stats is false). */
+strata_status step_grad_stats(struct strata_engine *e, int grad_index, double *sumsq, bool *nonfinite);
 /* The slots keep the state of the last sub-groups a step wrote; after anything else writes the optimizer
  * state (strata_load), step_forget makes the next step read it again. */
 void step_forget(step_pipeline *sp);

@@ -22,7 +22,7 @@ static strata_status open_nvme(engine_tiers *t, const strata_config *cfg, size_t
 }
 
 strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev, dev_stream *copy_stream,
-                         bool host_addressable_device, const plan *pl, size_t total_numel)
+                         bool host_addressable_device, const plan *pl, size_t param_numel, size_t opt_numel)
 {
     if (pl->tier_bytes[STRATA_TIER_NVME])
         ERR_CHECK(open_nvme(t, cfg, pl->tier_bytes[STRATA_TIER_NVME]));
@@ -30,10 +30,11 @@ strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev,
                         .host_addressable_device = host_addressable_device};
     t->host_tier_bytes = pl->tier_bytes[STRATA_TIER_HOST];
     ERR_CHECK(pool_create(dev, t->io, pl->pool_part_bytes, &t->pool));
-    size_t n = total_numel;
-    ERR_CHECK(tarr_alloc(&t->param[0], &t->env, t->param_tier, n, t->param_bytes, "parameters"));
+    size_t n = opt_numel;
+    ERR_CHECK(tarr_alloc(&t->param[0], &t->env, t->param_tier, param_numel, t->param_bytes, "parameters"));
     if (cfg->delayed_update)
-        ERR_CHECK(tarr_alloc(&t->param[1], &t->env, t->param_tier, n, t->param_bytes, "parameters (second copy)"));
+        ERR_CHECK(tarr_alloc(&t->param[1], &t->env, t->param_tier, param_numel, t->param_bytes,
+                             "parameters (second copy)"));
     ERR_CHECK(tarr_alloc(&t->master, &t->env, t->opt_tier, n, 4, "master weights"));
     ERR_CHECK(tarr_alloc(&t->exp_avg, &t->env, t->opt_tier, n, 4, "Adam exp_avg"));
     ERR_CHECK(tarr_alloc(&t->exp_avg_sq, &t->env, t->opt_tier, n, 4, "Adam exp_avg_sq"));
@@ -77,9 +78,28 @@ static void to_param_dtype(const float *src, void *dst, strata_dtype dtype, size
         d[i] = dtype == STRATA_DTYPE_BF16 ? cvt_f32_to_bf16(src[i]) : cvt_f32_to_fp16(src[i]);
 }
 
-strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype)
+/* Writes elements [first, first + n) of the full view, held in buf, into array a in view v: all of them in the
+ * full view, the part inside this rank's shard of module m in the shard view. */
+static strata_status write_view(engine_tiers *t, tier_array *a, reg_view v, const reg_module *m, int rank,
+                                size_t first, size_t n, const void *buf, io_wait *w)
 {
-    size_t total = registry_total_numel(reg), chunk = MIN(INIT_CHUNK_NUMEL, total);
+    if (!a->numel)
+        return STRATA_OK;
+    if (v == REG_FULL)
+        return tarr_write(a, &t->env, first, n, buf, w);
+    size_t lo = m->offset + (size_t)rank * m->shard_numel, hi = lo + m->shard_numel;
+    lo = MAX(lo, first);
+    hi = MIN(hi, first + n);
+    if (hi <= lo)
+        return STRATA_OK;
+    size_t skip = lo - first, at = m->shard_offset + (lo - (m->offset + (size_t)rank * m->shard_numel));
+    return tarr_write(a, &t->env, at, hi - lo, (const char *)buf + skip * a->elem_bytes, w);
+}
+
+strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype,
+                                  const engine_views *views, int rank)
+{
+    size_t chunk = MIN(INIT_CHUNK_NUMEL, registry_largest_module_numel(reg));
     float *vals = NULL, *zeros = NULL;
     void *pbuf = NULL;
     strata_status st = STRATA_OK;
@@ -92,21 +112,26 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
     io_wait w;
     io_wait_init(&w);
     size_t cursor = 0;
-    for (size_t first = 0; first < total && st == STRATA_OK; first += chunk) {
-        size_t n = MIN(chunk, total - first);
-        st = fill_chunk(reg, first, n, vals, &cursor);
-        if (st != STRATA_OK)
-            break;
-        to_param_dtype(vals, pbuf, param_dtype, n);
-        tier_array *targets[] = {&t->master, &t->exp_avg, &t->exp_avg_sq, &t->param[0], &t->param[1]};
-        const void *sources[] = {vals, zeros, zeros, pbuf, pbuf};
-        for (size_t k = 0; k < ARRAY_LEN(targets) && st == STRATA_OK; k++)
-            if (targets[k]->numel)
-                st = tarr_write(targets[k], &t->env, first, n, sources[k], &w);
-        /* NVMe writes read from the buffers: wait before refilling them. */
-        strata_status wst = io_wait_wait(&w);
-        if (st == STRATA_OK)
-            st = wst;
+    /* Module by module over the full view (chunks never straddle two modules, so each lies in one module's
+     * shards), each chunk written to every array in that array's view. */
+    for (size_t i = 0; i < registry_nmodules(reg) && st == STRATA_OK; i++) {
+        const reg_module *m = registry_module(reg, (strata_module_id)i);
+        for (size_t first = m->offset; first < m->offset + m->numel && st == STRATA_OK; first += chunk) {
+            size_t n = MIN(chunk, m->offset + m->numel - first);
+            st = fill_chunk(reg, first, n, vals, &cursor);
+            if (st != STRATA_OK)
+                break;
+            to_param_dtype(vals, pbuf, param_dtype, n);
+            tier_array *targets[] = {&t->master, &t->exp_avg, &t->exp_avg_sq, &t->param[0], &t->param[1]};
+            const void *sources[] = {vals, zeros, zeros, pbuf, pbuf};
+            reg_view in[] = {views->opt, views->opt, views->opt, views->param, views->param};
+            for (size_t k = 0; k < ARRAY_LEN(targets) && st == STRATA_OK; k++)
+                st = write_view(t, targets[k], in[k], m, rank, first, n, sources[k], &w);
+            /* NVMe writes read from the buffers: wait before refilling them. */
+            strata_status wst = io_wait_wait(&w);
+            if (st == STRATA_OK)
+                st = wst;
+        }
     }
     io_wait_destroy(&w);
 out:

@@ -27,14 +27,16 @@ typedef struct engine_tiers {
 } engine_tiers;
 
 /* Opens what the plan needs (the swap space over the config's NVMe paths when it places bytes there, the
- * pinned pool) and allocates the parameter and optimizer arrays of total_numel elements. param_bytes and
- * the three tiers must be set. On failure t holds what was opened: tiers_close undoes it. */
+ * pinned pool) and allocates the parameter arrays of param_numel elements and the optimizer arrays of opt_numel
+ * (the sizes of the views the ZeRO stage puts them in). param_bytes and the three tiers must be set. On failure
+ * t holds what was opened: tiers_close undoes it. */
 strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev, dev_stream *copy_stream,
-                         bool host_addressable_device, const plan *pl, size_t total_numel);
+                         bool host_addressable_device, const plan *pl, size_t param_numel, size_t opt_numel);
 /* Writes the initial state: each parameter's init callback, chunk by chunk, into the master weights and
- * the parameter copies (converted to param_dtype); zero moments. A model larger than RAM never needs to
- * fit in RAM. */
-strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype);
+ * the parameter copies (converted to param_dtype), each in its view (views: param and opt; rank picks the
+ * shards); zero moments. A model larger than RAM never needs to fit in RAM. */
+strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype,
+                                  const engine_views *views, int rank);
 /* Frees everything tiers_open made and zeroes t (a failed finalize can run again). */
 void tiers_close(engine_tiers *t);
 

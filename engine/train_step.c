@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/engine.h"
+#include "engine/ranks.h"
 #include "engine/step.h"
 
 struct step_driver {
@@ -78,19 +79,23 @@ static void update_loss_scale(step_driver *d, const strata_config *cfg, bool ove
     }
 }
 
-/* A finished update becomes visible: with two parameter copies the back one becomes the front,
- * and every device copy of the old parameters is dropped. */
-static void publish_update(strata_engine *e, const strata_step_result *r, int param_out)
+/* A finished update becomes visible: at stages 1 and 2 the ranks' updated shards are all-gathered into the
+ * copy it wrote; with two parameter copies the back one becomes the front; every device copy of the old
+ * parameters is dropped. Whether the step was skipped is the same on every rank (the overflow is global). */
+static strata_status publish_update(strata_engine *e, const strata_step_result *r, int param_out)
 {
     step_driver *d = e->driver;
+    strata_status st = STRATA_OK;
     if (r->skipped) {
         d->skipped_steps++;
     } else {
+        st = ranks_publish_params(e, param_out);
         d->steps++;
         e->tiers.param_front = param_out;
     }
     update_loss_scale(d, &e->cfg, r->skipped);
     residency_invalidate_all(e);
+    return st;
 }
 
 /* Waits for the delayed update in flight (if any) and publishes it; *r receives its result. */
@@ -99,11 +104,25 @@ static strata_status join_delayed(strata_engine *e, strata_step_result *r, bool 
     strata_step_result prev;
     strata_status st = opt_job_join(e->opt, &prev, had);
     if (*had && st == STRATA_OK) {
-        publish_update(e, &prev, 1 - e->tiers.param_front);
+        st = publish_update(e, &prev, 1 - e->tiers.param_front);
         if (r)
             *r = prev;
     }
     return st;
+}
+
+/* The collectives before an update, on the trainer's thread: the gradients exchanged as the stage says, and
+ * with several ranks the global gradient statistics (clipping and the fp16 overflow need them). */
+static strata_status prepare_job(strata_engine *e, step_job *job)
+{
+    ERR_CHECK(ranks_exchange_grads(e, job->grad_index));
+    bool need_stats = e->cfg.gradient_clipping > 0 || e->cfg.param_dtype == STRATA_DTYPE_FP16;
+    if (e->world == 1 || !need_stats)
+        return STRATA_OK;
+    ERR_CHECK(step_grad_stats(e, job->grad_index, &job->sumsq, &job->nonfinite));
+    ERR_CHECK(ranks_sum_gradstats(e, &job->sumsq, &job->nonfinite));
+    job->have_stats = true;
+    return STRATA_OK;
 }
 
 static strata_status step(strata_engine *e, const strata_step_args *args, strata_step_result *out)
@@ -134,22 +153,23 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
         ERR_CHECK(join_delayed(e, &r, &had));
         back = 1 - e->tiers.param_front;
     }
+    step_job job = {.lr = lr, .loss_scale = scale, .grad_index = grads_front(e->grads), .param_out = back};
+    ERR_CHECK(prepare_job(e, &job));
     if (two && d->iterations > e->cfg.delayed_warmup_steps) {
         /* The next step's first fetches are queued before the background update's NVMe reads, so the
          * trainer's first modules do not wait behind the optimizer state on the drive (they read the front
          * parameter copy; the update writes the back one). */
         ERR_CHECK(residency_prefetch(e));
-        int consumed = grads_front(e->grads);
         grads_flip(e->grads);
-        opt_job_submit(e->opt, lr, scale, consumed, back);
+        opt_job_submit(e->opt, &job);
         r.delayed = true;
     } else {
-        strata_status st = step_run(e, lr, scale, grads_front(e->grads), back, &r);
+        strata_status st = step_run(e, &job, &r);
         if (st != STRATA_OK) {
             residency_invalidate_all(e);
             return st;
         }
-        publish_update(e, &r, back);
+        ERR_CHECK(publish_update(e, &r, back));
     }
     r.step = step_count(e->step);
     r.loss_scale = d->loss_scale;
@@ -165,7 +185,9 @@ STRATA_API strata_status strata_step(strata_engine *e, const strata_step_args *a
 {
     if (!e)
         return err_set(STRATA_EINVAL, "strata_step: engine is NULL");
-    return err_copy(&e->err, step(e, args, result));
+    strata_status st = step(e, args, result);
+    ranks_fail(e, st);
+    return err_copy(&e->err, st);
 }
 
 STRATA_API double strata_loss_scale(const strata_engine *e)

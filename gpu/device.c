@@ -34,6 +34,12 @@ static const dev_ops *backend_ops(strata_backend_kind kind)
 
 static const char *const cuda_not_built = "cuda: not built (nvcc was not found when strata was configured)";
 
+int dev_count(strata_backend_kind kind)
+{
+    const dev_ops *ops = backend_ops(kind == STRATA_BACKEND_AUTO ? STRATA_BACKEND_CUDA : kind);
+    return ops && ops->count ? ops->count() : 0;
+}
+
 strata_status dev_probe(strata_backend_kind kind, char *detail, size_t len)
 {
     char scratch[256];

@@ -98,6 +98,9 @@ strata_status dev_create(strata_backend_kind kind, const dev_options *opt, devic
 /* Drains every stream, then frees everything made on the device. NULL is a no-op. */
 void dev_destroy(device *dev);
 
+/* The GPUs the backend sees: 0 for the host backend, and for CUDA without a device or a build. AUTO counts
+ * CUDA's. Ranks of one host pick theirs from it (one each when there are enough). Thread-safe. */
+int dev_count(strata_backend_kind kind);
 /* The backend actually in use (never AUTO), and a name for messages: "host", "cuda:0 (NVIDIA H200)". */
 strata_backend_kind dev_kind(const device *dev);
 const char *dev_name(const device *dev);
@@ -208,6 +211,8 @@ typedef struct dev_ops {
 
     /* Usable here? detail as for dev_probe(). */
     strata_status (*probe)(char *detail, size_t len);
+    /* Devices this backend sees (may be NULL: none to count). */
+    int (*count)(void);
     /* The device's PCI bus id ("0000:17:00.0") into buf; false when it has none (host). May be NULL. */
     bool (*pci_bus_id)(dev_impl *d, char *buf, size_t len);
     /* Opens the device; name receives a name for messages. */

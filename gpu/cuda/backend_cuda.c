@@ -63,6 +63,12 @@ static strata_status select_device(const dev_impl *d)
 
 /* ---------------------------------------------------------------- device */
 
+static int cuda_count(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
 static strata_status cuda_probe(char *detail, size_t len)
 {
     int n = 0;
@@ -327,6 +333,7 @@ const dev_ops dev_ops_cuda = {
     .kind = STRATA_BACKEND_CUDA,
     .native_handles = true,
     .probe = cuda_probe,
+    .count = cuda_count,
     .pci_bus_id = cuda_pci_bus_id,
     .create = cuda_create,
     .destroy = cuda_destroy,

@@ -1,0 +1,331 @@
+/* The data-parallel world: the views of a stage and the step's collectives; see ranks.h. */
+#include "engine/ranks.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "engine/engine.h"
+
+struct rank_state {
+    tier_array grad_shard;     /* stage 1: this rank's reduce-scattered gradients, which the step reads */
+    tier_array param_shard;    /* stages 1, 2: the parameters the step updates, before they are all-gathered */
+    float *full, *shard;       /* scratch: one module's fp32 gradients, and this rank's part of them */
+    void *pbuf;                /* scratch: one module's parameters (NVMe and device tiers) */
+    uint64_t *flags;           /* scratch: one word per module */
+    uint64_t comm_bytes;       /* payload of the data collectives (see comm.h, Counting) */
+};
+
+void ranks_views(int zero_stage, reg_view *param, reg_view *opt, reg_view *grad)
+{
+    *param = zero_stage >= 3 ? REG_SHARD : REG_FULL;
+    *opt = zero_stage >= 1 ? REG_SHARD : REG_FULL;
+    *grad = zero_stage >= 2 ? REG_SHARD : REG_FULL;
+}
+
+bool ranks_grads_sharded_at_handoff(const strata_engine *e)
+{
+    return e->world > 1 && e->views.grad == REG_SHARD;
+}
+
+bool ranks_fetch_gathers(const strata_engine *e)
+{
+    return e->world > 1 && e->views.param == REG_SHARD;
+}
+
+static bool publishes(const strata_engine *e)
+{
+    return e->world > 1 && e->views.opt == REG_SHARD && e->views.param == REG_FULL;
+}
+
+strata_status ranks_create(strata_engine *e, rank_state **out)
+{
+    rank_state *rs = calloc(1, sizeof *rs);
+    if (!rs)
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the ranks");
+    *out = rs;
+    if (e->world == 1)
+        return STRATA_OK;
+    size_t big = registry_largest_module_numel(e->reg), nmods = registry_nmodules(e->reg);
+    size_t shards = registry_view_numel(e->reg, REG_SHARD), pb = e->tiers.param_bytes;
+    if (posix_memalign((void **)&rs->full, 4096, big * 4) || posix_memalign((void **)&rs->shard, 4096, big * 4) ||
+        posix_memalign(&rs->pbuf, 4096, big * pb) || !(rs->flags = calloc(nmods, sizeof *rs->flags)))
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the collectives' buffers "
+                       "(%zu elements of the largest module)", big);
+    if (e->views.opt == REG_SHARD && e->views.grad == REG_FULL)
+        ERR_CHECK(tarr_alloc(&rs->grad_shard, &e->tiers.env, e->tiers.grad_tier, shards, 4,
+                             "gradient store (this rank's shard)"));
+    if (publishes(e))
+        ERR_CHECK(tarr_alloc(&rs->param_shard, &e->tiers.env, STRATA_TIER_HOST, shards, pb,
+                             "parameters (this rank's shard)"));
+    return STRATA_OK;
+}
+
+void ranks_destroy(strata_engine *e, rank_state *rs)
+{
+    if (!rs)
+        return;
+    tarr_free(&rs->grad_shard, &e->tiers.env);
+    tarr_free(&rs->param_shard, &e->tiers.env);
+    free(rs->full);
+    free(rs->shard);
+    free(rs->pbuf);
+    free(rs->flags);
+    free(rs);
+}
+
+/* ---------------------------------------------------------------- finalize */
+
+/* What every rank must share, hashed: the settings that change the arithmetic or the layout. */
+typedef struct fingerprint {
+    int32_t status;
+    int32_t world;
+    uint64_t config, model;
+    uint64_t modules, params;
+    char msg[400];
+} fingerprint;
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+#define FNV_FIELD(h, x) ((h) = fnv((h), &(x), sizeof(x)))
+
+static uint64_t config_hash(const strata_config *c)
+{
+    uint64_t h = 1469598103934665603ull;
+    FNV_FIELD(h, c->zero_stage);
+    FNV_FIELD(h, c->offload_param.device);
+    FNV_FIELD(h, c->offload_optimizer.device);
+    FNV_FIELD(h, c->sub_group_size);
+    FNV_FIELD(h, c->param_persistence_threshold);
+    FNV_FIELD(h, c->optimizer);
+    FNV_FIELD(h, c->beta1);
+    FNV_FIELD(h, c->beta2);
+    FNV_FIELD(h, c->eps);
+    FNV_FIELD(h, c->weight_decay);
+    FNV_FIELD(h, c->bias_correction);
+    FNV_FIELD(h, c->param_dtype);
+    FNV_FIELD(h, c->loss_scale);
+    FNV_FIELD(h, c->initial_scale_power);
+    FNV_FIELD(h, c->loss_scale_window);
+    FNV_FIELD(h, c->hysteresis);
+    FNV_FIELD(h, c->min_loss_scale);
+    FNV_FIELD(h, c->gradient_clipping);
+    FNV_FIELD(h, c->delayed_update);
+    FNV_FIELD(h, c->delayed_warmup_steps);
+    return h;
+}
+
+static uint64_t model_hash(const registry *r)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < registry_nmodules(r); i++) {
+        const reg_module *m = registry_module(r, (strata_module_id)i);
+        h = fnv(h, m->name, strlen(m->name) + 1);
+        for (size_t j = 0; j < m->nparams; j++) {
+            const reg_param *p = registry_param(r, m->params[j]);
+            h = fnv(h, p->name, strlen(p->name) + 1);
+            FNV_FIELD(h, p->numel);
+        }
+    }
+    return h;
+}
+
+strata_status ranks_agree_finalize(strata_engine *e, strata_status local)
+{
+    if (e->world == 1)
+        return local;
+    char msg[ERR_MSG_BYTES];
+    snprintf(msg, sizeof msg, "%s", local != STRATA_OK ? err_last() : "");
+    fingerprint mine = {.status = (int32_t)local, .world = e->world, .config = config_hash(&e->cfg),
+                        .model = model_hash(e->reg), .modules = registry_nmodules(e->reg),
+                        .params = registry_nparams(e->reg)};
+    snprintf(mine.msg, sizeof mine.msg, "%s", msg);
+    fingerprint *all = calloc((size_t)e->world, sizeof *all);
+    if (!all)
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory");
+    strata_status st = comm_allgather(e->comm, &mine, all, sizeof mine, COMM_BYTE);
+    for (int r = 0; st == STRATA_OK && r < e->world; r++) {
+        const fingerprint *f = &all[r];
+        if (f->status != STRATA_OK)
+            st = r == e->rank ? err_set(local, "%s", msg)
+                              : err_set(STRATA_ECOMM, "strata_engine_finalize: rank %d of %d failed: %.*s", r,
+                                        e->world, (int)sizeof f->msg, f->msg);
+        else if (f->config != all[0].config)
+            st = err_set(STRATA_ECONFIG, "strata_engine_finalize: rank %d's config differs from rank 0's (ZeRO "
+                         "stage, offload devices, precision, optimizer, clipping or delayed update); every rank must "
+                         "train with the same config", r);
+        else if (f->model != all[0].model)
+            st = err_set(STRATA_ECONFIG, "strata_engine_finalize: rank %d's model differs from rank 0's (%llu modules "
+                         "and %llu parameters vs %llu and %llu, or a name or size differs); every rank must add the "
+                         "same modules and parameters in the same order", r, (unsigned long long)f->modules,
+                         (unsigned long long)f->params, (unsigned long long)all[0].modules,
+                         (unsigned long long)all[0].params);
+    }
+    free(all);
+    return st;
+}
+
+/* ---------------------------------------------------------------- the step */
+
+static strata_status write_back(strata_engine *e, tier_array *a, size_t off, size_t count, const void *buf)
+{
+    if (tarr_host_ptr(a, &e->tiers.env, off) == buf)
+        return STRATA_OK;
+    io_wait w;
+    io_wait_init(&w);
+    strata_status st = tarr_write(a, &e->tiers.env, off, count, buf, &w);
+    strata_status wst = io_wait_wait(&w);
+    io_wait_destroy(&w);
+    if (a->tier == STRATA_TIER_NVME)
+        atomic_fetch_add(&e->ctr.host_to_nvme, tarr_bytes(a, count));
+    return st != STRATA_OK ? st : wst;
+}
+
+/* Every rank learns which modules got gradients on any rank; a module only this rank did not touch gets zero
+ * gradients here, so every rank enters the same collectives with the same sizes. */
+static strata_status agree_touched(strata_engine *e, int grad_index, tier_array *store)
+{
+    rank_state *rs = e->ranks;
+    size_t n = registry_nmodules(e->reg);
+    const uint8_t *touched = grads_touched(e->grads, grad_index);
+    for (size_t i = 0; i < n; i++)
+        rs->flags[i] = touched[i];
+    ERR_CHECK(comm_allreduce(e->comm, rs->flags, n, COMM_U64, COMM_MAX));
+    for (size_t i = 0; i < n; i++) {
+        if (!rs->flags[i] || touched[i])
+            continue;
+        const reg_module *m = registry_module(e->reg, (strata_module_id)i);
+        size_t off = registry_view_offset(m, e->views.grad), count = registry_view_count(m, e->views.grad);
+        float *host = tarr_host_ptr(store, &e->tiers.env, off), *zeros = host ? host : rs->full;
+        memset(zeros, 0, count * 4);
+        ERR_CHECK(write_back(e, store, off, count, zeros));
+        grads_mark_touched(e->grads, grad_index, (strata_module_id)i);
+    }
+    return STRATA_OK;
+}
+
+/* One module's fp32 gradients from the full store: its host memory, or read into rs->full. */
+static strata_status module_grads(strata_engine *e, tier_array *store, const reg_module *m, float **out)
+{
+    *out = tarr_host_ptr(store, &e->tiers.env, m->offset);
+    if (*out)
+        return STRATA_OK;
+    io_wait w;
+    io_wait_init(&w);
+    strata_status st = tarr_read(store, &e->tiers.env, m->offset, m->numel, e->ranks->full, &w);
+    strata_status wst = io_wait_wait(&w);
+    io_wait_destroy(&w);
+    atomic_fetch_add(&e->ctr.nvme_to_host, m->numel * 4);
+    *out = e->ranks->full;
+    return st != STRATA_OK ? st : wst;
+}
+
+tier_array *ranks_step_grads(strata_engine *e, int grad_index)
+{
+    if (e->world > 1 && e->views.opt == REG_SHARD && e->views.grad == REG_FULL)
+        return &e->ranks->grad_shard;
+    return grads_store(e->grads, grad_index);
+}
+
+strata_status ranks_exchange_grads(strata_engine *e, int grad_index)
+{
+    rank_state *rs = e->ranks;
+    tier_array *store = grads_store(e->grads, grad_index);
+    if (e->world == 1)
+        return STRATA_OK;
+    ERR_CHECK(agree_touched(e, grad_index, store));
+    if (e->views.grad == REG_SHARD)
+        return STRATA_OK; /* reduce-scattered as they were handed over */
+    const uint8_t *touched = grads_touched(e->grads, grad_index);
+    for (size_t i = 0; i < registry_nmodules(e->reg); i++) {
+        const reg_module *m = registry_module(e->reg, (strata_module_id)i);
+        if (!touched[i])
+            continue;
+        float *g;
+        ERR_CHECK(module_grads(e, store, m, &g));
+        if (e->views.opt == REG_FULL) {
+            ERR_CHECK(comm_allreduce(e->comm, g, m->numel, COMM_F32, COMM_SUM));
+            rs->comm_bytes += 2 * m->numel * 4;
+            ERR_CHECK(write_back(e, store, m->offset, m->numel, g));
+        } else {
+            float *dst = tarr_host_ptr(&rs->grad_shard, &e->tiers.env, m->shard_offset);
+            ERR_CHECK(ranks_reduce_module(e, m, g, dst ? dst : rs->shard));
+            ERR_CHECK(write_back(e, &rs->grad_shard, m->shard_offset, m->shard_numel, dst ? dst : rs->shard));
+        }
+    }
+    return STRATA_OK;
+}
+
+strata_status ranks_sum_gradstats(strata_engine *e, double *sumsq, bool *nonfinite)
+{
+    if (e->world == 1)
+        return STRATA_OK;
+    double v[2] = {*sumsq, *nonfinite ? 1.0 : 0.0};
+    ERR_CHECK(comm_allreduce(e->comm, v, 2, COMM_F64, COMM_SUM));
+    *sumsq = v[0];
+    *nonfinite = v[1] > 0;
+    return STRATA_OK;
+}
+
+tier_array *ranks_step_params(strata_engine *e, int param_out)
+{
+    return publishes(e) ? &e->ranks->param_shard : &e->tiers.param[param_out];
+}
+
+strata_status ranks_publish_params(strata_engine *e, int param_out)
+{
+    if (!publishes(e))
+        return STRATA_OK;
+    rank_state *rs = e->ranks;
+    tier_array *dst = &e->tiers.param[param_out];
+    size_t pb = e->tiers.param_bytes;
+    for (size_t i = 0; i < registry_nmodules(e->reg); i++) {
+        const reg_module *m = registry_module(e->reg, (strata_module_id)i);
+        size_t slot = (size_t)e->rank * m->shard_numel * pb;
+        char *full = tarr_host_ptr(dst, &e->tiers.env, m->offset);
+        char *buf = full ? full : rs->pbuf;
+        memcpy(buf + slot, tarr_host_ptr(&rs->param_shard, &e->tiers.env, m->shard_offset), m->shard_numel * pb);
+        ERR_CHECK(comm_allgather(e->comm, buf + slot, buf, m->shard_numel * pb, COMM_BYTE));
+        rs->comm_bytes += m->numel * pb;
+        ERR_CHECK(write_back(e, dst, m->offset, m->numel, buf));
+    }
+    return STRATA_OK;
+}
+
+strata_status ranks_reduce_module(strata_engine *e, const reg_module *m, const float *full, float *shard)
+{
+    e->ranks->comm_bytes += m->numel * 4;
+    return comm_reduce_scatter(e->comm, full, shard, m->shard_numel, COMM_F32);
+}
+
+void ranks_handoff_buffers(rank_state *rs, float **full, float **shard)
+{
+    *full = rs->full;
+    *shard = rs->shard;
+}
+
+strata_status ranks_gather_module(strata_engine *e, const reg_module *m, void *dev)
+{
+    size_t bytes = m->shard_numel * e->tiers.param_bytes;
+    e->ranks->comm_bytes += m->numel * e->tiers.param_bytes;
+    return comm_dev_allgather(e->comm, e->dev, e->compute, (char *)dev + (size_t)e->rank * bytes, dev, bytes,
+                              COMM_BYTE);
+}
+
+uint64_t ranks_comm_bytes(const rank_state *rs)
+{
+    return rs ? rs->comm_bytes : 0;
+}
+
+void ranks_fail(strata_engine *e, strata_status st)
+{
+    if (e->world > 1 && st != STRATA_OK && st != STRATA_ECOMM)
+        comm_abort_world(e->comm, err_last());
+}
