@@ -48,7 +48,7 @@ typedef struct comm_req comm_req;
 typedef enum comm_dtype { COMM_BYTE, COMM_F32, COMM_F64, COMM_U64, COMM_I32 } comm_dtype;
 typedef enum comm_op { COMM_SUM, COMM_MAX, COMM_MIN } comm_op;
 
-/* Bytes of one element. */
+/* Bytes of one element; 0 for a value that is not a comm_dtype. */
 size_t comm_dtype_bytes(comm_dtype dt);
 
 /* ---------------------------------------------------------------- making a comm */
@@ -69,6 +69,10 @@ strata_status comm_create_from_env(comm **out);
  * strata was built without NCCL, dev is not a CUDA device, or c is not an MPI comm of size > 1 and
  * nccl_comm is NULL (world 1 needs no NCCL); NCCL's own error otherwise (two ranks on one GPU). */
 strata_status comm_attach_nccl(comm *c, device *dev, void *nccl_comm);
+/* Frees what the comm made on dev (staging stream and pinned buffers, an NCCL communicator it made): call it
+ * before dev_destroy(dev) when the comm outlives the device, as it outlives an engine. Waits for the
+ * collectives queued before it. NULL comm or dev is a no-op. */
+void comm_detach_device(comm *c, device *dev);
 /* Drains the queue, frees the comm (and finalises MPI if comm_create_from_env initialised it).
  * NULL is a no-op. */
 void comm_destroy(comm *c);
@@ -94,6 +98,9 @@ void comm_abort_world(comm *c, const char *why);
 
 /* In place over count elements; every rank gets the result. */
 strata_status comm_allreduce(comm *c, void *buf, size_t count, comm_dtype dt, comm_op op);
+/* As comm_allreduce, not counted in comm_bytes: the engine's scalar checks (overflow flag, clipping norm,
+ * config agreement), which Counting leaves out. */
+strata_status comm_allreduce_uncounted(comm *c, void *buf, size_t count, comm_dtype dt, comm_op op);
 /* send holds size * recv_count elements; rank r receives the sum of every rank's block r. */
 strata_status comm_reduce_scatter(comm *c, const void *send, void *recv, size_t recv_count, comm_dtype dt);
 /* recv receives size blocks of send_count elements, block r from rank r. In place when
