@@ -93,10 +93,10 @@ STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_e
     return create(cfg, NULL, NULL, out);
 }
 
-STRATA_API strata_status strata_engine_create_ranked(const strata_config *cfg, strata_comm *comm, void *nccl_comm,
+STRATA_API strata_status strata_engine_create_ranked(const strata_config *cfg, strata_comm *world, void *nccl_comm,
                                                      strata_engine **out)
 {
-    return create(cfg, comm, nccl_comm, out);
+    return create(cfg, world, nccl_comm, out);
 }
 
 strata_status engine_require_finalized(strata_engine *e, const char *what)

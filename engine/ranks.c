@@ -146,7 +146,7 @@ strata_status ranks_agree_finalize(strata_engine *e, strata_status local)
     fingerprint mine = {.status = (int32_t)local, .world = e->world, .config = config_hash(&e->cfg),
                         .model = model_hash(e->reg), .modules = registry_nmodules(e->reg),
                         .params = registry_nparams(e->reg)};
-    snprintf(mine.msg, sizeof mine.msg, "%s", msg);
+    snprintf(mine.msg, sizeof mine.msg, "%.399s", msg);
     fingerprint *all = calloc((size_t)e->world, sizeof *all);
     if (!all)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory");
