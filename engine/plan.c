@@ -86,17 +86,31 @@ static void add(plan *p, const char *what, strata_tier tier, size_t bytes, bool 
         p->pinned_pool_bytes += bytes;
 }
 
+void plan_class_numel(const plan_input *in, size_t *param_numel, size_t *grad_numel, size_t *opt_numel)
+{
+    size_t n = in->total_numel, shard = n;
+    if (in->world_size > 1)
+        shard = in->shard_numel ? in->shard_numel
+                                : align_up((n + (size_t)in->world_size - 1) / (size_t)in->world_size, PLAN_MODULE_ALIGN);
+    *opt_numel = in->zero_stage >= 1 ? shard : n;
+    *grad_numel = in->zero_stage >= 2 ? shard : n;
+    *param_numel = in->zero_stage >= 3 ? shard : n;
+}
+
 void plan_compute(const plan_input *in, plan *p)
 {
     *p = (plan){0};
     size_t n = in->total_numel, big = in->largest_module_numel * in->param_bytes;
     size_t nparam = in->delayed ? 2 : 1, ngrad = in->delayed ? 2 : 1;
-    size_t sg = MIN(in->sub_group_numel, n);
+    size_t np, ng, no;
+    plan_class_numel(in, &np, &ng, &no);
+    /* The optimizer walks only this rank's slice, so its sub-groups are cut from that. */
+    size_t sg = MIN(in->sub_group_numel, no);
 
     add(p, in->delayed ? "parameters (2 copies: delayed update)" : "parameters", in->param_tier,
-        n * in->param_bytes * nparam, false);
-    add(p, "master weights + Adam moments (fp32)", in->opt_tier, n * 12, false);
-    add(p, in->delayed ? "gradient stores (2, fp32)" : "gradient store (fp32)", in->grad_tier, n * 4 * ngrad, false);
+        np * in->param_bytes * nparam, false);
+    add(p, "master weights + Adam moments (fp32)", in->opt_tier, no * 12, false);
+    add(p, in->delayed ? "gradient stores (2, fp32)" : "gradient store (fp32)", in->grad_tier, ng * 4 * ngrad, false);
 
     /* On the device: the modules the trainer holds and the prefetch window (when parameters are
      * not resident anyway), and one module's gradient buffers. */
@@ -125,7 +139,8 @@ void plan_compute(const plan_input *in, plan *p)
     add(p, "pinned: optimizer slots (" PLAN_STR(STEP_SLOTS) ") + parameter staging (2)", STRATA_TIER_HOST, part[3], true);
 }
 
-static strata_status over(const plan *p, strata_tier tier, size_t budget, const char *knob, const char *hint)
+static strata_status over(const plan *p, strata_tier tier, size_t budget, const plan_input *in, const char *knob,
+                          const char *hint)
 {
     char need[32], allow[32], lines[768];
     size_t used = 0;
@@ -137,9 +152,15 @@ static strata_status over(const plan *p, strata_tier tier, size_t budget, const 
         used += (size_t)snprintf(lines + used, sizeof lines - used, "%s%s %s", used ? ", " : "", p->lines[i].what,
                                  size_format(p->lines[i].bytes, b, sizeof b));
     }
-    return err_set(STRATA_EBUDGET, "%s budget exceeded: the plan needs %s (%s) but %s allows %s; %s", strata_tier_name(tier),
-                   size_format(p->tier_bytes[tier], need, sizeof need), lines, knob,
-                   size_format(budget, allow, sizeof allow), hint);
+    /* In a world of ranks every rank checks its own plan against its own budgets; say so, since the
+     * numbers are one rank's share, not the model's. */
+    char world[96] = "";
+    if (in->world_size > 1)
+        snprintf(world, sizeof world, " (budgets and plan are per rank, in a world of %d at ZeRO stage %d)",
+                 in->world_size, in->zero_stage);
+    return err_set(STRATA_EBUDGET, "%s budget exceeded: the plan needs %s (%s) but %s allows %s; %s%s",
+                   strata_tier_name(tier), size_format(p->tier_bytes[tier], need, sizeof need), lines, knob,
+                   size_format(budget, allow, sizeof allow), hint, world);
 }
 
 strata_status plan_check(const plan *p, const plan_input *in, size_t device_budget, size_t host_budget)
@@ -153,13 +174,13 @@ strata_status plan_check(const plan *p, const plan_input *in, size_t device_budg
                        size_format(in->max_live_bytes, a, sizeof a), size_format(2 * big, b, sizeof b));
     }
     if (p->tier_bytes[STRATA_TIER_DEVICE] > device_budget)
-        return over(p, STRATA_TIER_DEVICE, device_budget, "strata.device_budget_bytes",
+        return over(p, STRATA_TIER_DEVICE, device_budget, in, "strata.device_budget_bytes",
                     in->param_tier == STRATA_TIER_DEVICE
                         ? "raise strata.device_budget_bytes, or set zero_optimization.offload_param.device to \"cpu\" "
                           "or \"nvme\""
                         : "raise strata.device_budget_bytes or lower zero_optimization.stage3_prefetch_bucket_size");
     if (p->tier_bytes[STRATA_TIER_HOST] > host_budget)
-        return over(p, STRATA_TIER_HOST, host_budget, "strata.host_budget_bytes",
+        return over(p, STRATA_TIER_HOST, host_budget, in, "strata.host_budget_bytes",
                     "raise strata.host_budget_bytes, move state to NVMe (offload_optimizer.device / "
                     "offload_param.device = \"nvme\"), or lower zero_optimization.sub_group_size");
     return STRATA_OK;

@@ -22,6 +22,14 @@ typedef struct plan_input {
     size_t sub_group_numel;
     size_t prefetch_bytes, max_live_bytes;
     size_t activation_bytes;       /* reserved for the trainer's strata_device_alloc */
+    /* A data-parallel world: the plan is then per rank. world_size 0 means 1 (callers from before ranks).
+     * From zero_stage 1 the optimizer state, from 2 also the gradient store, from 3 also the parameters'
+     * home hold only shard_numel elements: this rank's slice of the flat partition, summed over modules
+     * (0 = align_up(ceil(total_numel / world_size), PLAN_MODULE_ALIGN)). The device still holds whole
+     * modules while they are fetched, so the largest module and the prefetch window stay whole. */
+    int world_size;
+    int zero_stage;
+    size_t shard_numel;
 } plan_input;
 
 typedef struct plan_line {
@@ -61,6 +69,9 @@ void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch
 #define PLAN_MODULE_ALIGN ((size_t)4096)
 size_t plan_module_layout(const size_t *param_numel, size_t nparams, size_t *offsets, size_t *used_numel);
 
+/* The elements of each state class this rank keeps under in (the whole partition for one rank). */
+void plan_class_numel(const plan_input *in, size_t *param_numel, size_t *grad_numel, size_t *opt_numel);
+
 void plan_compute(const plan_input *in, plan *out);
 
 /* With gradients_on_nvme auto and the optimizer state on NVMe: keeps in->grad_tier on the host when the plan's
@@ -68,7 +79,7 @@ void plan_compute(const plan_input *in, plan *out);
 void plan_choose_grad_tier(const strata_config *cfg, plan_input *in, size_t host_budget, plan *out);
 
 /* STRATA_EBUDGET naming the tier, what the plan needs line by line, what is allowed and the knob
- * to change; STRATA_OK when every tier fits. device_budget/host_budget in bytes. */
+ * to change; STRATA_OK when every tier fits. device_budget/host_budget in bytes, per rank. */
 strata_status plan_check(const plan *p, const plan_input *in, size_t device_budget, size_t host_budget);
 
 /* The host budget a config means (0 = 3/4 of physical memory). */

@@ -7,8 +7,10 @@
 #include "base/size.h"
 #include "base/util.h"
 #include "engine/plan.h"
+#include "engine/plan_ranks.h"
 #include "strata.h"
 #include "tools/cli.h"
+#include "tools/estimate_ranks.h"
 #include "tools/gpt_shape.h"
 
 static void usage(FILE *out)
@@ -19,7 +21,7 @@ static void usage(FILE *out)
             "Prints how many bytes each tier (device, host, NVMe) needs to train a GPT-style model with the\n"
             "config, with the largest module and the prefetch window in flight, and whether the budgets hold it.\n"
             "Nothing is allocated. Presets: %s (default 1.5B).\n"
-            "SIZE takes bytes or strings like 2GiB.\n", gpt_preset_names());
+            "SIZE takes bytes or strings like 2GiB.\n\n%s", gpt_preset_names(), estimate_ranks_usage);
 }
 
 static bool parse_int(const char *flag, const char *text, int *out)
@@ -63,13 +65,23 @@ int cmd_estimate(int argc, char **argv)
     strata_config cfg;
     strata_config_init(&cfg);
     size_t dev_budget = 0, host_budget = 0;
+    estimate_ranks ranks = ESTIMATE_RANKS_INIT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--json") == 0) {
+            estimate_ranks_option(&ranks, a, NULL);
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "strata estimate: %s needs a value (see --help)\n", a);
             return CLI_EXIT_USAGE;
         }
         i++;
+        int taken = estimate_ranks_option(&ranks, a, v);
+        if (taken < 0)
+            return CLI_EXIT_USAGE;
+        if (taken)
+            continue;
         if (strcmp(a, "--model") == 0) {
             if (!(shape = gpt_preset(v))) {
                 fprintf(stderr, "strata estimate: --model \"%s\" is not a preset; allowed: %s\n", v, gpt_preset_names());
@@ -99,7 +111,7 @@ int cmd_estimate(int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
     }
-    if (shape == &custom && (!custom.layers || !custom.hidden)) {
+    if (!ranks.params && shape == &custom && (!custom.layers || !custom.hidden)) {
         fprintf(stderr, "strata estimate: a custom model needs --layers and --hidden\n");
         return CLI_EXIT_USAGE;
     }
@@ -107,27 +119,46 @@ int cmd_estimate(int argc, char **argv)
         cfg.device_budget_bytes = dev_budget;
     if (host_budget)
         cfg.host_budget_bytes = host_budget;
+    if (!estimate_ranks_settle(&ranks, &cfg))
+        return CLI_EXIT_USAGE;
 
     plan_input in = {.param_bytes = strata_dtype_bytes(cfg.param_dtype), .delayed = cfg.delayed_update,
                      .sub_group_numel = align_up(cfg.sub_group_size, PLAN_MODULE_ALIGN),
-                     .activation_bytes = cfg.activation_bytes};
+                     .activation_bytes = cfg.activation_bytes, .world_size = ranks.world_size,
+                     .zero_stage = ranks.zero_stage};
     plan_tiers(&cfg, &in.param_tier, &in.opt_tier, &in.grad_tier);
     plan_windows(&cfg, in.param_bytes, &in.prefetch_bytes, &in.max_live_bytes);
-    for (int m = 0; m < gpt_module_count(shape); m++) {
-        size_t sizes[16];
-        int n = gpt_module_params(shape, m, sizes);
+    /* Each module is partitioned on its own (a rank owns a slice of every module, so a fetch gathers one
+     * module), so this rank's shard is the sum of its module slices; a bare count is one module. */
+    int nmodules = ranks.params ? 1 : gpt_module_count(shape);
+    for (int m = 0; m < nmodules; m++) {
+        size_t sizes[16] = {ranks.params};
+        int n = ranks.params ? 1 : gpt_module_params(shape, m, sizes);
         size_t numel = plan_module_layout(sizes, (size_t)n, NULL, NULL);
         in.total_numel += numel;
+        in.shard_numel += align_up(plan_rank_slice_numel(numel, ranks.world_size), PLAN_MODULE_ALIGN);
         in.largest_module_numel = MAX(in.largest_module_numel, numel);
     }
     plan p;
     plan_choose_grad_tier(&cfg, &in, plan_host_budget(&cfg), &p);
+    size_t psi = ranks.params ? ranks.params : gpt_param_count(shape);
+    int seq = shape == &custom || ranks.params ? custom.seq : shape->seq;
+    if (ranks.json) {
+        estimate_ranks_print(&ranks, &cfg, &in, &p, psi, seq);
+        return CLI_EXIT_OK;
+    }
 
     char b1[32], b2[32], b3[32];
-    double count = (double)gpt_param_count(shape);
-    printf("model   gpt %s: %d layers, hidden %d, vocab %d, seq %d: %.3g%s parameters (%zu elements padded)\n",
-           shape->name, shape->layers, shape->hidden, shape->vocab, shape->seq,
-           count >= 1e9 ? count / 1e9 : count / 1e6, count >= 1e9 ? " billion" : " million", in.total_numel);
+    double count = (double)psi;
+    if (ranks.active)
+        printf("world   %d rank%s at ZeRO stage %d: every number below is per rank; no ranks are started\n",
+               ranks.world_size, ranks.world_size == 1 ? "" : "s", ranks.zero_stage);
+    if (ranks.params)
+        printf("model   %zu parameters as one module (%zu elements padded)\n", psi, in.total_numel);
+    else
+        printf("model   gpt %s: %d layers, hidden %d, vocab %d, seq %d: %.3g%s parameters (%zu elements padded)\n",
+               shape->name, shape->layers, shape->hidden, shape->vocab, shape->seq,
+               count >= 1e9 ? count / 1e9 : count / 1e6, count >= 1e9 ? " billion" : " million", in.total_numel);
     printf("tiers   parameters %s (%s), optimizer state %s, gradients %s; largest module %zu elements\n\n",
            strata_tier_name(in.param_tier), strata_dtype_name(cfg.param_dtype),
            strata_tier_name(in.opt_tier), strata_tier_name(in.grad_tier), in.largest_module_numel);
@@ -143,6 +174,8 @@ int cmd_estimate(int argc, char **argv)
                known ? size_format(budgets[t], b3, sizeof b3) : t == 0 ? "all free" : "unknown",
                !known ? "-" : p.tier_bytes[t] <= budgets[t] ? "yes" : "NO");
     }
+    if (ranks.active)
+        estimate_ranks_print(&ranks, &cfg, &in, &p, psi, seq);
     if (cfg.device_budget_bytes) {
         strata_status st = plan_check(&p, &in, cfg.device_budget_bytes, plan_host_budget(&cfg));
         if (st != STRATA_OK) {

@@ -1,0 +1,254 @@
+#include "tools/estimate_ranks.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/plan_ranks.h"
+#include "tools/estimate_bandwidth.h"
+
+const char estimate_ranks_usage[] =
+    "A data-parallel world (per-rank numbers; no ranks are started):\n"
+    "  --world-size N   ranks, 1..1000000 (default 1)     --stage S   ZeRO stage 0..3 (default: the config's)\n"
+    "  --params COUNT   a bare parameter count instead of a shape: 7.5e9, 7.5B, 125M, 350000000\n"
+    "  --grad-accum K   micro-batches per optimizer step (default 1)\n"
+    "  --link-gbps G    interconnect bandwidth per rank in Gbit/s (8 Gbit/s = 1 GB/s); enables the bandwidth\n"
+    "                   analysis; --nvme-gbps, --pcie-gbps (Gbit/s too) add those links to it\n"
+    "  --tflops T       achieved compute per rank, TFLOP/s (default 70)\n"
+    "  --tokens N       tokens per rank per micro-batch (default --batch x the shape's seq; --batch default 1)\n"
+    "  --json           one JSON object with the same numbers\n";
+
+/* A count like 7.5e9, 7.5B, 125M, 4K or 350000000 into *out; false when it is not one or not whole. */
+static bool parse_count(const char *text, double max, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || errno)
+        return false;
+    const char *suffixes = "KMBT";
+    if (*end && end[1] == '\0' && strchr(suffixes, *end))
+        v *= pow(1e3, (double)(strchr(suffixes, *end) - suffixes + 1));
+    else if (*end)
+        return false;
+    if (!(v >= 1 && v <= max) || fabs(v - round(v)) > 1e-6 * v)
+        return false;
+    *out = (size_t)llround(v);
+    return true;
+}
+
+static bool parse_rate(const char *text, double *out)
+{
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !(v > 0 && v <= 1e6))
+        return false;
+    *out = v;
+    return true;
+}
+
+int estimate_ranks_option(estimate_ranks *r, const char *flag, const char *v)
+{
+    static const struct {
+        const char *flag;
+        double min, max;
+        const char *hint;
+    } ints[] = {
+        {"--world-size", 1, 1000000, "the number of data-parallel ranks to plan for, e.g. --world-size 64"},
+        {"--stage", 0, 3, "ZeRO stages: 0 replicated, 1 partitions the optimizer state, 2 also the gradients, "
+                          "3 also the parameters"},
+        {"--grad-accum", 1, 1000000, "micro-batches per optimizer step"},
+        {"--batch", 1, 1000000, "sequences per rank per micro-batch"},
+        {"--tokens", 1, 1e12, "tokens per rank per micro-batch (batch x sequence length)"},
+        {"--params", 1, 1e15, "write a parameter count like 7.5e9, 7.5B, 125M or 350000000"},
+    };
+    if (strcmp(flag, "--json") == 0) {
+        r->json = r->active = true;
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (strcmp(flag, ints[i].flag) != 0)
+            continue;
+        size_t n;
+        bool count = i >= 4; /* --tokens and --params take 7.5B-style counts */
+        char *end;
+        long long w = strtoll(v, &end, 10);
+        bool ok = count ? parse_count(v, ints[i].max, &n) : *end == '\0' && end != v && w >= ints[i].min && w <= ints[i].max;
+        if (!ok) {
+            fprintf(stderr, "strata estimate: %s \"%s\" is not a whole number in [%.0f, %.0f]; %s\n", flag, v,
+                    ints[i].min, ints[i].max, ints[i].hint);
+            return -1;
+        }
+        int *fields[] = {&r->world_size, &r->zero_stage, &r->grad_accum, &r->batch};
+        if (i < 4)
+            *fields[i] = (int)w;
+        else
+            *(i == 4 ? &r->tokens : &r->params) = n;
+        r->active = true;
+        return 1;
+    }
+    const char *rates[] = {"--tflops", "--link-gbps", "--nvme-gbps", "--pcie-gbps"};
+    double *rate_fields[] = {&r->tflops, &r->link_gbps, &r->nvme_gbps, &r->pcie_gbps};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+        if (strcmp(flag, rates[i]) != 0)
+            continue;
+        if (!parse_rate(v, rate_fields[i])) {
+            fprintf(stderr, "strata estimate: %s \"%s\" is not a rate in (0, 1000000]; %s\n", flag, v,
+                    i == 0 ? "achieved TFLOP/s per rank, e.g. 70" : "Gbit/s per rank, e.g. 100 (8 Gbit/s = 1 GB/s)");
+            return -1;
+        }
+        r->active = true;
+        return 1;
+    }
+    return 0;
+}
+
+bool estimate_ranks_settle(estimate_ranks *r, const strata_config *cfg)
+{
+    if (r->zero_stage < 0)
+        r->zero_stage = cfg->zero_stage;
+    if (cfg->offload_param.device != STRATA_TIER_DEVICE && r->zero_stage != 3) {
+        fprintf(stderr, "strata estimate: --stage %d with zero_optimization.offload_param.device = \"%s\": parameters "
+                "are only offloaded when they are partitioned (stage 3); use --stage 3 or keep parameters on the "
+                "device\n", r->zero_stage, cfg->offload_param.device == STRATA_TIER_NVME ? "nvme" : "cpu");
+        return false;
+    }
+    return true;
+}
+
+/* Everything the world's blocks print, computed once so the table and the JSON cannot disagree. */
+typedef struct world_numbers {
+    plan_model_states states[4]; /* per stage */
+    plan_comm comm;
+    plan_traffic traffic;
+    size_t tokens;
+    bw_analysis bw;
+} world_numbers;
+
+static void compute(const estimate_ranks *r, const plan_input *in, size_t numel, int seq, world_numbers *w)
+{
+    for (int s = 0; s < 4; s++)
+        plan_model_states_per_rank(numel, r->world_size, s, &w->states[s]);
+    plan_comm_per_step(numel, r->world_size, r->zero_stage, r->grad_accum, in->param_bytes, &w->comm);
+    size_t np, ng, no;
+    plan_class_numel(in, &np, &ng, &no);
+    plan_traffic_per_step(in->total_numel, no, r->zero_stage, r->grad_accum, in->param_bytes, in->param_tier,
+                          in->opt_tier, in->grad_tier, &w->traffic);
+    w->tokens = r->tokens ? r->tokens : (size_t)r->batch * (size_t)seq;
+    /* Training a transformer costs about 6 flops per parameter per token (2 forward, 4 backward); strata's
+     * trainer does not recompute activations, so there is no 8th. */
+    double flops = 6.0 * (double)numel * (double)w->tokens * r->grad_accum;
+    const plan_traffic *t = &w->traffic;
+    double bytes[BW_NLINKS] = {(double)(w->comm.reduce_scatter_bytes + w->comm.all_gather_bytes),
+                               (double)(t->nvme_read_bytes + t->nvme_write_bytes),
+                               (double)(t->host_to_device_bytes + t->device_to_host_bytes)};
+    double gbps[BW_NLINKS] = {r->link_gbps, r->nvme_gbps, r->pcie_gbps};
+    estimate_bandwidth_analyze(flops, r->tflops * 1e12, bytes, gbps, &w->bw);
+}
+
+static void print_json(const estimate_ranks *r, const plan *p, size_t numel, const world_numbers *w)
+{
+    const plan_model_states *m = &w->states[r->zero_stage];
+    const plan_comm *c = &w->comm;
+    const plan_traffic *t = &w->traffic;
+    json_t *lines = json_array();
+    for (int i = 0; i < p->nlines; i++)
+        json_array_append_new(lines, json_pack("{s:s, s:s, s:I}", "what", p->lines[i].what, "tier",
+                                               strata_tier_name(p->lines[i].tier), "bytes", (json_int_t)p->lines[i].bytes));
+    json_t *o = json_pack(
+        "{s:I, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}, s:o,"
+        " s:{s:I, s:I, s:I, s:I}}",
+        "params", (json_int_t)numel, "world_size", r->world_size, "zero_stage", r->zero_stage, "grad_accum",
+        (json_int_t)r->grad_accum, "model_states_per_rank_bytes", (json_int_t)m->total_bytes, "params_per_rank_bytes",
+        (json_int_t)m->params_bytes, "grads_per_rank_bytes", (json_int_t)m->grads_bytes, "optimizer_per_rank_bytes",
+        (json_int_t)m->optimizer_bytes, "model_states_per_rank_gb", (double)m->total_bytes / 1e9,
+        "comm_elements_per_step", (json_int_t)(c->reduce_scatter_elements + c->all_gather_elements),
+        "comm_bytes_per_step", (json_int_t)(c->reduce_scatter_bytes + c->all_gather_bytes),
+        "reduce_scatter_elements_per_step", (json_int_t)c->reduce_scatter_elements, "all_gather_elements_per_step",
+        (json_int_t)c->all_gather_elements, "reduce_scatter_bytes_per_step", (json_int_t)c->reduce_scatter_bytes,
+        "all_gather_bytes_per_step", (json_int_t)c->all_gather_bytes, "tier_bytes", "device",
+        (json_int_t)p->tier_bytes[STRATA_TIER_DEVICE], "host", (json_int_t)p->tier_bytes[STRATA_TIER_HOST], "nvme",
+        (json_int_t)p->tier_bytes[STRATA_TIER_NVME], "plan_lines", lines, "offload_bytes_per_step", "nvme_read",
+        (json_int_t)t->nvme_read_bytes, "nvme_write", (json_int_t)t->nvme_write_bytes, "host_to_device",
+        (json_int_t)t->host_to_device_bytes, "device_to_host", (json_int_t)t->device_to_host_bytes);
+    if (r->link_gbps > 0) {
+        const bw_analysis *b = &w->bw;
+        json_object_set_new(o, "tokens_per_micro_batch", json_integer((json_int_t)w->tokens));
+        json_object_set_new(o, "flops_per_step", json_real(b->flops));
+        json_object_set_new(o, "compute_time_s", json_real(b->compute_s));
+        json_object_set_new(o, "comm_time_s", json_real(b->links[BW_LINK].time_s));
+        json_object_set_new(o, "nvme_time_s", json_real(b->links[BW_NVME].time_s));
+        json_object_set_new(o, "pcie_time_s", json_real(b->links[BW_PCIE].time_s));
+        json_object_set_new(o, "step_time_lower_bound_s", json_real(b->lower_bound_s));
+        json_object_set_new(o, "step_time_no_overlap_s", json_real(b->no_overlap_s));
+        json_object_set_new(o, "efficiency", json_real(b->efficiency));
+        json_object_set_new(o, "efficiency_no_overlap", json_real(b->efficiency_no_overlap));
+        json_object_set_new(o, "link_ait_flop_per_byte", json_real(b->links[BW_LINK].ait_flop_per_byte));
+        json_object_set_new(o, "link_efficiency_ait", json_real(b->links[BW_LINK].efficiency_alone));
+    }
+    json_dumpf(o, stdout, JSON_INDENT(2));
+    printf("\n");
+    json_decref(o);
+}
+
+static void print_table(const estimate_ranks *r, const strata_config *cfg, size_t numel, const world_numbers *w)
+{
+    static const char *parts[4] = {"nothing (replicated)", "optimizer state", "+ gradients", "+ parameters"};
+    printf("\nZeRO model states per rank: %zu parameters, %d ranks, mixed precision + Adam (2 + 2 + K = 12 bytes)\n",
+           numel, r->world_size);
+    printf("%-6s %-21s %16s %16s %16s %16s %8s\n", "STAGE", "PARTITIONED", "PARAMS_BYTES", "GRADS_BYTES",
+           "OPTIMIZER_BYTES", "PER_RANK_BYTES", "GB");
+    for (int s = 0; s < 4; s++) {
+        const plan_model_states *m = &w->states[s];
+        printf("%d%-5s %-21s %16zu %16zu %16zu %16zu %8.1f\n", s, s == r->zero_stage ? " *" : "", parts[s],
+               m->params_bytes, m->grads_bytes, m->optimizer_bytes, m->total_bytes, (double)m->total_bytes / 1e9);
+    }
+    const plan_comm *c = &w->comm;
+    double psi = (double)numel;
+    printf("\nCOMMUNICATION per rank per step, stage %d, %d micro-batch%s per step\n", r->zero_stage, r->grad_accum,
+           r->grad_accum == 1 ? "" : "es");
+    printf("%-28s %20s %8s %20s\n", "COLLECTIVE", "ELEMENTS", "x PARAMS", "BYTES");
+    printf("%-28s %20zu %7.2fΨ %20zu\n", "reduce-scatter (fp32)", c->reduce_scatter_elements,
+           (double)c->reduce_scatter_elements / psi, c->reduce_scatter_bytes);
+    char ag[40];
+    snprintf(ag, sizeof ag, "all-gather (%s)", r->zero_stage == 0 ? "fp32" : strata_dtype_name(cfg->param_dtype));
+    printf("%-28s %20zu %7.2fΨ %20zu\n", ag, c->all_gather_elements, (double)c->all_gather_elements / psi,
+           c->all_gather_bytes);
+    size_t ce = c->reduce_scatter_elements + c->all_gather_elements;
+    printf("%-28s %20zu %7.2fΨ %20zu\n", "total", ce, (double)ce / psi, c->reduce_scatter_bytes + c->all_gather_bytes);
+
+    const plan_traffic *t = &w->traffic;
+    printf("\n%-28s %20s\n", "OFFLOAD per rank per step", "BYTES");
+    printf("%-28s %20zu\n%-28s %20zu\n%-28s %20zu\n%-28s %20zu\n", "nvme read", t->nvme_read_bytes, "nvme write",
+           t->nvme_write_bytes, "host -> device", t->host_to_device_bytes, "device -> host", t->device_to_host_bytes);
+    if (r->link_gbps <= 0)
+        return;
+    const bw_analysis *b = &w->bw;
+    printf("\nBANDWIDTH (ZeRO-Infinity): %.4g flops per step per rank = 6 x params x %zu tokens x %d micro-batch%s "
+           "at %.4g TFLOP/s\n", b->flops, w->tokens, r->grad_accum, r->grad_accum == 1 ? "" : "es", r->tflops);
+    printf("%-28s %14s %12s %14s %12s\n", "WHAT", "BYTES", "GBIT/S", "SECONDS", "EFF (AIT)");
+    printf("%-28s %14s %12s %14.4f %12s\n", "compute", "-", "-", b->compute_s, "-");
+    for (int i = 0; i < BW_NLINKS; i++) {
+        const bw_link *l = &b->links[i];
+        if (l->bytes_per_s > 0)
+            printf("%-28s %14.4g %12.4g %14.4f %12.3f\n", l->name, l->bytes, l->bytes_per_s * 8 / 1e9, l->time_s,
+                   l->efficiency_alone);
+    }
+    printf("%-28s %14s %12s %14.4f %12.3f\n", "step, perfect overlap (max)", "", "", b->lower_bound_s, b->efficiency);
+    printf("%-28s %14s %12s %14.4f %12.3f\n", "step, no overlap (sum)", "", "", b->no_overlap_s,
+           b->efficiency_no_overlap);
+}
+
+void estimate_ranks_print(const estimate_ranks *r, const strata_config *cfg, const plan_input *in, const plan *p,
+                          size_t numel, int seq)
+{
+    world_numbers w;
+    compute(r, in, numel, seq, &w);
+    if (r->json)
+        print_json(r, p, numel, &w);
+    else
+        print_table(r, cfg, numel, &w);
+}

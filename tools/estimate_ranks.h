@@ -1,0 +1,44 @@
+/* `strata estimate` for a data-parallel world: the options that describe it (--world-size, --stage,
+ * --params, --grad-accum, and the rates of the bandwidth analysis) and what it prints per rank: the ZeRO
+ * paper's model-state accounting, strata's own plan, the communication and offload traffic per step, and
+ * ZeRO-Infinity's step-time bound. No ranks are started. */
+#ifndef STRATA_TOOLS_ESTIMATE_RANKS_H
+#define STRATA_TOOLS_ESTIMATE_RANKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/plan.h"
+#include "strata.h"
+
+typedef struct estimate_ranks {
+    bool active;          /* any of the options below was given: print the world's blocks */
+    bool json;
+    int world_size;       /* 1 unless --world-size */
+    int zero_stage;       /* -1 until --stage; then the config's zero_optimization.stage */
+    int grad_accum;       /* micro-batches per optimizer step */
+    size_t params;        /* --params: a bare parameter count (one module), 0 = the model shape's */
+    int batch;            /* sequences per rank per micro-batch */
+    size_t tokens;        /* --tokens per rank per micro-batch; 0 = batch x the shape's seq */
+    double tflops;        /* achieved compute per rank, TFLOP/s */
+    double link_gbps, nvme_gbps, pcie_gbps; /* Gbit/s (10^9 bits per second); 0 = not given */
+} estimate_ranks;
+
+#define ESTIMATE_RANKS_INIT {.world_size = 1, .zero_stage = -1, .grad_accum = 1, .batch = 1, .tflops = 70}
+
+/* The usage lines of these options. */
+extern const char estimate_ranks_usage[];
+
+/* Takes flag and its value when they are one of these options: 1 taken, 0 not one of them, -1 a bad value
+ * (the message, naming flag, value, range and a hint, is on stderr). --json takes no value: pass NULL. */
+int estimate_ranks_option(estimate_ranks *r, const char *flag, const char *value);
+
+/* Fills what the config leaves to the world (the stage) and checks the two agree; false with a message. */
+bool estimate_ranks_settle(estimate_ranks *r, const strata_config *cfg);
+
+/* Prints the world's blocks after the plan p of input in (already per rank); numel is Ψ, the unpadded
+ * parameter count; seq the shape's sequence length. With r->json one JSON object instead. */
+void estimate_ranks_print(const estimate_ranks *r, const strata_config *cfg, const plan_input *in, const plan *p,
+                          size_t numel, int seq);
+
+#endif
