@@ -31,6 +31,9 @@ static void plan_input_of(const strata_engine *e, plan_input *in)
         .prefetch_bytes = prefetch_bytes,
         .max_live_bytes = max_live_bytes,
         .activation_bytes = e->cfg.activation_bytes,
+        .world_size = e->world,
+        .zero_stage = e->cfg.zero_stage,
+        .shard_numel = registry_view_numel(e->reg, REG_SHARD),
     };
 }
 
