@@ -262,10 +262,13 @@ STRATA_API void *strata_grad_data(strata_engine *e, strata_param_id param)
     if (!b->dev) {
         size_t bytes = m->numel * e->tiers.param_bytes;
         while ((st = dev_alloc(e->dev, bytes, &b->dev)) == STRATA_EBUDGET) {
-            /* Buffers of earlier hand-offs may still be waiting for their copies. */
-            if (deferred_pending(e->frees) == 0)
+            /* Buffers of earlier hand-offs may still be waiting for their copies; else a module the trainer
+             * does not hold gives up its device copy. */
+            if (deferred_pending(e->frees) > 0)
+                deferred_process(e->frees, true);
+            else if (!residency_evict_one(e))
                 break;
-            deferred_process(e->frees, true);
+            err_clear();
         }
         /* Zeroed in the compute stream's order, before the trainer's backward writes it. */
         if (st == STRATA_OK)

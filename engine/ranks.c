@@ -319,6 +319,20 @@ strata_status ranks_gather_module(strata_engine *e, const reg_module *m, void *d
                               COMM_BYTE);
 }
 
+strata_status ranks_read_master(strata_engine *e, const reg_module *m, size_t first, size_t count, float *out)
+{
+    float *full = e->ranks->full, *mine = full + (size_t)e->rank * m->shard_numel;
+    io_wait w;
+    io_wait_init(&w);
+    strata_status st = tarr_read(&e->tiers.master, &e->tiers.env, m->shard_offset, m->shard_numel, mine, &w);
+    strata_status wst = io_wait_wait(&w);
+    io_wait_destroy(&w);
+    ERR_CHECK(st != STRATA_OK ? st : wst);
+    ERR_CHECK(comm_allgather(e->comm, mine, full, m->shard_numel, COMM_F32));
+    memcpy(out, full + (first - m->offset), count * 4);
+    return STRATA_OK;
+}
+
 uint64_t ranks_comm_bytes(const rank_state *rs)
 {
     return rs ? rs->comm_bytes : 0;

@@ -63,6 +63,9 @@ strata_status ranks_reduce_module(struct strata_engine *e, const reg_module *m, 
 void ranks_handoff_buffers(rank_state *rs, float **full, float **shard);
 /* Stage 3: all-gathers a fetched module's device copy in place (this rank's shard is at its slot). */
 strata_status ranks_gather_module(struct strata_engine *e, const reg_module *m, void *dev);
+/* With the master weights partitioned: elements [first, first + count) of the full view, all inside module m,
+ * gathered from their owners into out. A collective: every rank reads the same range. */
+strata_status ranks_read_master(struct strata_engine *e, const reg_module *m, size_t first, size_t count, float *out);
 /* Payload bytes of the engine's data collectives so far (the stats' comm_bytes). */
 uint64_t ranks_comm_bytes(const rank_state *rs);
 /* A failure on this rank that the other ranks would otherwise wait for: tells them (no-op in world 1). */

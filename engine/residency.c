@@ -292,6 +292,11 @@ void residency_invalidate_all(strata_engine *e)
     }
 }
 
+bool residency_evict_one(strata_engine *e)
+{
+    return evict_one(e, NULL);
+}
+
 /* ---------------------------------------------------------------- lifetime */
 
 strata_status residency_create(strata_engine *e, residency **out)

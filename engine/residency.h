@@ -31,6 +31,9 @@ const reg_param *residency_held_param(struct strata_engine *e, strata_param_id i
 /* Drops every device copy of the parameters (they changed: a published update, a load); device-tier
  * modules point into the current front copy. */
 void residency_invalidate_all(struct strata_engine *e);
+/* Frees the device copy of the unheld module used furthest in the future (room for a gradient buffer); false
+ * when there is none. */
+bool residency_evict_one(struct strata_engine *e);
 /* Starts fetches of the modules that come next in the order, within the window. */
 strata_status residency_prefetch(struct strata_engine *e);
 

@@ -222,6 +222,8 @@ static strata_status read_master(strata_engine *e, strata_param_id id, size_t of
         return err_set(STRATA_EINVAL, "strata_param_read_master(\"%s\"): range [%zu, %zu) is outside its %zu "
                        "elements (or out is NULL)", p->name, offset, offset + count, p->numel);
     ERR_CHECK(sync(e));
+    if (e->world > 1 && e->views.opt == REG_SHARD)
+        return ranks_read_master(e, registry_module(e->reg, p->module), p->offset + offset, count, out);
     if (e->tiers.master.tier != STRATA_TIER_NVME)
         return tarr_read(&e->tiers.master, &e->tiers.env, p->offset + offset, count, out, NULL);
     /* NVMe reads move whole aligned blocks: read the covering block range through a buffer. */

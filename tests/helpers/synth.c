@@ -274,7 +274,7 @@ static strata_status build(const synth_opts *o, const strata_config *cfg, strata
 {
     init_ctx ictx[2 * SYNTH_MAX_LAYERS];
     strata_engine *e = NULL;
-    strata_status st = strata_engine_create(cfg, &e);
+    strata_status st = strata_engine_create_ranked(cfg, o->comm, NULL, &e);
     for (int l = 0; l < o->layers && st == STRATA_OK; l++) {
         char name[32];
         snprintf(name, sizeof name, "layer%d", l);
@@ -350,8 +350,9 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
         CHECK(strata_load(e, o->load_dir));
     for (int s = o->first_step; s < o->first_step + o->steps; s++) {
         double loss = 0;
+        int world = o->comm ? strata_comm_size(o->comm) : 1, rank = o->comm ? strata_comm_rank(o->comm) : 0;
         for (int mb = 0; mb < o->micro_batches; mb++) {
-            synth_batch(o, s, mb, act[0], target);
+            synth_batch(o, s, mb * world + rank, act[0], target);
             float scale = (float)strata_loss_scale(e);
             if (o->diverge_at_step == s + 1 && mb == 0 && L > 1) {
                 /* Touch the last layer first: the recorded order no longer holds. */

@@ -1,0 +1,173 @@
+/*
+ * ZeRO across ranks: N ranks that each train one micro-batch per step end with the weights of one rank that
+ * accumulates the same N micro-batches, for every stage and placement, and they move what the stage says.
+ *
+ * Oracle: the one-rank run of the same model, data and config (run on every rank, in-process, world 1).
+ * Tolerance: the N ranks sum the fp32 gradients of the micro-batches in the order the reduce-scatter adds them,
+ * the one rank in micro-batch order; fp32 addition is not associative, so the sums differ by a few ulp (relative
+ * ~1e-7 per add), and Adam turns a gradient into an update of about lr in size whatever its magnitude. Over
+ * three steps with lr 1e-2 that bounds the weight difference to a small multiple of lr * 1e-6; we allow 1e-6
+ * absolute plus 1e-6 relative, measured differences are printed. Between ranks: bit-identical (each shard is
+ * updated once, by its owner, and all-gathered; stage 0's all-reduce gives every rank the same sums).
+ *
+ * Communication per step (gradient accumulation 1), with Psi the padded partition (every module cut into N equal
+ * 4 KiB-aligned shards): gradients move as fp32 (so the sums are the one rank's, up to order), parameters in
+ * their dtype. Stage 0: an all-reduce of Psi fp32, counted as a reduce-scatter plus an all-gather (2 Psi * 4);
+ * stages 1 and 2: Psi * 4 reduce-scattered + Psi * param_bytes all-gathered; stage 3: Psi * 4 + 2 Psi *
+ * param_bytes (gathered in forward and again in backward). With k micro-batches per step stages 2 and 3
+ * reduce-scatter k times (k Psi * 4) and stage 3 gathers 2k times; stages 0 and 1 exchange once per step.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "engine/plan.h"
+#include "synth.h"
+#include "testlib.h"
+
+static strata_comm *world;
+static int rank, size;
+static uint64_t seed; /* rank 0's, so every rank trains the same model on the same data */
+
+/* The padded partition of synth's model in a world of n: per module, n shards of 4 KiB-aligned elements. */
+static size_t padded_psi(const synth_opts *o, int n)
+{
+    size_t psi = 0;
+    for (int l = 0; l < o->layers; l++) {
+        size_t sizes[2] = {(size_t)o->width[l + 1] * o->width[l], (size_t)o->width[l + 1]};
+        size_t one = plan_module_layout(sizes, 2, NULL, NULL);
+        size_t shard = (one + (size_t)n - 1) / (size_t)n;
+        shard = (shard + PLAN_MODULE_ALIGN - 1) / PLAN_MODULE_ALIGN * PLAN_MODULE_ALIGN;
+        psi += shard * (size_t)n;
+    }
+    return psi;
+}
+
+/* The largest module of synth's default model in a world of n, in elements. */
+static size_t largest_module(int n)
+{
+    synth_opts o;
+    synth_defaults(&o, 1);
+    size_t big = 0;
+    for (int l = 0; l < o.layers; l++) {
+        synth_opts one = o;
+        one.layers = 1;
+        one.width[0] = o.width[l];
+        one.width[1] = o.width[l + 1];
+        size_t m = padded_psi(&one, n);
+        big = m > big ? m : big;
+    }
+    return big;
+}
+
+static uint64_t want_comm_bytes(int stage, size_t psi, size_t pb, int k)
+{
+    switch (stage) {
+    case 0: return 2 * psi * 4;
+    case 1: return psi * 4 + psi * pb;
+    case 2: return (uint64_t)k * psi * 4 + psi * pb;
+    default: return (uint64_t)k * psi * 4 + 2 * (uint64_t)k * psi * pb;
+    }
+}
+
+/* Every rank's weights are bitwise the same: compares a checksum over the world. */
+static void check_ranks_agree(const char *what, const float *w, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)w;
+    for (size_t i = 0; i < n * 4; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    uint64_t *all = calloc((size_t)size, sizeof *all);
+    T_CHECK(comm_allgather(world, &h, all, 1, COMM_U64) == STRATA_OK, "allgather: %s", strata_last_error(NULL));
+    for (int r = 1; r < size; r++)
+        T_CHECK(all[r] == all[0], "%s: rank %d's weights differ from rank 0's (checksums %016llx vs %016llx)", what,
+                r, (unsigned long long)all[r], (unsigned long long)all[0]);
+    free(all);
+}
+
+static void run_case(int stage, const synth_placement *pl, int k)
+{
+    char name[64], what[256];
+    snprintf(name, sizeof name, "mpi_ranks_%d_r%d", size, rank);
+    const char *dir = t_scratch_dir(name);
+    snprintf(what, sizeof what, "stage %d, %s, %d micro-batch%s per rank, %d ranks", stage, pl->name, k,
+             k == 1 ? "" : "es", size);
+    strata_config cfg = synth_config(STRATA_DTYPE_FP32);
+    pl->apply(&cfg, dir);
+    if (cfg.prefetch_bytes == 1) {
+        /* The two-module device budget, for this world's modules (cut into N 4 KiB-aligned shards, they grow). */
+        size_t big = largest_module(size) * 4;
+        cfg.max_live_bytes = 2 * big;
+        cfg.device_budget_bytes = 3 * big;
+    }
+    cfg.zero_stage = stage;
+    cfg.cpu_threads = 1;
+    synth_opts o;
+    synth_defaults(&o, seed);
+    o.steps = 3;
+    o.micro_batches = k;
+    o.comm = world;
+
+    float *w = NULL, *ref = NULL;
+    size_t n = 0, nref = 0;
+    strata_stats st, st_ref;
+    strata_status s = synth_train(&o, &cfg, &w, &n, NULL, &st);
+    T_CHECK(s == STRATA_OK, "%s: training failed: %s", what, strata_status_name(s));
+    synth_opts one = o;
+    one.comm = NULL;
+    one.micro_batches = k * size;
+    s = synth_train(&one, &cfg, &ref, &nref, NULL, &st_ref);
+    T_CHECK(s == STRATA_OK && n == nref, "%s: the one-rank reference failed: %s", what, strata_status_name(s));
+    if (!w || !ref) {
+        free(w);
+        free(ref);
+        return;
+    }
+    size_t worst = 0;
+    double worst_diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)w[i] - ref[i]);
+        if (d > worst_diff) {
+            worst_diff = d;
+            worst = i;
+        }
+    }
+    T_CHECK(worst_diff <= 1e-6 + 1e-6 * fabs(ref[worst]),
+            "%s: weight %zu is %.9g with %d ranks, %.9g with one rank accumulating (diff %.3g)", what, worst,
+            (double)w[worst], size, (double)ref[worst], worst_diff);
+    if (rank == 0)
+        printf("%s: max |diff| vs one rank %.3g (weight %zu)\n", what, worst_diff, worst);
+    check_ranks_agree(what, w, n);
+
+    uint64_t want = want_comm_bytes(stage, padded_psi(&o, size), 4, k) * (uint64_t)o.steps;
+    T_CHECK(size == 1 || st.comm_bytes == want, "%s: comm_bytes %llu, the formula gives %llu", what,
+            (unsigned long long)st.comm_bytes, (unsigned long long)want);
+    T_CHECK(st.rank == rank && st.world_size == size, "%s: stats say rank %d of %d", what, st.rank, st.world_size);
+    free(w);
+    free(ref);
+}
+
+int main(void)
+{
+    T_CHECK(strata_comm_create(&world) == STRATA_OK, "strata_comm_create: %s", strata_last_error(NULL));
+    rank = strata_comm_rank(world);
+    size = strata_comm_size(world);
+    seed = t_rng_seed();
+    T_OK(comm_broadcast(world, &seed, 1, COMM_U64, 0));
+    for (int stage = 0; stage <= 3; stage++) {
+        for (size_t p = 0; p < synth_placement_count; p++) {
+            strata_config probe = synth_config(STRATA_DTYPE_FP32);
+            synth_placements[p].apply(&probe, "/tmp");
+            if (probe.offload_param.device != STRATA_TIER_DEVICE && stage != 3)
+                continue; /* parameters are only offloaded when they are partitioned */
+            run_case(stage, &synth_placements[p], 1);
+        }
+    }
+    run_case(2, &synth_placements[1], 2);
+    run_case(3, &synth_placements[3], 2);
+    t_scratch_cleanup();
+    strata_comm_destroy(world);
+    return t_done();
+}
