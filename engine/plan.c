@@ -111,6 +111,17 @@ void plan_compute(const plan_input *in, plan *p)
         np * in->param_bytes * nparam, false);
     add(p, "master weights + Adam moments (fp32)", in->opt_tier, no * 12, false);
     add(p, in->delayed ? "gradient stores (2, fp32)" : "gradient store (fp32)", in->grad_tier, ng * 4 * ngrad, false);
+    if (in->world_size > 1) {
+        /* The collectives' own memory (engine/ranks.c): stage 1 reduce-scatters the full gradient store into a
+         * shard store the optimizer reads; stages 1 and 2 update a shard of the parameters before all-gathering
+         * it; one module's gradients (fp32, whole and this rank's part) and parameters are scratch. */
+        if (in->zero_stage == 1)
+            add(p, "gradient store (this rank's shard, fp32)", in->grad_tier, no * 4, false);
+        if (in->zero_stage == 1 || in->zero_stage == 2)
+            add(p, "parameters (this rank's shard)", STRATA_TIER_HOST, no * in->param_bytes, false);
+        add(p, "collective scratch (one module)", STRATA_TIER_HOST, in->largest_module_numel * (8 + in->param_bytes),
+            false);
+    }
 
     /* On the device: the modules the trainer holds and the prefetch window (when parameters are
      * not resident anyway), and one module's gradient buffers. */

@@ -340,6 +340,10 @@ uint64_t ranks_comm_bytes(const rank_state *rs)
 
 void ranks_fail(strata_engine *e, strata_status st)
 {
-    if (e->world > 1 && st != STRATA_OK && st != STRATA_ECOMM)
-        comm_abort_world(e->comm, err_last());
+    if (e->world == 1 || st == STRATA_OK || st == STRATA_ECOMM)
+        return;
+    char msg[ERR_MSG_BYTES];
+    snprintf(msg, sizeof msg, "%s", err_last());
+    comm_abort_world(e->comm, msg);
+    err_set(st, "%s", msg); /* the caller reports this rank's own failure */
 }

@@ -5,9 +5,11 @@
  * Oracle: the one-rank run of the same model, data and config (run on every rank, in-process, world 1).
  * Tolerance: the N ranks sum the fp32 gradients of the micro-batches in the order the reduce-scatter adds them,
  * the one rank in micro-batch order; fp32 addition is not associative, so the sums differ by a few ulp (relative
- * ~1e-7 per add), and Adam turns a gradient into an update of about lr in size whatever its magnitude. Over
- * three steps with lr 1e-2 that bounds the weight difference to a small multiple of lr * 1e-6; we allow 1e-6
- * absolute plus 1e-6 relative, measured differences are printed. Between ranks: bit-identical (each shard is
+ * ~1e-7 per add), and Adam turns a gradient into an update of about lr in size whatever its magnitude, so an
+ * element whose micro-batch gradients nearly cancel can move by a visible part of lr. So: at most 0.1% of the
+ * weights may differ by more than 1e-5, and none by more than Adam can move a weight (lr per step, twice). Measured
+ * over many seeds: 0 at 2 and 3 ranks with one micro-batch each (the same sums in the same order), most runs under
+ * 5e-6 otherwise, a rare element at 1.2e-4. A wrong shard or a missing sum moves most weights by ~lr. Between ranks: bit-identical (each shard is
  * updated once, by its owner, and all-gathered; stage 0's all-reduce gives every rank the same sums).
  *
  * Communication per step (gradient accumulation 1), with Psi the padded partition (every module cut into N equal
@@ -46,16 +48,14 @@ static size_t padded_psi(const synth_opts *o, int n)
 }
 
 /* The largest module of synth's default model in a world of n, in elements. */
-static size_t largest_module(int n)
+static size_t largest_module(const synth_opts *o, int n)
 {
-    synth_opts o;
-    synth_defaults(&o, 1);
     size_t big = 0;
-    for (int l = 0; l < o.layers; l++) {
-        synth_opts one = o;
+    for (int l = 0; l < o->layers; l++) {
+        synth_opts one = *o;
         one.layers = 1;
-        one.width[0] = o.width[l];
-        one.width[1] = o.width[l + 1];
+        one.width[0] = o->width[l];
+        one.width[1] = o->width[l + 1];
         size_t m = padded_psi(&one, n);
         big = m > big ? m : big;
     }
@@ -87,6 +87,40 @@ static void check_ranks_agree(const char *what, const float *w, size_t n)
     free(all);
 }
 
+/* Each rank's tiers shrink as the stage says, against one rank with the same micro-batches per step: the host
+ * tier (optimizer state from stage 1, gradients from stage 2) and, at stage 3 with parameters on NVMe, the
+ * bytes read from NVMe per rank (bandwidth-centric: each rank reads only its shards). */
+static void check_memory(const char *what, int stage, const strata_config *cfg, const synth_opts *o,
+                         const strata_stats *st, int k)
+{
+    if (size == 1 || stage == 0)
+        return;
+    synth_opts one = *o;
+    one.comm = NULL;
+    one.micro_batches = k;
+    float *w = NULL;
+    size_t n;
+    strata_stats st1;
+    T_OK(synth_train(&one, cfg, &w, &n, NULL, &st1));
+    free(w);
+    double shard = (double)padded_psi(o, size) / size / (double)padded_psi(o, 1);
+    /* Stage 1 keeps the whole fp32 gradient store and adds shard copies, so its host tier only shrinks once the
+     * optimizer state it splits outweighs them; from stage 2 the gradients are split too. */
+    if (cfg->offload_optimizer.device == STRATA_TIER_HOST && stage >= 2)
+        T_CHECK(st->host_peak_bytes < st1.host_peak_bytes, "%s: host tier %zu bytes per rank, one rank %zu", what,
+                st->host_peak_bytes, st1.host_peak_bytes);
+    /* With one micro-batch per step both runs fetch every module twice; with more, which modules stay resident
+     * between micro-batches depends on their (padded, larger) size. */
+    if (stage == 3 && cfg->offload_param.device == STRATA_TIER_NVME && k == 1) {
+        double ratio = (double)st->nvme_to_host_bytes / (double)st1.nvme_to_host_bytes;
+        T_CHECK(ratio <= shard * 1.001, "%s: NVMe read %llu bytes per rank, one rank %llu: ratio %.3f, the shard is "
+                "%.3f of the model", what, (unsigned long long)st->nvme_to_host_bytes,
+                (unsigned long long)st1.nvme_to_host_bytes, ratio, shard);
+        if (rank == 0)
+            printf("%s: NVMe read per rank / one rank = %.3f (shard %.3f)\n", what, ratio, shard);
+    }
+}
+
 static void run_case(int stage, const synth_placement *pl, int k)
 {
     char name[64], what[256];
@@ -96,19 +130,24 @@ static void run_case(int stage, const synth_placement *pl, int k)
              k == 1 ? "" : "es", size);
     strata_config cfg = synth_config(STRATA_DTYPE_FP32);
     pl->apply(&cfg, dir);
-    if (cfg.prefetch_bytes == 1) {
-        /* The two-module device budget, for this world's modules (cut into N 4 KiB-aligned shards, they grow). */
-        size_t big = largest_module(size) * 4;
-        cfg.max_live_bytes = 2 * big;
-        cfg.device_budget_bytes = 3 * big;
-    }
     cfg.zero_stage = stage;
     cfg.cpu_threads = 1;
     synth_opts o;
     synth_defaults(&o, seed);
+    /* Modules of 8 and 16 blocks of 4096 elements: cut into 2, 3 or 4 shards they shrink (a module smaller than
+     * N blocks would be all padding, and no rank's memory would shrink). */
+    const int widths[] = {128, 256, 256, 256, 128};
+    memcpy(o.width, widths, sizeof widths);
+    o.layers = 4;
     o.steps = 3;
     o.micro_batches = k;
     o.comm = world;
+    if (cfg.prefetch_bytes == 1) {
+        /* The two-module device budget, for this world's modules (cut into N 4 KiB-aligned shards, they grow). */
+        size_t big = largest_module(&o, size) * 4;
+        cfg.max_live_bytes = 2 * big;
+        cfg.device_budget_bytes = 3 * big;
+    }
 
     float *w = NULL, *ref = NULL;
     size_t n = 0, nref = 0;
@@ -125,26 +164,30 @@ static void run_case(int stage, const synth_placement *pl, int k)
         free(ref);
         return;
     }
-    size_t worst = 0;
+    size_t worst = 0, off = 0;
     double worst_diff = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)w[i] - ref[i]);
+        off += d > 1e-5;
         if (d > worst_diff) {
             worst_diff = d;
             worst = i;
         }
     }
-    T_CHECK(worst_diff <= 1e-6 + 1e-6 * fabs(ref[worst]),
-            "%s: weight %zu is %.9g with %d ranks, %.9g with one rank accumulating (diff %.3g)", what, worst,
-            (double)w[worst], size, (double)ref[worst], worst_diff);
+    T_CHECK(off * 1000 <= n && worst_diff <= 2 * cfg.lr * o.steps,
+            "%s: %zu of %zu weights differ by more than 1e-5; the largest, weight %zu, is %.9g with %d ranks and %.9g "
+            "with one rank accumulating (diff %.3g)", what, off, n, worst, (double)w[worst], size, (double)ref[worst],
+            worst_diff);
     if (rank == 0)
-        printf("%s: max |diff| vs one rank %.3g (weight %zu)\n", what, worst_diff, worst);
+        printf("%s: max |diff| vs one rank %.3g (weight %zu), %zu weights off by > 1e-5\n", what, worst_diff, worst,
+               off);
     check_ranks_agree(what, w, n);
 
     uint64_t want = want_comm_bytes(stage, padded_psi(&o, size), 4, k) * (uint64_t)o.steps;
     T_CHECK(size == 1 || st.comm_bytes == want, "%s: comm_bytes %llu, the formula gives %llu", what,
             (unsigned long long)st.comm_bytes, (unsigned long long)want);
     T_CHECK(st.rank == rank && st.world_size == size, "%s: stats say rank %d of %d", what, st.rank, st.world_size);
+    check_memory(what, stage, &cfg, &o, &st, k);
     free(w);
     free(ref);
 }

@@ -253,10 +253,21 @@ static strata_status write_manifest(ckpt_ctx *c, const char *tmp)
     return ckpt_writer_close(&wr);
 }
 
+/* Checkpoints of a world of several ranks (each rank streaming its shard, one manifest, resharding on load)
+ * are not written yet: refuse before anything is touched, the same on every rank. */
+static strata_status require_one_rank(const strata_engine *e, const char *what)
+{
+    if (e->world == 1)
+        return STRATA_OK;
+    return err_set(STRATA_EUNSUPPORTED, "%s: this engine is rank %d of a world of %d ranks, and sharded checkpoints "
+                   "are not implemented yet; checkpoint a run of one rank", what, e->rank, e->world);
+}
+
 static strata_status save(strata_engine *e, const char *dir)
 {
     if (!dir || !dir[0])
         return err_set(STRATA_EINVAL, "strata_save: dir is NULL or empty");
+    ERR_CHECK(require_one_rank(e, "strata_save"));
     ERR_CHECK(quiesce(e, "strata_save"));
     strata_module_id touched = grads_first_unconsumed(e->grads);
     if (touched != STRATA_INVALID_ID)
@@ -450,6 +461,7 @@ static strata_status load(strata_engine *e, const char *dir)
 {
     if (!dir || !dir[0])
         return err_set(STRATA_EINVAL, "strata_load: dir is NULL or empty");
+    ERR_CHECK(require_one_rank(e, "strata_load"));
     ERR_CHECK(quiesce(e, "strata_load"));
     /* Whatever this engine had in flight is about to be replaced: finish it, publish nothing. */
     strata_step_result unused;
