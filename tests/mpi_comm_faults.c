@@ -18,7 +18,7 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void abort_world(int rank)
+static void abort_world(comm *world, int rank)
 {
     comm *c = NULL;
     T_OK(comm_create_mpi(NULL, &c));
@@ -28,6 +28,9 @@ static void abort_world(int rank)
     comm_set_timeout(c, 30000);
     int x = rank, all[4] = {0};
     T_OK(comm_allgather(c, &x, all, 1, COMM_I32));
+    /* A rank's part of a collective can be done before its peers' parts are: without this barrier (on another
+     * comm), rank 1's abort could reach a peer still finishing the all-gather above and fail that one. */
+    T_OK(comm_barrier(world));
     if (rank == 1) {
         comm_abort_world(c, "disk on fire");
         T_STATUS(comm_barrier(c), STRATA_ECOMM);
@@ -81,7 +84,7 @@ int main(void)
         comm_destroy(world);
         t_skip("world of 1: a peer's failure needs peers (run under mpirun, tests/helpers/mpi.sh)");
     }
-    abort_world(rank);
+    abort_world(world, rank);
     skipped_barrier(rank);
     /* Everyone is past both cases before MPI is finalised. */
     T_OK(comm_barrier(world));
