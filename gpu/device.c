@@ -140,6 +140,7 @@ strata_status dev_create(strata_backend_kind kind, const dev_options *opt, devic
     if (st != STRATA_OK)
         goto fail;
     dev->poison = poison_wanted(opt);
+    dev->ordinal = kind == STRATA_BACKEND_CUDA ? opt->device_id : -1;
 
     char b[32];
     LOG_INFO(LOG_DEV, "device %s (%s backend): arena %s, poison on free %s", dev->name, dev->ops->name,
@@ -184,6 +185,11 @@ void dev_destroy(device *dev)
 strata_backend_kind dev_kind(const device *dev)
 {
     return dev->ops->kind;
+}
+
+int dev_ordinal(const device *dev)
+{
+    return dev->ordinal;
 }
 
 const char *dev_name(const device *dev)

@@ -105,6 +105,10 @@ int dev_count(strata_backend_kind kind);
 strata_backend_kind dev_kind(const device *dev);
 const char *dev_name(const device *dev);
 
+/* The CUDA device ordinal (dev_options.device_id) the device was opened on, for libraries that take one
+ * (cudaSetDevice before NCCL calls); -1 on the host backend. */
+int dev_ordinal(const device *dev);
+
 /* The OS index of the NUMA node nearest the device (hwloc, from its PCI bus id), or -1 when there is
  * no such locality (the host backend, a single-node machine, or hwloc cannot place the device). Pinned
  * buffers the device copies from are best allocated there. */

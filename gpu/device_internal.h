@@ -50,6 +50,7 @@ struct device {
     const dev_ops *ops;
     dev_impl *impl;
     char name[96];
+    int ordinal; /* dev_options.device_id on CUDA, -1 on the host backend */
     bool poison;
     /* Guards the arena and every list below. */
     pthread_mutex_t lock;

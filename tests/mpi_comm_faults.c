@@ -1,0 +1,93 @@
+/*
+ * A failing rank never leaves the others hanging (comm/comm.h "Failures"), under mpirun with 2 and 3 ranks:
+ *   (a) rank 1 calls comm_abort_world instead of its next collective: every other rank's collective fails
+ *       with STRATA_ECOMM naming rank 1 and its reason within seconds, and the next call fails at once;
+ *   (b) rank 0 skips a barrier: the others' barrier fails with STRATA_ECOMM naming the timeout, bounded.
+ * Each case runs on its own comm over MPI_COMM_WORLD, so a broken one does not affect the next; a healthy
+ * comm made first (which initialised MPI) lines the ranks up at the end. A plain run (world 1) skips.
+ */
+#include <time.h>
+
+#include "comm/comm.h"
+#include "testlib.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void abort_world(comm *world, int rank)
+{
+    comm *c = NULL;
+    T_OK(comm_create_mpi(NULL, &c));
+    if (!c)
+        return;
+    /* Longer than the test may take: the abort message, not the deadline, must end the wait. */
+    comm_set_timeout(c, 30000);
+    int x = rank, all[4] = {0};
+    T_OK(comm_allgather(c, &x, all, 1, COMM_I32));
+    /* A rank's part of a collective can be done before its peers' parts are: without this barrier (on another
+     * comm), rank 1's abort could reach a peer still finishing the all-gather above and fail that one. */
+    T_OK(comm_barrier(world));
+    if (rank == 1) {
+        comm_abort_world(c, "disk on fire");
+        T_STATUS(comm_barrier(c), STRATA_ECOMM);
+        T_CONTAINS(strata_last_error(NULL), "rank 1 failed: disk on fire");
+    } else {
+        double t0 = now_s();
+        T_STATUS(comm_allgather(c, &x, all, 1, COMM_I32), STRATA_ECOMM);
+        double waited = now_s() - t0;
+        const char *msg = strata_last_error(NULL);
+        T_CONTAINS(msg, "comm_allgather");
+        T_CONTAINS(msg, "rank 1");
+        T_CONTAINS(msg, "disk on fire");
+        T_CHECK(waited < 10, "rank %d: the failed all-gather took %.1f s (limit 10 s)", rank, waited);
+        t0 = now_s();
+        T_STATUS(comm_barrier(c), STRATA_ECOMM);
+        waited = now_s() - t0;
+        T_CONTAINS(strata_last_error(NULL), "disk on fire");
+        T_CHECK(waited < 0.5, "rank %d: a call on the broken comm took %.3f s instead of failing at once", rank,
+                waited);
+    }
+    comm_destroy(c);
+}
+
+static void skipped_barrier(int rank)
+{
+    comm *c = NULL;
+    T_OK(comm_create_mpi(NULL, &c));
+    if (!c)
+        return;
+    comm_set_timeout(c, 1500);
+    if (rank != 0) {
+        double t0 = now_s();
+        T_STATUS(comm_barrier(c), STRATA_ECOMM);
+        double waited = now_s() - t0;
+        T_CONTAINS(strata_last_error(NULL), "comm_barrier: timed out after 1500 ms");
+        T_CHECK(waited >= 1.4 && waited < 10, "rank %d: the barrier failed after %.2f s (expected 1.5 s, < 10 s)",
+                rank, waited);
+        T_STATUS(comm_barrier(c), STRATA_ECOMM);
+    }
+    comm_destroy(c);
+}
+
+int main(void)
+{
+    comm *world = NULL;
+    T_OK(comm_create_from_env(&world));
+    if (!world)
+        return t_done();
+    int rank = comm_rank(world), size = comm_size(world);
+    if (size < 2) {
+        comm_destroy(world);
+        t_skip("world of 1: a peer's failure needs peers (run under mpirun, tests/helpers/mpi.sh)");
+    }
+    abort_world(world, rank);
+    skipped_barrier(rank);
+    /* Everyone is past both cases before MPI is finalised. */
+    T_OK(comm_barrier(world));
+    comm_destroy(world);
+    return t_done();
+}
