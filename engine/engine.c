@@ -148,6 +148,9 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     if (!e)
         return;
     engine_unbuild(e);
+    /* The comm may outlive the engine: it gives back what it made on this device (staging, NCCL) first. */
+    if (e->comm && e->dev)
+        comm_detach_device(e->comm, e->dev);
     dev_destroy(e->dev);
     trace_finish(e->trace);
     fetch_order_destroy(e->order);
