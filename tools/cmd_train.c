@@ -1,6 +1,6 @@
-/* `strata train`: train a GPT model through the public API (model/trainer.c runs the loop). This file turns
- * the command line and an optional JSON config into a strata_config and trainer options, and rejects bad
- * input with exit code 2 and a message that names the argument. */
+/* `strata train`: train a GPT model through the public API (tools/trainer.c runs the loop). This file joins the
+ * launcher's world (one rank, or N under mpirun), turns the command line and an optional JSON config into a
+ * strata_config and trainer options, and rejects bad input with exit code 2 and a message that names the argument. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -14,6 +14,7 @@
 #include "strata.h"
 #include "tools/cli.h"
 #include "tools/gpt_shape.h"
+#include "tools/train_msg.h"
 #include "tools/trainer.h"
 
 #define BUILTIN_DATA_BYTES (4u << 20)
@@ -31,11 +32,15 @@ static void usage(FILE *out)
             "                    [--dump-weights FILE] [--save DIR] [--save-every K] [--keep N]\n"
             "                    [--resume DIR] [--quiet]\n\n"
             "Trains a GPT-2 style model (byte-level tokens) with strata holding its parameters and optimizer state.\n"
+            "Under `mpirun -np N` it trains as N data-parallel ranks (ZeRO stage from the config; --offload host|nvme\n"
+            "means stage 3): --batch and --grad-accum are per rank, rank r takes micro-batches r, N + r, 2N + r, ...\n"
+            "of each step, so N ranks x grad-accum k train as 1 rank x N*k. Only rank 0 prints (errors excepted);\n"
+            "--save/--save-every/--resume need one rank (sharded checkpoints are not implemented yet).\n"
             "  --model PRESET     %s (default tiny); --layers/--heads/--hidden/--vocab/--context override it\n"
             "  --config FILE      a DeepSpeed-style JSON config; the flags below override it\n"
             "  --data FILE        training text (default: a built-in generated English-like corpus)\n"
             "  --steps N          optimizer steps (default 100); --batch sequences per micro-batch (default 8);\n"
-            "                     --grad-accum micro-batches per step (default 1); --seq tokens per sequence\n"
+            "                     --grad-accum micro-batches per step and rank (default 1); --seq tokens per sequence\n"
             "                     (default: the model's context)\n"
             "  --lr X             peak learning rate (default 1e-3 or the config's); linear warmup over --warmup\n"
             "                     steps (default steps/10), then cosine down to --min-lr (default lr/10)\n"
@@ -48,8 +53,10 @@ static void usage(FILE *out)
             "                     of parameters fetched ahead\n"
             "  --delayed-update   ZeRO-Offload's one-step-delayed optimizer step, after --delayed-warmup N steps\n"
             "  --trace FILE       Chrome trace-event JSON of every transfer and step (open in ui.perfetto.dev)\n"
-            "  --log-jsonl FILE   one JSON object per step (loss, lr, tokens/s, stall, bytes per link)\n"
-            "  --dump-weights F   write the final fp32 master weights (raw, model order) to F\n"
+            "  --log-jsonl FILE   one JSON object per step (loss, lr, tokens/s, stall, bytes per link, comm bytes, peak\n"
+            "                     bytes per tier); with N ranks each rank logs its own: rank 0 to FILE, rank r to\n"
+            "                     FILE.rank<r> (loss and bytes are the rank's, tokens/s the world's)\n"
+            "  --dump-weights F   write the final fp32 master weights (raw, model order) to F (rank 0 writes)\n"
             "  --save DIR         checkpoints to DIR/step-N at the end, every --save-every K steps and on\n"
             "                     SIGINT/SIGTERM, keeping the last --keep (default 2); --resume DIR continues\n"
             "SIZE takes bytes or strings like 2GiB.\n",
@@ -69,7 +76,7 @@ typedef struct args {
 
 static int bad(const char *flag, const char *value, const char *why)
 {
-    fprintf(stderr, "strata train: %s \"%s\": %s\n", flag, value, why);
+    train_err("%s \"%s\": %s", flag, value, why);
     return CLI_EXIT_USAGE;
 }
 
@@ -116,7 +123,7 @@ static int parse(int argc, char **argv, args *a)
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
             if (strcmp(f, ints[k].flag) == 0) {
                 if (!parse_ll(v, ints[k].lo, ints[k].hi, &n)) {
-                    fprintf(stderr, "strata train: %s \"%s\" must be a whole number in [%lld, %lld]\n", f, v,
+                    train_err("%s \"%s\" must be a whole number in [%lld, %lld]", f, v,
                             ints[k].lo, ints[k].hi);
                     return CLI_EXIT_USAGE;
                 }
@@ -129,7 +136,7 @@ static int parse(int argc, char **argv, args *a)
             strcmp(f, "--seed") == 0) {
             long long lo = strcmp(f, "--steps") == 0 ? 1 : 0;
             if (!parse_ll(v, lo, (long long)1e15, &n)) {
-                fprintf(stderr, "strata train: %s \"%s\" must be a whole number of at least %lld\n", f, v, lo);
+                train_err("%s \"%s\" must be a whole number of at least %lld", f, v, lo);
                 return CLI_EXIT_USAGE;
             }
             if (strcmp(f, "--steps") == 0)
@@ -201,7 +208,7 @@ static int build_config(args *a, strata_config *cfg)
     if (a->config) {
         char err[4096];
         if (strata_config_load_json(cfg, a->config, err, sizeof err) != STRATA_OK) {
-            fprintf(stderr, "strata train: --config \"%s\":\n%s\n", a->config, err);
+            train_err("--config \"%s\":\n%s", a->config, err);
             return CLI_EXIT_USAGE;
         }
     }
@@ -265,7 +272,7 @@ static int build_config(args *a, strata_config *cfg)
         snprintf(cfg->trace_path, sizeof cfg->trace_path, "%s", a->trace);
     char err[4096];
     if (strata_config_validate(cfg, err, sizeof err) != STRATA_OK) {
-        fprintf(stderr, "strata train: the configuration is not valid:\n%s\n", err);
+        train_err("the configuration is not valid:\n%s", err);
         return CLI_EXIT_USAGE;
     }
     return 0;
@@ -273,14 +280,25 @@ static int build_config(args *a, strata_config *cfg)
 
 static void print_setup(const args *a, const strata_config *cfg, const trainer_opts *t, const char *data_name)
 {
+    int world = strata_comm_size(t->comm);
+    if (!train_msg_root())
+        return;
     bool custom = a->layers || a->heads || a->hidden || a->vocab || a->context;
     const gpt_dims *d = &t->dims;
     printf("strata train: model %s (layers %d, heads %d, hidden %d, vocab %d, context %d) = %.1fM parameters\n",
            custom ? "custom" : a->model ? a->model : "tiny", d->layers, d->heads, d->hidden, d->vocab, d->seq,
            (double)gpt_numel(d) / 1e6);
-    printf("  data %s (%zu bytes); batch %d x seq %d x grad-accum %d = %d tokens/step; %lld steps, seed %llu\n",
-           data_name, t->data->len, t->batch, t->seq, t->grad_accum, t->batch * t->seq * t->grad_accum,
-           (long long)t->steps, (unsigned long long)t->seed);
+    char ranks[32] = "";
+    if (world > 1)
+        snprintf(ranks, sizeof ranks, " x %d ranks", world);
+    printf("  data %s (%zu bytes); batch %d x seq %d x grad-accum %d%s = %lld tokens/step; %lld steps, seed %llu\n",
+           data_name, t->data->len, t->batch, t->seq, t->grad_accum, ranks,
+           (long long)t->batch * t->seq * t->grad_accum * world, (long long)t->steps, (unsigned long long)t->seed);
+    if (world > 1)
+        printf("  world %d ranks (MPI), ZeRO stage %d; this is rank 0; batch and grad-accum are per rank\n", world,
+               cfg->zero_stage);
+    else
+        printf("  world 1 rank, ZeRO stage %d\n", cfg->zero_stage);
     printf("  lr %.3g (warmup %lld, cosine to %.3g); computes on %s; params %s %s, optimizer %s; delayed update %s\n",
            cfg->lr, (long long)t->warmup, t->min_lr, cfg->backend == STRATA_BACKEND_CUDA ? "cuda" : "host",
            strata_dtype_name(cfg->param_dtype), strata_tier_name(cfg->offload_param.device),
@@ -297,20 +315,36 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
     fflush(stdout);
 }
 
-int cmd_train(int argc, char **argv)
+/* Checkpoints of a world of ranks are sharded, which strata_save/strata_load do not implement yet: refuse before any
+ * training rather than fail at the first save. 0, or the exit code. */
+static int check_checkpoint_flags(const args *a, int world)
 {
-    if (cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return CLI_EXIT_OK;
-    }
+    char flag[4200];
+    if (world == 1 || !(a->topts.resume_dir || a->topts.save_dir || a->save_every))
+        return 0;
+    if (a->topts.resume_dir)
+        snprintf(flag, sizeof flag, "--resume \"%s\"", a->topts.resume_dir);
+    else if (a->save_every)
+        snprintf(flag, sizeof flag, "--save-every %lld", a->save_every);
+    else
+        snprintf(flag, sizeof flag, "--save \"%s\"", a->topts.save_dir);
+    train_err("%s: checkpoints of a world of %d ranks (sharded checkpoints) are not yet implemented; train without "
+              "--save/--save-every/--resume, or with one rank", flag, world);
+    return CLI_EXIT_USAGE;
+}
+
+/* *training is set once the ranks start to work together: a failure before that is one every rank meets alike (the
+ * same command line and files), a failure after may be this rank's alone. */
+static int train(int argc, char **argv, strata_comm *comm, bool *training)
+{
     args a = {.batch = 8, .grad_accum = 1, .steps = 100, .warmup = -1, .lr = -1, .min_lr = -1, .keep = 2,
               .delayed_warmup = -1};
     int rc = parse(argc, argv, &a);
-    if (rc)
+    if (rc || (rc = check_checkpoint_flags(&a, strata_comm_size(comm))))
         return rc;
     const gpt_shape *preset = gpt_preset(a.model ? a.model : "tiny");
     if (!preset) {
-        fprintf(stderr, "strata train: --model \"%s\" is not a preset; allowed: %s\n", a.model, gpt_preset_names());
+        train_err("--model \"%s\" is not a preset; allowed: %s", a.model, gpt_preset_names());
         return CLI_EXIT_USAGE;
     }
     trainer_opts *t = &a.topts;
@@ -322,12 +356,12 @@ int cmd_train(int argc, char **argv)
             *dims[k] = *over[k];
     const char *why = gpt_dims_check(&t->dims);
     if (why) {
-        fprintf(stderr, "strata train: --model/--layers/--heads/--hidden: %s\n", why);
+        train_err("--model/--layers/--heads/--hidden: %s", why);
         return CLI_EXIT_USAGE;
     }
     t->seq = a.seq ? a.seq : t->dims.seq;
     if (t->seq > t->dims.seq) {
-        fprintf(stderr, "strata train: --seq %d is longer than the model's context %d (set --context)\n", t->seq,
+        train_err("--seq %d is longer than the model's context %d (set --context)", t->seq,
                 t->dims.seq);
         return CLI_EXIT_USAGE;
     }
@@ -338,16 +372,17 @@ int cmd_train(int argc, char **argv)
     char msg[600];
     strata_status st = a.data ? data_load(a.data, &data, msg, sizeof msg) : data_builtin(BUILTIN_DATA_BYTES, &data);
     if (st != STRATA_OK) {
-        fprintf(stderr, "strata train: %s\n", a.data ? msg : "out of memory for the built-in corpus");
+        train_err("%s", a.data ? msg : "out of memory for the built-in corpus");
         return a.data ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
     }
     if (data.len <= (size_t)t->seq) {
-        fprintf(stderr, "strata train: --seq %d is larger than the data (\"%s\", %zu bytes); it needs at least "
-                        "--seq + 1 bytes\n", t->seq, a.data ? a.data : "built-in", data.len);
+        train_err("--seq %d is larger than the data (\"%s\", %zu bytes); it needs at least "
+                        "--seq + 1 bytes", t->seq, a.data ? a.data : "built-in", data.len);
         data_free(&data);
         return CLI_EXIT_USAGE;
     }
     t->data = &data;
+    t->comm = comm;
     t->batch = a.batch;
     t->grad_accum = a.grad_accum;
     t->steps = a.steps;
@@ -364,7 +399,33 @@ int cmd_train(int argc, char **argv)
         openblas_set_num_threads(a.threads);
     }
     print_setup(&a, &cfg, t, a.data ? a.data : "built-in corpus");
+    *training = true;
     rc = trainer_run(t, &cfg);
     data_free(&data);
+    return rc;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    /* Under mpirun: MPI, one rank per process; otherwise a world of one, as without MPI. */
+    strata_comm *comm;
+    if (strata_comm_create(&comm) != STRATA_OK) {
+        train_err("joining the launcher's world (strata_comm_create) failed: %s", strata_last_error(NULL));
+        return CLI_EXIT_FAIL;
+    }
+    train_msg_world(strata_comm_rank(comm), strata_comm_size(comm));
+    bool training = false;
+    int rc = train(argc, argv, comm, &training);
+    if (rc != 0 && training && strata_comm_size(comm) > 1) {
+        /* The other ranks may be waiting for this one in a collective, and the public API has no way to abort the
+         * world: leaving without finalizing MPI makes mpirun end the job at once instead of the others timing out. */
+        fflush(NULL);
+        _exit(rc);
+    }
+    strata_comm_destroy(comm);
     return rc;
 }

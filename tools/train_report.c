@@ -40,7 +40,9 @@ void report_begin(train_report *r, int64_t first_step, int64_t total_steps, int6
     r->start = *start;
     r->now = *start;
     r->quiet = quiet;
-    r->tty = isatty(STDOUT_FILENO);
+    /* mpirun hands its ranks a pseudo-terminal whatever its own stdout is (a log, a pipe): with more than one rank,
+     * plain lines. */
+    r->tty = start->world_size == 1 && isatty(STDOUT_FILENO);
     /* Plain lines (a log, a pipe) come about 20 times per run; a terminal line updates every step. */
     int64_t run = total_steps - first_step;
     r->print_every = r->tty ? 1 : (run > 20 ? run / 20 : 1);
@@ -77,14 +79,18 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
                 "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"tflops\":%.4f,\"step_s\":%.6f,"
                 "\"stall_s\":%.6f,"
                 "\"optimizer_s\":%.6f,\"skipped\":%s,\"loss_scale\":%.1f,\"nvme_to_host_bytes\":%llu,"
-                "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,\"host_to_nvme_bytes\":%llu}\n",
+                "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,\"host_to_nvme_bytes\":%llu,"
+                "\"rank\":%d,\"world_size\":%d,\"comm_bytes\":%llu,\"device_peak_bytes\":%zu,"
+                "\"host_peak_bytes\":%zu,\"nvme_peak_bytes\":%zu}\n",
                 (long long)step + 1, loss, lr, tokens_per_s, tokens_per_s * r->flops_per_token / 1e12,
                 step_wall_s, ns_s(now->stall_ns - prev.stall_ns), ns_s(now->step_ns - prev.step_ns),
                 res->skipped ? "true" : "false", res->loss_scale,
                 (unsigned long long)(now->nvme_to_host_bytes - prev.nvme_to_host_bytes),
                 (unsigned long long)(now->host_to_device_bytes - prev.host_to_device_bytes),
                 (unsigned long long)(now->device_to_host_bytes - prev.device_to_host_bytes),
-                (unsigned long long)(now->host_to_nvme_bytes - prev.host_to_nvme_bytes));
+                (unsigned long long)(now->host_to_nvme_bytes - prev.host_to_nvme_bytes), now->rank, now->world_size,
+                (unsigned long long)(now->comm_bytes - prev.comm_bytes), now->device_peak_bytes, now->host_peak_bytes,
+                now->nvme_peak_bytes);
         fflush(r->jsonl);
     }
     /* Plain lines also come at least every 10 s, so a long run in a log shows it is alive. */
@@ -101,6 +107,19 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
            gb(now->device_to_host_bytes, s0->device_to_host_bytes), gb(now->host_to_nvme_bytes, s0->host_to_nvme_bytes),
            eta, r->tty ? "\033[K" : "\n");
     fflush(stdout);
+}
+
+/* A world of ranks: the loss, moved and peak lines above are rank 0's own (each rank holds its part of the model
+ * state); tokens and throughput count every rank's. */
+static void report_ranks(const train_report *r)
+{
+    int64_t steps = r->last_step - r->first_step + 1;
+    uint64_t comm = r->now.comm_bytes - r->start.comm_bytes;
+    char x[32], y[32];
+    printf("  ranks       %d (MPI): loss, moved and peak are rank 0's, per rank; tokens and throughput count all "
+           "ranks\n", r->now.world_size);
+    printf("  comm        %s by rank 0's collectives, %s per step\n", report_bytes((double)comm, x, sizeof x),
+           report_bytes(steps > 0 ? (double)comm / (double)steps : 0, y, sizeof y));
 }
 
 void report_summary(train_report *r, const char *trace_path)
@@ -141,6 +160,8 @@ void report_summary(train_report *r, const char *trace_path)
     printf("  peak        device %s%s, host %s%s, nvme %s\n", report_bytes((double)b->device_peak_bytes, y, sizeof y),
            budget_dev, report_bytes((double)b->host_peak_bytes, z, sizeof z), budget_host,
            report_bytes((double)b->nvme_peak_bytes, w, sizeof w));
+    if (b->world_size > 1)
+        report_ranks(r);
     if (trace_path && trace_path[0])
         printf("  trace       %s — open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n",
                trace_path);

@@ -1,5 +1,6 @@
 /* What `strata train` shows while and after it trains: the live progress line (one updating line on a
- * terminal, plain lines otherwise), one JSON object per step in a log file, and the closing summary. */
+ * terminal, plain lines otherwise), one JSON object per step in a log file, and the closing summary. In a world
+ * of ranks, every rank logs its own steps and only rank 0 prints. */
 #ifndef STRATA_MODEL_TRAIN_REPORT_H
 #define STRATA_MODEL_TRAIN_REPORT_H
 

@@ -12,6 +12,7 @@
 
 #include "model/gpt_engine.h"
 #include "tools/ckpt_locate.h"
+#include "tools/train_msg.h"
 #include "tools/train_report.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -44,7 +45,7 @@ double trainer_lr(const trainer_opts *o, int64_t s)
 static strata_status save_checkpoint(strata_engine *e, const trainer_opts *o, int64_t steps_done)
 {
     if (mkdir(o->save_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "strata train: --save \"%s\": cannot create the directory: %s\n", o->save_dir,
+        train_err("--save \"%s\": cannot create the directory: %s", o->save_dir,
                 strerror(errno));
         return STRATA_EIO;
     }
@@ -52,15 +53,15 @@ static strata_status save_checkpoint(strata_engine *e, const trainer_opts *o, in
     snprintf(path, sizeof path, "%s/step-%lld", o->save_dir, (long long)steps_done);
     strata_status st = strata_save(e, path);
     if (st != STRATA_OK) {
-        fprintf(stderr, "strata train: saving %s failed: %s\n", path, strata_last_error(e));
+        train_err("saving %s failed: %s", path, strata_last_error(e));
         return st;
     }
     printf("checkpoint: %s\n", path);
     fflush(stdout);
     /* The checkpoint is safe on disk: a rotation that fails costs disk space, not the run. */
     if (strata_checkpoint_prune(o->save_dir, o->keep, NULL) != STRATA_OK)
-        fprintf(stderr, "strata train: warning: removing checkpoints older than the last --keep %d in \"%s\" "
-                        "failed: %s\n", o->keep, o->save_dir, strata_last_error(NULL));
+        train_err("warning: removing checkpoints older than the last --keep %d in \"%s\" "
+                        "failed: %s", o->keep, o->save_dir, strata_last_error(NULL));
     return STRATA_OK;
 }
 
@@ -68,10 +69,11 @@ static strata_status save_checkpoint(strata_engine *e, const trainer_opts *o, in
 
 static int fail(strata_engine *e, const char *what)
 {
-    fprintf(stderr, "strata train: %s failed: %s\n", what, strata_last_error(e));
+    train_err("%s failed: %s", what, strata_last_error(e));
     return 1;
 }
 
+/* Every rank reads (a partitioned model's master weights are gathered from all ranks); rank 0 writes the file. */
 static strata_status dump_weights(gpt_model *m, const trainer_opts *o)
 {
     size_t n = gpt_numel(&o->dims);
@@ -79,9 +81,13 @@ static strata_status dump_weights(gpt_model *m, const trainer_opts *o)
     if (!w)
         return STRATA_ENOMEM;
     strata_status st = gpt_model_read_weights(m, w);
-    FILE *f = st == STRATA_OK ? fopen(o->dump_weights, "wb") : NULL;
-    if (st == STRATA_OK && (!f || fwrite(w, sizeof(float), n, f) != n)) {
-        fprintf(stderr, "strata train: --dump-weights \"%s\": cannot write: %s\n", o->dump_weights, strerror(errno));
+    if (st != STRATA_OK || !train_msg_root()) {
+        free(w);
+        return st;
+    }
+    FILE *f = fopen(o->dump_weights, "wb");
+    if (!f || fwrite(w, sizeof(float), n, f) != n) {
+        train_err("--dump-weights \"%s\": cannot write: %s", o->dump_weights, strerror(errno));
         st = STRATA_EIO;
     }
     if (f && fclose(f) != 0 && st == STRATA_OK)
@@ -98,6 +104,25 @@ typedef struct run {
     int32_t *tokens, *targets;
 } run;
 
+/* --log-jsonl FILE: rank 0 writes FILE (what world 1 writes, so readers of FILE keep working), rank r > 0
+ * FILE.rank<r>. 0, or the exit code. */
+static int open_jsonl(run *r, const trainer_opts *o)
+{
+    if (!o->log_jsonl)
+        return 0;
+    char path[4096];
+    int rank = strata_comm_rank(o->comm);
+    if (rank == 0)
+        snprintf(path, sizeof path, "%s", o->log_jsonl);
+    else
+        snprintf(path, sizeof path, "%s.rank%d", o->log_jsonl, rank);
+    if (!(r->jsonl = fopen(path, "w"))) {
+        train_err("--log-jsonl \"%s\": cannot open: %s", path, strerror(errno));
+        return 2;
+    }
+    return 0;
+}
+
 /* Engine, model and activations; 0, or the exit code. */
 static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
 {
@@ -108,10 +133,10 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
     if (cfg->activation_bytes < act)
         cfg->activation_bytes = act;
     if (!r->tokens || !r->targets) {
-        fprintf(stderr, "strata train: out of memory\n");
+        train_err("out of memory");
         return 1;
     }
-    if (strata_engine_create(cfg, &r->e) != STRATA_OK)
+    if (strata_engine_create_ranked(cfg, o->comm, NULL, &r->e) != STRATA_OK)
         return fail(NULL, "creating the engine");
     if (gpt_model_register(r->e, &o->dims, o->seed, &r->m) != STRATA_OK)
         return fail(r->e, "registering the model");
@@ -119,21 +144,17 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
         return fail(r->e, "planning the memory (strata_engine_finalize)");
     strata_status st = gpt_model_prepare(r->m, o->batch, o->seq, cfg->param_dtype);
     if (st == STRATA_EUNSUPPORTED) {
-        fprintf(stderr, "strata train: this build has no CUDA kernels for the model (nvcc was not found when it "
-                        "was configured); use --device host\n");
+        train_err("this build has no CUDA kernels for the model (nvcc was not found when it "
+                        "was configured); use --device host");
         return 1;
     }
     if (st != STRATA_OK && *gpt_model_error(r->m)) {
-        fprintf(stderr, "strata train: the model's CUDA kernels cannot start: %s\n", gpt_model_error(r->m));
+        train_err("the model's CUDA kernels cannot start: %s", gpt_model_error(r->m));
         return 1;
     }
     if (st != STRATA_OK)
         return fail(r->e, "allocating the activations (strata_device_alloc)");
-    if (o->log_jsonl && !(r->jsonl = fopen(o->log_jsonl, "w"))) {
-        fprintf(stderr, "strata train: --log-jsonl \"%s\": cannot open: %s\n", o->log_jsonl, strerror(errno));
-        return 2;
-    }
-    return 0;
+    return open_jsonl(r, o);
 }
 
 static void run_close(run *r)
@@ -152,7 +173,7 @@ static int resume(run *r, const trainer_opts *o, int64_t *start)
     char buf[4096];
     const char *path = ckpt_locate(o->resume_dir, buf, sizeof buf);
     if (!path) {
-        fprintf(stderr, "strata train: --resume \"%s\": no checkpoint there: %s; %s\n", o->resume_dir,
+        train_err("--resume \"%s\": no checkpoint there: %s; %s", o->resume_dir,
                 strata_last_error(NULL), CKPT_LOCATE_EXPECTED);
         return 2;
     }
@@ -171,15 +192,18 @@ static int resume(run *r, const trainer_opts *o, int64_t *start)
 static int train_step(run *r, const trainer_opts *o, int64_t s, train_report *rep)
 {
     double t0 = now_s(), loss = 0;
+    int world = strata_comm_size(o->comm), rank = strata_comm_rank(o->comm);
     for (int mb = 0; mb < o->grad_accum; mb++) {
-        data_batch(o->data, o->seed, s, mb, o->batch, o->seq, r->tokens, r->targets);
+        /* The ranks split the step's micro-batches round robin, so N ranks x k see what 1 rank x N*k sees. */
+        data_batch(o->data, o->seed, s, mb * world + rank, o->batch, o->seq, r->tokens, r->targets);
         double l = 0;
-        float scale = (float)(strata_loss_scale(r->e) / o->grad_accum);
+        /* The engine sums the ranks' gradients: each micro-batch weighs 1 / (all micro-batches of the step). */
+        float scale = (float)(strata_loss_scale(r->e) / ((double)o->grad_accum * world));
         if (gpt_model_micro_step(r->m, r->tokens, r->targets, true, scale, &l) != STRATA_OK) {
             const char *kernel_error = gpt_model_error(r->m);
             if (!*kernel_error)
                 return fail(r->e, "the forward/backward pass");
-            fprintf(stderr, "strata train: the forward/backward pass failed: %s\n", kernel_error);
+            train_err("the forward/backward pass failed: %s", kernel_error);
             return 1;
         }
         loss += l / o->grad_accum;
@@ -202,7 +226,9 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
     strata_stats stats;
     strata_stats_get(r->e, &stats);
     train_report rep;
-    report_begin(&rep, start, o->steps, (int64_t)ntok * o->grad_accum, &stats, o->quiet, r->jsonl);
+    /* Tokens count the whole world's: every rank steps in lockstep, so rank 0's clock times them all. */
+    report_begin(&rep, start, o->steps, (int64_t)ntok * o->grad_accum * stats.world_size, &stats,
+                 o->quiet || !train_msg_root(), r->jsonl);
     rep.flops_per_token = gpt_flops_per_token(&o->dims, o->seq);
     int64_t s = start, last_saved = -1;
     int rc = 0;
@@ -226,7 +252,8 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
         return fail(r->e, "finishing the last update (strata_sync)");
     strata_stats_get(r->e, &stats);
     rep.now = stats;
-    report_summary(&rep, cfg->trace_path);
+    if (train_msg_root())
+        report_summary(&rep, cfg->trace_path);
     if (o->save_dir && s > start && last_saved != s && save_checkpoint(r->e, o, s) != STRATA_OK)
         return 1;
     return 0;
@@ -234,10 +261,15 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
 
 int trainer_run(const trainer_opts *o, strata_config *cfg)
 {
+    /* A graceful stop needs every rank to stop after the same step, which a signal cannot promise; with more
+     * than one rank the default action ends the rank and mpirun the others. */
+    bool graceful = strata_comm_size(o->comm) == 1;
     struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    if (graceful) {
+        sigaction(SIGINT, &sa, &old_int);
+        sigaction(SIGTERM, &sa, &old_term);
+    }
     stop_signal = 0;
 
     run r = {0};
@@ -255,7 +287,9 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
         rc = 128 + stop_signal;
     }
     run_close(&r);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    if (graceful) {
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+    }
     return rc;
 }

@@ -1,8 +1,11 @@
 /*
- * The training loop of `strata train`: builds an engine from a config, registers the GPT model, and runs
- * steps of grad_accum micro-batches with a warmup + cosine learning rate, a live progress line, a JSONL log,
- * periodic checkpoints (DIR/step-N, the last `keep` kept) and a summary. SIGINT/SIGTERM finish the current
- * step, save when a save directory is set, and stop.
+ * The training loop of `strata train`: builds an engine from a config as one rank of a world, registers the GPT
+ * model, and runs steps of grad_accum micro-batches per rank with a warmup + cosine learning rate, a live progress
+ * line, a JSONL log, periodic checkpoints (DIR/step-N, the last `keep` kept) and a summary. In a world of N ranks,
+ * rank r's micro-batch m of a step is the data stream's micro-batch m * N + r, and the engine sums the ranks'
+ * gradients: N ranks with grad_accum k train as one rank with N * k. World 1: SIGINT/SIGTERM finish the current
+ * step, save when a save directory is set, and stop; with more ranks a signal ends the rank at once (the ranks could
+ * not agree on the step to stop after, and there is no checkpoint to save).
  */
 #ifndef STRATA_MODEL_TRAINER_H
 #define STRATA_MODEL_TRAINER_H
@@ -21,7 +24,8 @@ typedef struct trainer_opts {
     int64_t warmup;            /* steps of linear warmup */
     uint64_t seed;
     const gpt_data *data;
-    const char *log_jsonl;     /* NULL = none */
+    strata_comm *comm;         /* the world this process trains in (strata_comm_create) */
+    const char *log_jsonl;     /* NULL = none; in a world of ranks rank 0 writes it, rank r > 0 log_jsonl.rank<r> */
     const char *dump_weights;  /* raw fp32 master weights at the end; NULL = none */
     const char *save_dir;      /* checkpoints DIR/step-N; NULL = none */
     int64_t save_every;        /* 0 = only at the end (and on a signal) */
@@ -33,8 +37,9 @@ typedef struct trainer_opts {
 /* The learning rate of step s (0-based): linear warmup to lr, then cosine down to min_lr at the last step. */
 double trainer_lr(const trainer_opts *o, int64_t s);
 
-/* Trains with cfg (its activation_bytes is raised to what the model needs). Errors are printed to stderr.
- * Returns the process exit code: 0 done, 1 failed, 128 + the signal when SIGINT/SIGTERM stopped it. */
+/* Trains with cfg (its activation_bytes is raised to what the model needs) as this process's rank of o->comm.
+ * Errors are printed to stderr (train_err). Returns the process exit code: 0 done, 1 failed, 2 a file the user
+ * named cannot be opened, 128 + the signal when SIGINT/SIGTERM stopped it. */
 int trainer_run(const trainer_opts *o, strata_config *cfg);
 
 #endif
