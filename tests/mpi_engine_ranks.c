@@ -109,9 +109,9 @@ static void check_memory(const char *what, int stage, const strata_config *cfg, 
     if (cfg->offload_optimizer.device == STRATA_TIER_HOST && stage >= 2)
         T_CHECK(st->host_peak_bytes < st1.host_peak_bytes, "%s: host tier %zu bytes per rank, one rank %zu", what,
                 st->host_peak_bytes, st1.host_peak_bytes);
-    /* With one micro-batch per step both runs fetch every module twice; with more, which modules stay resident
-     * between micro-batches depends on their (padded, larger) size. */
-    if (stage == 3 && cfg->offload_param.device == STRATA_TIER_NVME && k == 1) {
+    /* With one micro-batch per step both runs fetch every module twice; with more (or with the delayed update's
+     * prefetch across the step), which modules stay resident depends on their (padded, larger) size. */
+    if (stage == 3 && cfg->offload_param.device == STRATA_TIER_NVME && k == 1 && !cfg->delayed_update) {
         double ratio = (double)st->nvme_to_host_bytes / (double)st1.nvme_to_host_bytes;
         T_CHECK(ratio <= shard * 1.001, "%s: NVMe read %llu bytes per rank, one rank %llu: ratio %.3f, the shard is "
                 "%.3f of the model", what, (unsigned long long)st->nvme_to_host_bytes,
@@ -121,15 +121,27 @@ static void check_memory(const char *what, int stage, const strata_config *cfg, 
     }
 }
 
-static void run_case(int stage, const synth_placement *pl, int k)
+typedef struct variant {
+    const char *name;
+    void (*apply)(strata_config *c);
+} variant;
+
+static void plain(strata_config *c) { (void)c; }
+static void delayed(strata_config *c) { c->delayed_update = true; c->delayed_warmup_steps = 1; }
+static void clipped(strata_config *c) { c->gradient_clipping = 0.05; }
+static void fp16(strata_config *c) { c->param_dtype = STRATA_DTYPE_FP16; c->initial_scale_power = 12; }
+static void checksummed(strata_config *c) { c->swap_checksum = true; }
+
+static void run_case(int stage, const synth_placement *pl, int k, const variant *v)
 {
     char name[64], what[256];
     snprintf(name, sizeof name, "mpi_ranks_%d_r%d", size, rank);
     const char *dir = t_scratch_dir(name);
-    snprintf(what, sizeof what, "stage %d, %s, %d micro-batch%s per rank, %d ranks", stage, pl->name, k,
-             k == 1 ? "" : "es", size);
+    snprintf(what, sizeof what, "stage %d, %s, %d micro-batch%s per rank%s%s, %d ranks", stage, pl->name, k,
+             k == 1 ? "" : "es", v->name[0] ? ", " : "", v->name, size);
     strata_config cfg = synth_config(STRATA_DTYPE_FP32);
     pl->apply(&cfg, dir);
+    v->apply(&cfg);
     cfg.zero_stage = stage;
     cfg.cpu_threads = 1;
     synth_opts o;
@@ -183,7 +195,8 @@ static void run_case(int stage, const synth_placement *pl, int k)
                off);
     check_ranks_agree(what, w, n);
 
-    uint64_t want = want_comm_bytes(stage, padded_psi(&o, size), 4, k) * (uint64_t)o.steps;
+    uint64_t want = want_comm_bytes(stage, padded_psi(&o, size), strata_dtype_bytes(cfg.param_dtype), k) *
+                    (uint64_t)o.steps;
     T_CHECK(size == 1 || st.comm_bytes == want, "%s: comm_bytes %llu, the formula gives %llu", what,
             (unsigned long long)st.comm_bytes, (unsigned long long)want);
     T_CHECK(st.rank == rank && st.world_size == size, "%s: stats say rank %d of %d", what, st.rank, st.world_size);
@@ -194,6 +207,7 @@ static void run_case(int stage, const synth_placement *pl, int k)
 
 int main(void)
 {
+    static const variant none = {"", plain};
     T_CHECK(strata_comm_create(&world) == STRATA_OK, "strata_comm_create: %s", strata_last_error(NULL));
     rank = strata_comm_rank(world);
     size = strata_comm_size(world);
@@ -205,11 +219,17 @@ int main(void)
             synth_placements[p].apply(&probe, "/tmp");
             if (probe.offload_param.device != STRATA_TIER_DEVICE && stage != 3)
                 continue; /* parameters are only offloaded when they are partitioned */
-            run_case(stage, &synth_placements[p], 1);
+            run_case(stage, &synth_placements[p], 1, &none);
         }
     }
-    run_case(2, &synth_placements[1], 2);
-    run_case(3, &synth_placements[3], 2);
+    /* Gradient accumulation; and the features whose decisions are global or whose state is split. */
+    run_case(2, &synth_placements[1], 2, &none);
+    run_case(3, &synth_placements[3], 2, &none);
+    static const variant features[] = {{"delayed update", delayed}, {"gradient clipping", clipped},
+                                       {"fp16 with dynamic loss scaling", fp16}, {"swap checksums", checksummed}};
+    for (size_t f = 0; f < sizeof features / sizeof features[0]; f++)
+        for (int stage = 1; stage <= 3; stage += 2)
+            run_case(stage, &synth_placements[3 - (stage == 1 ? 2 : 0)], 1, &features[f]);
     t_scratch_cleanup();
     strata_comm_destroy(world);
     return t_done();
