@@ -186,10 +186,15 @@ static void mpi_destroy(comm *c)
         if (m->ctl != MPI_COMM_NULL)
             MPI_Comm_free(&m->ctl);
     }
-    bool finalize = m->owns_mpi;
+    bool finalize = m->owns_mpi, broken = m->stranded || atomic_load(&c->broken);
     free(m);
     c->impl = NULL;
-    if (finalize)
+    /* MPI_Finalize progresses what is still posted: a failed world's collective would then write into the
+     * caller's buffers, long freed. A failed process exits without finalizing instead (its launcher reports
+     * the failure, which is what happened). */
+    if (finalize && broken)
+        LOG_WARN(LOG_CORE, "comm: not finalizing MPI after a failed world (a collective is still posted)");
+    else if (finalize)
         MPI_Finalize();
 }
 
