@@ -194,8 +194,8 @@ static strata_status start(strata_engine *e, resident *m, bool demand)
             st = dev_event_record(m->ready, e->h2d);
     }
     atomic_fetch_add(&e->ctr.host_to_device, bytes);
-    r->inflight_bytes += bytes;
-    r->resident_bytes += bytes;
+    r->inflight_bytes += m->fetch_bytes; /* the device copy, whole: what the window and the cap count */
+    r->resident_bytes += m->fetch_bytes;
     if (st != STRATA_OK) {
         char msg[ERR_MSG_BYTES];
         snprintf(msg, sizeof msg, "%s", err_last());
