@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "comm/comm.h"
 #include "engine/plan.h"
 #include "synth.h"
@@ -113,9 +114,11 @@ static void check_memory(const char *what, int stage, const strata_config *cfg, 
      * prefetch across the step), which modules stay resident depends on their (padded, larger) size. */
     if (stage == 3 && cfg->offload_param.device == STRATA_TIER_NVME && k == 1 && !cfg->delayed_update) {
         double ratio = (double)st->nvme_to_host_bytes / (double)st1.nvme_to_host_bytes;
-        T_CHECK(ratio <= shard * 1.001, "%s: NVMe read %llu bytes per rank, one rank %llu: ratio %.3f, the shard is "
-                "%.3f of the model", what, (unsigned long long)st->nvme_to_host_bytes,
-                (unsigned long long)st1.nvme_to_host_bytes, ratio, shard);
+        /* 1/N, with 3% for the shards' padding (measured 0.489-0.500 at 2 ranks; re-reading every module in
+         * backward, a bug once, gave 0.518). */
+        T_CHECK(ratio <= MIN(shard, 1.03 / size), "%s: NVMe read %llu bytes per rank, one rank %llu: ratio %.3f, "
+                "more than 1/%d (the shard is %.3f of the model)", what, (unsigned long long)st->nvme_to_host_bytes,
+                (unsigned long long)st1.nvme_to_host_bytes, ratio, size, shard);
         if (rank == 0)
             printf("%s: NVMe read per rank / one rank = %.3f (shard %.3f)\n", what, ratio, shard);
     }
