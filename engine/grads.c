@@ -24,6 +24,18 @@ typedef struct grad_buffer {
     dev_event *written;            /* recorded on the compute stream at grads_ready */
 } grad_buffer;
 
+/* Stages 2 and 3 with several ranks: a module's gradients being reduce-scattered on the comm's thread while the
+ * trainer goes on with backward; this rank's part is accumulated when it completes. */
+#define HANDOFF_SLOTS 2
+typedef struct handoff {
+    float *full, *part;            /* the module's fp32 gradients; this rank's reduced part */
+    comm_req *req;
+    const reg_module *module;
+    tier_array *store;
+    bool first;
+    uint64_t submit_ns;
+} handoff;
+
 struct grad_store {
     tier_array store[2];           /* fp32 gradient stores: [accumulating, being consumed] */
     int front;
@@ -33,6 +45,8 @@ struct grad_store {
     pthread_mutex_t lock;          /* accumulations run on the d2h stream */
     strata_status status;          /* first failure of an accumulation, reported at the next call */
     char msg[ERR_MSG_BYTES];
+    handoff ring[HANDOFF_SLOTS];   /* reduce-scatters in flight, oldest at head */
+    int head, pending;
 };
 
 /* One gradient hand-off in flight on the d2h stream. */
@@ -64,6 +78,11 @@ strata_status grads_create(strata_engine *e, grad_store **out)
     ERR_CHECK(tarr_alloc(&g->store[0], &e->tiers.env, tier, numel, 4, "gradient store"));
     if (e->cfg.delayed_update)
         ERR_CHECK(tarr_alloc(&g->store[1], &e->tiers.env, tier, numel, 4, "gradient store (second)"));
+    size_t big = registry_largest_module_numel(e->reg);
+    for (int i = 0; ranks_grads_sharded_at_handoff(e) && i < HANDOFF_SLOTS; i++)
+        if (posix_memalign((void **)&g->ring[i].full, 4096, big * 4) ||
+            posix_memalign((void **)&g->ring[i].part, 4096, big * 4))
+            return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the gradient reduce-scatters");
     for (int i = 0; i < 2; i++) {
         void *host = g->store[i].numel ? tarr_host_ptr(&g->store[i], &e->tiers.env, 0) : NULL;
         if (host)
@@ -84,6 +103,10 @@ void grads_destroy(strata_engine *e, grad_store *g)
     }
     tarr_free(&g->store[0], &e->tiers.env);
     tarr_free(&g->store[1], &e->tiers.env);
+    for (int i = 0; i < HANDOFF_SLOTS; i++) {
+        free(g->ring[i].full);
+        free(g->ring[i].part);
+    }
     pthread_mutex_destroy(&g->lock);
     free(g->touched[0]);
     free(g->touched[1]);
@@ -153,22 +176,54 @@ static strata_status accumulate(void *arg)
     return st;
 }
 
-/* Stages 2 and 3 with several ranks: the hand-off runs on the trainer's thread, because the reduce-scatter in
- * it must be issued in the trainer's order on every rank. The module's gradients come off the device, become
- * fp32, are reduce-scattered, and only this rank's part is accumulated into its shard of the store. */
+/* The oldest reduce-scatter in flight: waits for it and accumulates this rank's part into its store. */
+static strata_status finish_oldest(strata_engine *e)
+{
+    grad_store *g = e->grads;
+    handoff *h = &g->ring[g->head];
+    const reg_module *m = h->module;
+    strata_status st = comm_wait(h->req);
+    h->req = NULL;
+    if (st == STRATA_OK)
+        st = accumulate_into(e, h->store, m->shard_offset, m->shard_numel, h->part, STRATA_DTYPE_FP32, h->first);
+    trace_event(e->trace, TRACK_D2H, "gradients (reduce-scatter)", m->name, h->submit_ns, now_ns());
+    g->head = (g->head + 1) % HANDOFF_SLOTS;
+    g->pending--;
+    if (st != STRATA_OK)
+        return err_set(st, "gradients of module \"%s\": %s", m->name, err_last());
+    return STRATA_OK;
+}
+
+static strata_status finish_handoffs(strata_engine *e)
+{
+    strata_status first = STRATA_OK;
+    while (e->grads->pending > 0) {
+        strata_status st = finish_oldest(e);
+        if (first == STRATA_OK)
+            first = st;
+    }
+    return first;
+}
+
+/* Stages 2 and 3 with several ranks. The reduce-scatter must be issued in the trainer's order on every rank, so
+ * the trainer's thread issues it: the module's gradients come off the device and become fp32 here, then the
+ * reduce-scatter runs on the comm's thread while backward goes on (HANDOFF_SLOTS of them in flight), and only
+ * this rank's part is accumulated into its shard of the store when it completes. */
 static strata_status hand_off_sharded(strata_engine *e, grad_job *job)
 {
-    const reg_module *m = job->module;
-    float *full, *part;
-    ranks_handoff_buffers(e->ranks, &full, &part);
-    strata_status st = dev_stream_sync(e->d2h);
-    if (st == STRATA_OK) {
-        accum_add(full, job->staging, e->cfg.param_dtype, m->numel, true);
-        st = ranks_reduce_module(e, m, full, part);
-    }
+    grad_store *g = e->grads;
+    strata_status st = g->pending == HANDOFF_SLOTS ? finish_oldest(e) : STRATA_OK;
+    handoff *h = &g->ring[(g->head + g->pending) % HANDOFF_SLOTS];
     if (st == STRATA_OK)
-        st = accumulate_into(e, job->store, m->shard_offset, m->shard_numel, part, STRATA_DTYPE_FP32, job->first);
-    trace_event(e->trace, TRACK_D2H, "gradients (reduce-scatter)", m->name, job->submit_ns, now_ns());
+        st = dev_stream_sync(e->d2h);
+    if (st == STRATA_OK) {
+        *h = (handoff){.full = h->full, .part = h->part, .module = job->module, .store = job->store,
+                       .first = job->first, .submit_ns = job->submit_ns};
+        accum_add(h->full, job->staging, e->cfg.param_dtype, job->module->numel, true);
+        st = ranks_start_reduce(e, job->module, h->full, h->part, &h->req);
+        if (st == STRATA_OK)
+            g->pending++;
+    }
     pool_release(e->tiers.pool, job->staging);
     free(job);
     return st;
@@ -177,7 +232,10 @@ static strata_status hand_off_sharded(strata_engine *e, grad_job *job)
 strata_status grads_drain(strata_engine *e)
 {
     grad_store *g = e->grads;
-    strata_status st = dev_stream_sync(e->d2h);
+    strata_status st = finish_handoffs(e);
+    strata_status sst = dev_stream_sync(e->d2h);
+    if (st == STRATA_OK)
+        st = sst;
     pthread_mutex_lock(&g->lock);
     strata_status gst = g->status;
     char msg[ERR_MSG_BYTES];

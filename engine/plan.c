@@ -121,6 +121,9 @@ void plan_compute(const plan_input *in, plan *p)
             add(p, "parameters (this rank's shard)", STRATA_TIER_HOST, no * in->param_bytes, false);
         add(p, "collective scratch (one module)", STRATA_TIER_HOST, in->largest_module_numel * (8 + in->param_bytes),
             false);
+        if (in->zero_stage >= 2) /* grads.c: HANDOFF_SLOTS reduce-scatters in flight, whole and part, fp32 */
+            add(p, "gradient reduce-scatters in flight (2)", STRATA_TIER_HOST, 2 * in->largest_module_numel * 8,
+                false);
     }
 
     /* On the device: the modules the trainer holds and the prefetch window (when parameters are

@@ -305,10 +305,11 @@ strata_status ranks_reduce_module(strata_engine *e, const reg_module *m, const f
     return comm_reduce_scatter(e->comm, full, shard, m->shard_numel, COMM_F32);
 }
 
-void ranks_handoff_buffers(rank_state *rs, float **full, float **shard)
+strata_status ranks_start_reduce(strata_engine *e, const reg_module *m, const float *full, float *shard,
+                                 comm_req **req)
 {
-    *full = rs->full;
-    *shard = rs->shard;
+    e->ranks->comm_bytes += m->numel * 4;
+    return comm_start_reduce_scatter(e->comm, full, shard, m->shard_numel, COMM_F32, req);
 }
 
 strata_status ranks_gather_module(strata_engine *e, const reg_module *m, void *dev)

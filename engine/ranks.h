@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "engine/registry.h"
 #include "offload/tier_array.h"
 #include "strata.h"
@@ -57,10 +58,11 @@ strata_status ranks_sum_gradstats(struct strata_engine *e, double *sumsq, bool *
 tier_array *ranks_step_params(struct strata_engine *e, int param_out);
 /* Stages 1 and 2 with several ranks: all-gathers every module's updated shard into parameter copy param_out. */
 strata_status ranks_publish_params(struct strata_engine *e, int param_out);
-/* Stages 2 and 3: reduce-scatters one module's fp32 gradients (full, host memory) into shard (its part). */
+/* Reduce-scatters one module's fp32 gradients (full, host memory) into shard (its part). */
 strata_status ranks_reduce_module(struct strata_engine *e, const reg_module *m, const float *full, float *shard);
-/* Scratch buffers of the hand-off: the module's fp32 gradients and this rank's part (largest module). */
-void ranks_handoff_buffers(rank_state *rs, float **full, float **shard);
+/* As ranks_reduce_module, started on the comm's thread; both buffers stay untouched until comm_wait(*req). */
+strata_status ranks_start_reduce(struct strata_engine *e, const reg_module *m, const float *full, float *shard,
+                                 comm_req **req);
 /* Stage 3: all-gathers a fetched module's device copy in place (this rank's shard is at its slot). */
 strata_status ranks_gather_module(struct strata_engine *e, const reg_module *m, void *dev);
 /* With the master weights partitioned: elements [first, first + count) of the full view, all inside module m,
