@@ -31,3 +31,16 @@ STRATA_API int strata_comm_local_rank(const strata_comm *c)
 {
     return comm_local_rank(c);
 }
+
+STRATA_API strata_status strata_comm_allreduce_sum(strata_comm *c, double *values, size_t n)
+{
+    if (!c || (!values && n))
+        return err_set(STRATA_EINVAL, "strata_comm_allreduce_sum: comm and values must not be NULL");
+    return comm_allreduce_uncounted(c, values, n, COMM_F64, COMM_SUM);
+}
+
+STRATA_API void strata_comm_abort(strata_comm *c, const char *why)
+{
+    if (c && comm_size(c) > 1)
+        comm_abort_world(c, why && *why ? why : "aborted by the trainer");
+}

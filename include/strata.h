@@ -285,6 +285,15 @@ STRATA_API int strata_comm_size(const strata_comm *comm);
 /* Rank among the processes on this host: picks the GPU (device_id + local rank, modulo the GPUs). */
 STRATA_API int strata_comm_local_rank(const strata_comm *comm);
 
+/* Sums n doubles across comm's world in place (every rank gets the sums): for a trainer's own figures, such as
+ * the mean loss. A collective: every rank calls it, in the same order as its other strata calls. Not counted in
+ * strata_stats.comm_bytes. STRATA_ECOMM when a rank failed or the world timed out. */
+STRATA_API strata_status strata_comm_allreduce_sum(strata_comm *comm, double *values, size_t n);
+/* This rank failed outside any strata call (its own file, its own data): every other rank's collectives, pending
+ * and later, fail at once with STRATA_ECOMM and "rank R failed: why" instead of waiting for it, and so do this
+ * rank's. No-op in a world of 1. */
+STRATA_API void strata_comm_abort(strata_comm *comm, const char *why);
+
 /* As strata_engine_create, as one rank of comm's world (comm outlives the engine; NULL = world 1).
  * nccl_comm (an ncclComm_t of the same world, or NULL) is used for device buffers on the CUDA backend;
  * without it strata makes one over MPI when every rank on a host has its own GPU, and stages through

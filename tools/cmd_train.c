@@ -55,7 +55,7 @@ static void usage(FILE *out)
             "  --trace FILE       Chrome trace-event JSON of every transfer and step (open in ui.perfetto.dev)\n"
             "  --log-jsonl FILE   one JSON object per step (loss, lr, tokens/s, stall, bytes per link, comm bytes, peak\n"
             "                     bytes per tier); with N ranks each rank logs its own: rank 0 to FILE, rank r to\n"
-            "                     FILE.rank<r> (loss and bytes are the rank's, tokens/s the world's)\n"
+            "                     FILE.rank<r> (bytes are the rank's; loss and tokens/s the world's)\n"
             "  --dump-weights F   write the final fp32 master weights (raw, model order) to F (rank 0 writes)\n"
             "  --save DIR         checkpoints to DIR/step-N at the end, every --save-every K steps and on\n"
             "                     SIGINT/SIGTERM, keeping the last --keep (default 2); --resume DIR continues\n"
@@ -420,12 +420,10 @@ int cmd_train(int argc, char **argv)
     train_msg_world(strata_comm_rank(comm), strata_comm_size(comm));
     bool training = false;
     int rc = train(argc, argv, comm, &training);
-    if (rc != 0 && training && strata_comm_size(comm) > 1) {
-        /* The other ranks may be waiting for this one in a collective, and the public API has no way to abort the
-         * world: leaving without finalizing MPI makes mpirun end the job at once instead of the others timing out. */
-        fflush(NULL);
-        _exit(rc);
-    }
+    /* The other ranks may be waiting for this one in a collective: tell them, so that they fail at once with this
+     * rank named instead of timing out. (An engine call that failed has told them already.) */
+    if (rc != 0 && training)
+        strata_comm_abort(comm, "strata train failed on this rank (its own message says why)");
     strata_comm_destroy(comm);
     return rc;
 }

@@ -109,15 +109,15 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
     fflush(stdout);
 }
 
-/* A world of ranks: the loss, moved and peak lines above are rank 0's own (each rank holds its part of the model
- * state); tokens and throughput count every rank's. */
+/* A world of ranks: the moved and peak lines above are rank 0's own (each rank holds its part of the model
+ * state); the loss is the world's mean, tokens and throughput count every rank's. */
 static void report_ranks(const train_report *r)
 {
     int64_t steps = r->last_step - r->first_step + 1;
     uint64_t comm = r->now.comm_bytes - r->start.comm_bytes;
     char x[32], y[32];
-    printf("  ranks       %d (MPI): loss, moved and peak are rank 0's, per rank; tokens and throughput count all "
-           "ranks\n", r->now.world_size);
+    printf("  ranks       %d (MPI): moved and peak are rank 0's, per rank; loss, tokens and throughput are the "
+           "world's\n", r->now.world_size);
     printf("  comm        %s by rank 0's collectives, %s per step\n", report_bytes((double)comm, x, sizeof x),
            report_bytes(steps > 0 ? (double)comm / (double)steps : 0, y, sizeof y));
 }

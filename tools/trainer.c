@@ -213,6 +213,13 @@ static int train_step(run *r, const trainer_opts *o, int64_t s, train_report *re
     strata_step_result res;
     if (strata_step(r->e, &args, &res) != STRATA_OK)
         return fail(r->e, "the optimizer step (strata_step)");
+    /* The step's loss is the world's: the mean over every rank's micro-batches (what one rank accumulating all of
+     * them would report). */
+    if (world > 1) {
+        if (strata_comm_allreduce_sum(o->comm, &loss, 1) != STRATA_OK)
+            return fail(NULL, "averaging the loss over the ranks (strata_comm_allreduce_sum)");
+        loss /= world;
+    }
     strata_stats stats;
     strata_stats_get(r->e, &stats);
     report_step(rep, s, loss, lr, now_s() - t0, t1 - t0, &stats, &res);
