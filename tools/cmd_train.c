@@ -423,7 +423,7 @@ int cmd_train(int argc, char **argv)
     /* The other ranks may be waiting for this one in a collective: tell them, so that they fail at once with this
      * rank named instead of timing out. (An engine call that failed has told them already.) */
     if (rc != 0 && training)
-        strata_comm_abort(comm, "strata train failed on this rank (its own message says why)");
+        strata_comm_abort(comm, train_last_error());
     strata_comm_destroy(comm);
     return rc;
 }

@@ -19,6 +19,13 @@ bool train_msg_root(void)
     return msg_rank == 0;
 }
 
+static char last_err[1024]; /* the last message, without its prefix: what the other ranks are told */
+
+const char *train_last_error(void)
+{
+    return last_err;
+}
+
 void train_err(const char *fmt, ...)
 {
     /* One buffered write per message, so that ranks writing at once do not interleave inside a line. */
@@ -31,4 +38,5 @@ void train_err(const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
+    snprintf(last_err, sizeof last_err, "%s", line + n);
 }

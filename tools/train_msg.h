@@ -12,5 +12,7 @@ void train_msg_world(int rank, int world);
 bool train_msg_root(void);
 /* "[rank R: ]strata train: <message>\n" to stderr. */
 void train_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The last train_err message, without the prefix ("" when none). */
+const char *train_last_error(void);
 
 #endif
