@@ -94,6 +94,11 @@ bool fetch_order_valid(const fetch_order *o)
     return o->valid;
 }
 
+bool fetch_order_step_has_more(const fetch_order *o)
+{
+    return o->valid && o->pos < o->len;
+}
+
 size_t fetch_order_len(const fetch_order *o)
 {
     return o->len;

@@ -29,6 +29,8 @@ bool fetch_order_valid(const fetch_order *o);
 size_t fetch_order_len(const fetch_order *o);
 /* The module k fetches from now (k < fetch_order_len; the order must be valid). */
 strata_module_id fetch_order_ahead(const fetch_order *o, size_t k);
+/* Whether the order expects another fetch in this step (the next one is not the next step's first). */
+bool fetch_order_step_has_more(const fetch_order *o);
 /* How many fetches from now id is needed again (SIZE_MAX: not in the order, or no valid order). */
 size_t fetch_order_next_use(const fetch_order *o, strata_module_id id);
 

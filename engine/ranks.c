@@ -334,6 +334,16 @@ strata_status ranks_read_master(strata_engine *e, const reg_module *m, size_t fi
     return STRATA_OK;
 }
 
+strata_status ranks_start_gather(strata_engine *e, const reg_module *m, void *dev, comm_req **req)
+{
+    *req = NULL;
+    if (!e->tiers.env.host_addressable_device)
+        return ranks_gather_module(e, m, dev); /* device collectives do not queue yet */
+    size_t bytes = m->shard_numel * e->tiers.param_bytes;
+    e->ranks->comm_bytes += m->numel * e->tiers.param_bytes;
+    return comm_start_allgather(e->comm, (char *)dev + (size_t)e->rank * bytes, dev, bytes, COMM_BYTE, req);
+}
+
 uint64_t ranks_comm_bytes(const rank_state *rs)
 {
     return rs ? rs->comm_bytes : 0;

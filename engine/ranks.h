@@ -65,6 +65,9 @@ strata_status ranks_start_reduce(struct strata_engine *e, const reg_module *m, c
                                  comm_req **req);
 /* Stage 3: all-gathers a fetched module's device copy in place (this rank's shard is at its slot). */
 strata_status ranks_gather_module(struct strata_engine *e, const reg_module *m, void *dev);
+/* As ranks_gather_module, started on the comm's thread where the device copy is host memory (*req: wait for it
+ * before the module is used or freed); elsewhere it gathers before returning and *req is NULL. */
+strata_status ranks_start_gather(struct strata_engine *e, const reg_module *m, void *dev, comm_req **req);
 /* With the master weights partitioned: elements [first, first + count) of the full view, all inside module m,
  * gathered from their owners into out. A collective: every rank reads the same range. */
 strata_status ranks_read_master(struct strata_engine *e, const reg_module *m, size_t first, size_t count, float *out);

@@ -34,6 +34,8 @@ typedef struct resident {
     strata_status fetch_status;    /* a failed read or copy queueing (under the window's lock) */
     char fetch_msg[ERR_MSG_BYTES];
     dev_event *ready;              /* recorded after the host->device copy */
+    bool gathered_ahead;           /* stage 3: its all-gather was started by the fetch before it (gather) */
+    comm_req *gather;              /* that all-gather, while in flight (NULL once it completed) */
     size_t fetch_bytes;            /* the device copy's size: counted in flight / resident */
     size_t move_bytes, slot_bytes; /* what a fetch moves (this rank's shard at stage 3), and where it lands */
     uint64_t issue_ns, loaded_ns;  /* when the fetch was queued / its copy finished (trace) */
@@ -123,7 +125,7 @@ static bool evict_one(strata_engine *e, const resident *keep)
     size_t victim_dist = 0;
     for (size_t i = 0; i < r->nmods; i++) {
         resident *m = &r->mods[i];
-        if (m == keep || m->held || !m->dev_owned || m->state != MOD_RESIDENT)
+        if (m == keep || m->held || m->gathered_ahead || !m->dev_owned || m->state != MOD_RESIDENT)
             continue;
         size_t d = fetch_order_next_use(e->order, (strata_module_id)i);
         if (!victim || d > victim_dist) {
@@ -250,7 +252,10 @@ static strata_status drop(strata_engine *e, resident *m)
     residency *r = e->res;
     if (!m->dev_owned)
         return STRATA_OK;
-    strata_status st = STRATA_OK;
+    /* An all-gather started ahead writes the buffer until it completes (every rank started it: it does). */
+    strata_status st = comm_wait(m->gather);
+    m->gather = NULL;
+    m->gathered_ahead = false;
     if (m->state == MOD_LOADING) {
         /* The read and the copy may still be writing the buffers: wait before giving them back. */
         bool queued;
@@ -415,6 +420,40 @@ void residency_stats(const residency *r, uint64_t *fetches, uint64_t *prefetch_h
 
 /* ---------------------------------------------------------------- public */
 
+/* Stage 3: every fetch gathers the module from the ranks' shards, once: either the fetch before it started the
+ * all-gather (gather_ahead), or it runs now. A copy still resident from an earlier fetch is gathered again too:
+ * whether it is still resident depends on timing that differs between ranks, and every rank must make the same
+ * collectives in the same order. */
+static strata_status gather(strata_engine *e, resident *m)
+{
+    if (!m->gathered_ahead)
+        return ranks_gather_module(e, m->desc, m->dev);
+    strata_status st = comm_wait(m->gather);
+    m->gather = NULL;
+    m->gathered_ahead = false;
+    return st;
+}
+
+/* Starts the all-gather of the module the order expects next in this step, so that it runs on the comm's thread
+ * while the trainer computes with m. Whether it starts depends only on the order and on which modules the trainer
+ * holds and on the configured window, the same on every rank. Its shard is made resident first (it usually is:
+ * the prefetcher read it). */
+static strata_status gather_ahead(strata_engine *e, const resident *m)
+{
+    if (!ranks_fetch_gathers(e) || !fetch_order_step_has_more(e->order))
+        return STRATA_OK;
+    resident *n = &e->res->mods[fetch_order_ahead(e->order, 0)];
+    /* Within the configured prefetch window only (the trainer may have asked for none). */
+    if (n == m || n->held || n->gathered_ahead || n->fetch_bytes > e->res->prefetch_bytes)
+        return STRATA_OK;
+    if (n->state == MOD_ABSENT)
+        ERR_CHECK(start(e, n, true));
+    ERR_CHECK(settle(e, n, true));
+    ERR_CHECK(ranks_start_gather(e, n->desc, n->dev, &n->gather));
+    n->gathered_ahead = true;
+    return STRATA_OK;
+}
+
 static strata_status fetch(strata_engine *e, strata_module_id id)
 {
     ERR_CHECK(engine_require_module(e, id, "strata_fetch"));
@@ -444,15 +483,14 @@ static strata_status fetch(strata_engine *e, strata_module_id id)
     }
     uint64_t t0 = now_ns();
     strata_status st = order_for_compute(e, m);
-    /* Stage 3: every fetch gathers the module from the ranks' shards. A copy still resident from an earlier
-     * fetch is gathered again too: whether it is still resident depends on timing that differs between ranks,
-     * and every rank must make the same collectives. */
     if (st == STRATA_OK && ranks_fetch_gathers(e))
-        st = ranks_gather_module(e, m->desc, m->dev);
+        st = gather(e, m);
     uint64_t t1 = now_ns();
     r->stall_ns += t1 - t0;
     if (t1 - t0 > 2000)
         trace_event(e->trace, TRACK_TRAINER, "stall", m->desc->name, t0, t1);
+    if (st == STRATA_OK)
+        st = gather_ahead(e, m);
     if (st != STRATA_OK) {
         char msg[ERR_MSG_BYTES];
         snprintf(msg, sizeof msg, "%s", err_last());
