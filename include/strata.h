@@ -448,8 +448,9 @@ typedef struct strata_checkpoint_info {
     strata_dtype param_dtype;
     double loss_scale;
     bool pending_update;       /* a delayed update was in flight at the save */
-    size_t tensors;            /* entries in the manifest (all files) */
-    uint64_t bytes;            /* the data files together */
+    size_t tensors;            /* entries in the manifest (all files; a sharded checkpoint counts every piece) */
+    uint64_t bytes;            /* the data files together (every rank's) */
+    int world_size;            /* ranks that wrote it (1 for a checkpoint of format version 1) */
 } strata_checkpoint_info;
 
 /* Reads dir's manifest into out. STRATA_ENOTFOUND when dir holds no manifest; STRATA_ECORRUPT naming the

@@ -9,10 +9,49 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/util.h"
 #include "engine/config/config_schema.h"
 
 const char *const ckpt_file_names[CKPT_FILE_COUNT] = {"model.safetensors", "optimizer.safetensors",
                                                       "params.safetensors"};
+static const char *const stems[CKPT_FILE_COUNT] = {"model", "optimizer", "params"};
+#define ST_SUFFIX ".safetensors"
+
+void ckpt_file_name(int world, int rank, int kind, char *out)
+{
+    if (world == 1)
+        snprintf(out, CKPT_FILE_NAME_BYTES, "%s", ckpt_file_names[kind]);
+    else
+        snprintf(out, CKPT_FILE_NAME_BYTES, "%s.rank%d" ST_SUFFIX, stems[kind], rank);
+}
+
+bool ckpt_file_name_parse(const char *name, int world, int *rank, int *kind)
+{
+    for (int k = 0; k < CKPT_FILE_COUNT; k++) {
+        int r = 0;
+        size_t n = strlen(stems[k]);
+        if (strcmp(name, ckpt_file_names[k]) == 0) {
+            if (world > 1)
+                return false;
+        } else if (strncmp(name, stems[k], n) == 0 && strncmp(name + n, ".rank", 5) == 0) {
+            const char *d = name + n + 5;
+            size_t digits = strspn(d, "0123456789");
+            if (digits == 0 || digits > 5 || strcmp(d + digits, ST_SUFFIX) != 0 || (d[0] == '0' && digits > 1))
+                continue;
+            r = atoi(d);
+            if (world == 1 || r >= (world > 1 ? world : CKPT_MAX_WORLD))
+                return false;
+        } else {
+            continue;
+        }
+        if (rank)
+            *rank = r;
+        if (kind)
+            *kind = k;
+        return true;
+    }
+    return false;
+}
 
 static const struct {
     const char *name;
@@ -55,10 +94,11 @@ static bool get_u64(const json_t *v, uint64_t *out)
     return true;
 }
 
-/* The fields every tensor entry shares (safetensors header and manifest): dtype, shape, data_offsets.
- * data_bytes bounds the offsets. */
-static strata_status tensor_parse(const json_t *obj, const char *offsets_key, uint64_t data_bytes, const char *origin,
-                                  ckpt_tensor *t)
+/* The fields every tensor entry shares (safetensors header and manifest): dtype, shape, data_offsets, and in a
+ * manifest of version 2 the piece's "elements" [first, end) (else the piece is the whole tensor). data_bytes bounds
+ * the offsets. */
+static strata_status tensor_parse(const json_t *obj, const char *offsets_key, bool pieces, uint64_t data_bytes,
+                                  const char *origin, ckpt_tensor *t)
 {
     const char *nm = t->name;
     if (!json_is_object(obj))
@@ -81,7 +121,18 @@ static strata_status tensor_parse(const json_t *obj, const char *offsets_key, ui
             return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": shape overflows 64 bits", origin, nm);
         numel *= d;
     }
+    t->total = numel;
+    t->first = 0;
     t->numel = numel;
+    if (pieces) {
+        const json_t *el = json_object_get(obj, "elements");
+        uint64_t end = 0;
+        if (!json_is_array(el) || json_array_size(el) != 2 || !get_u64(json_array_get(el, 0), &t->first) ||
+            !get_u64(json_array_get(el, 1), &end) || t->first >= end || end > t->total)
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": elements must be [first, end) with first < end <= "
+                           "%" PRIu64 " (its shape's elements)", origin, nm, t->total);
+        t->numel = end - t->first;
+    }
     const json_t *off = json_object_get(obj, offsets_key);
     if (!json_is_array(off) || json_array_size(off) != 2 || !get_u64(json_array_get(off, 0), &t->begin) ||
         !get_u64(json_array_get(off, 1), &t->end))
@@ -90,9 +141,9 @@ static strata_status tensor_parse(const json_t *obj, const char *offsets_key, ui
     if (t->begin > t->end || t->end > data_bytes)
         return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": %s [%" PRIu64 ", %" PRIu64 ") lie outside the %" PRIu64
                        " bytes of data (truncated file?)", origin, nm, offsets_key, t->begin, t->end, data_bytes);
-    if (t->end - t->begin != numel * ckpt_dtype_bytes(t->dtype))
+    if (t->end - t->begin != t->numel * ckpt_dtype_bytes(t->dtype))
         return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": %" PRIu64 " bytes of data for %" PRIu64
-                       " elements of %s", origin, nm, t->end - t->begin, numel, json_string_value(dt));
+                       " elements of %s", origin, nm, t->end - t->begin, t->numel, json_string_value(dt));
     return STRATA_OK;
 }
 
@@ -151,7 +202,7 @@ strata_status ckpt_st_header_parse(const uint8_t *bytes, size_t len, uint64_t fi
             goto out;
         }
         t->file = -1;
-        if ((st = tensor_parse(val, "data_offsets", data_bytes, origin, t)) != STRATA_OK)
+        if ((st = tensor_parse(val, "data_offsets", false, data_bytes, origin, t)) != STRATA_OK)
             goto out;
         out->ntensors++;
     }
@@ -250,34 +301,56 @@ static json_t *config_object(const strata_config *cfg)
     return o;
 }
 
+uint64_t ckpt_manifest_file_bytes(const ckpt_manifest *m, int rank, int kind)
+{
+    if (!m->file_bytes || rank < 0 || rank >= m->world || kind < 0 || kind >= CKPT_FILE_COUNT)
+        return 0;
+    return m->file_bytes[(size_t)rank * CKPT_FILE_COUNT + (size_t)kind];
+}
+
+bool ckpt_manifest_has(const ckpt_manifest *m, int kind)
+{
+    for (int r = 0; r < m->world; r++)
+        if (ckpt_manifest_file_bytes(m, r, kind))
+            return true;
+    return false;
+}
+
 strata_status ckpt_manifest_build(const ckpt_manifest *m, const strata_config *cfg, char **out)
 {
     *out = NULL;
+    char fname[CKPT_FILE_NAME_BYTES];
     json_t *files = json_object(), *tensors = json_array();
-    for (int f = 0; files && f < CKPT_FILE_COUNT; f++)
-        if (m->file_bytes[f])
-            json_object_set_new(files, ckpt_file_names[f], json_integer((json_int_t)m->file_bytes[f]));
+    for (int r = 0; files && r < m->world; r++)
+        for (int f = 0; f < CKPT_FILE_COUNT; f++)
+            if (ckpt_manifest_file_bytes(m, r, f)) {
+                ckpt_file_name(m->world, r, f, fname);
+                json_object_set_new(files, fname, json_integer((json_int_t)ckpt_manifest_file_bytes(m, r, f)));
+            }
     for (size_t i = 0; tensors && i < m->ntensors; i++) {
         const ckpt_tensor *t = &m->tensors[i];
         char crc[16];
         snprintf(crc, sizeof crc, "%08x", t->crc);
-        json_array_append_new(tensors, json_pack("{s:s, s:s, s:s, s:[I], s:o, s:s}", "name", t->name, "file",
-                                                 ckpt_file_names[t->file], "dtype", ckpt_dtype_name(t->dtype), "shape",
-                                                 (json_int_t)t->numel, "offsets", u64_pair(t->begin, t->end),
-                                                 "crc32c", crc));
+        ckpt_file_name(m->world, t->rank, t->file, fname);
+        json_array_append_new(tensors, json_pack("{s:s, s:s, s:s, s:[I], s:[I,I], s:o, s:s}", "name", t->name, "file",
+                                                 fname, "dtype", ckpt_dtype_name(t->dtype), "shape",
+                                                 (json_int_t)t->total, "elements", (json_int_t)t->first,
+                                                 (json_int_t)(t->first + t->numel), "offsets",
+                                                 u64_pair(t->begin, t->end), "crc32c", crc));
     }
     json_t *pending = json_null();
     if (m->pending)
         pending = json_pack("{s:b, s:I, s:o, s:o}", "skipped", m->pending_result.skipped, "step",
                             (json_int_t)m->pending_result.step, "grad_norm", hex_double(m->pending_result.grad_norm),
                             "loss_scale", hex_double(m->pending_result.loss_scale));
-    json_t *root = json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:o, s:i, s:i, s:s, s:o, s:o, s:o}", "format",
+    json_t *root = json_pack("{s:s, s:i, s:s, s:i, s:I, s:I, s:I, s:I, s:o, s:i, s:i, s:s, s:o, s:o, s:o}", "format",
                              "strata-checkpoint", "version", CKPT_FORMAT_VERSION, "strata_version", strata_version(),
-                             "step", (json_int_t)m->step, "iterations", (json_int_t)m->iterations, "steps",
-                             (json_int_t)m->steps, "skipped_steps", (json_int_t)m->skipped_steps, "loss_scale",
-                             hex_double(m->loss_scale), "good_steps", m->good_steps, "hysteresis_left",
-                             m->hysteresis_left, "param_dtype", ckpt_dtype_name(m->param_dtype), "pending_update",
-                             pending, "files", files, "tensors", tensors);
+                             "world_size", m->world, "step", (json_int_t)m->step, "iterations",
+                             (json_int_t)m->iterations, "steps", (json_int_t)m->steps, "skipped_steps",
+                             (json_int_t)m->skipped_steps, "loss_scale", hex_double(m->loss_scale), "good_steps",
+                             m->good_steps, "hysteresis_left", m->hysteresis_left, "param_dtype",
+                             ckpt_dtype_name(m->param_dtype), "pending_update", pending, "files", files, "tensors",
+                             tensors);
     if (root && cfg)
         json_object_set_new(root, "config", config_object(cfg));
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
@@ -338,20 +411,67 @@ static strata_status parse_tensors(const json_t *arr, const char *origin, ckpt_m
         if (!json_is_string(nm) || !set_name(t, json_string_value(nm)))
             return err_set(STRATA_ECORRUPT, "%s: tensors[%zu] has no name (or one longer than %d bytes)", origin, i,
                            CKPT_NAME_BYTES - 1);
-        t->file = -1;
-        for (int f = 0; f < CKPT_FILE_COUNT && json_is_string(file); f++)
-            if (strcmp(json_string_value(file), ckpt_file_names[f]) == 0)
-                t->file = f;
-        if (t->file < 0 || !m->file_bytes[t->file])
+        if (!json_is_string(file) || !ckpt_file_name_parse(json_string_value(file), m->world, &t->rank, &t->file) ||
+            !ckpt_manifest_file_bytes(m, t->rank, t->file))
             return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": file %s is not one of the checkpoint's files", origin,
                            t->name, json_is_string(file) ? json_string_value(file) : "(missing)");
-        ERR_CHECK(tensor_parse(e, "offsets", m->file_bytes[t->file], origin, t));
+        ERR_CHECK(tensor_parse(e, "offsets", m->version >= 2, ckpt_manifest_file_bytes(m, t->rank, t->file), origin,
+                               t));
         char *end;
         unsigned long v = json_is_string(crc) ? strtoul(json_string_value(crc), &end, 16) : 0;
         if (!json_is_string(crc) || *end != '\0' || strlen(json_string_value(crc)) != 8 || v > UINT32_MAX)
             return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": crc32c must be 8 hex digits", origin, t->name);
         t->crc = (uint32_t)v;
         m->ntensors++;
+    }
+    return STRATA_OK;
+}
+
+/* Pieces ordered by kind, then name, then first element: the pieces of one tensor are neighbours. */
+static int piece_cmp(const ckpt_tensor *a, const ckpt_tensor *b)
+{
+    if (a->file != b->file)
+        return a->file < b->file ? -1 : 1;
+    int c = strcmp(a->name, b->name);
+    if (c)
+        return c;
+    return a->first < b->first ? -1 : a->first > b->first;
+}
+
+static int by_piece(const void *a, const void *b, void *ctx)
+{
+    const ckpt_tensor *t = ctx;
+    return piece_cmp(&t[*(const size_t *)a], &t[*(const size_t *)b]);
+}
+
+/* Orders the pieces (m->index) and checks that each tensor's pieces agree and cover it exactly once. */
+static strata_status index_pieces(const char *origin, ckpt_manifest *m)
+{
+    m->index = malloc((m->ntensors + 1) * sizeof *m->index);
+    if (!m->index)
+        return err_set(STRATA_ENOMEM, "%s: out of memory for %zu tensors", origin, m->ntensors);
+    for (size_t i = 0; i < m->ntensors; i++)
+        m->index[i] = i;
+    qsort_r(m->index, m->ntensors, sizeof *m->index, by_piece, m->tensors);
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const ckpt_tensor *t = &m->tensors[m->index[i]];
+        const ckpt_tensor *prev = i ? &m->tensors[m->index[i - 1]] : NULL;
+        bool same = prev && prev->file == t->file && strcmp(prev->name, t->name) == 0;
+        const char *kind = ckpt_file_names[t->file];
+        uint64_t want = same ? prev->first + prev->numel : 0;
+        if (same && (prev->dtype != t->dtype || prev->total != t->total))
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s): its pieces disagree on its dtype or size (%s x "
+                           "%" PRIu64 " and %s x %" PRIu64 ")", origin, t->name, kind, ckpt_dtype_name(prev->dtype),
+                           prev->total, ckpt_dtype_name(t->dtype), t->total);
+        if (t->first != want)
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s): %s: no piece holds elements [%" PRIu64 ", %" PRIu64
+                           ")" , origin, t->name, kind, t->first < want ? "two pieces overlap" : "a gap",
+                           MIN(t->first, want), MAX(t->first, want));
+        bool last = i + 1 == m->ntensors || m->tensors[m->index[i + 1]].file != t->file ||
+                    strcmp(m->tensors[m->index[i + 1]].name, t->name) != 0;
+        if (last && t->first + t->numel != t->total)
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s): a gap: no piece holds elements [%" PRIu64 ", %"
+                           PRIu64 ")", origin, t->name, kind, t->first + t->numel, t->total);
     }
     return STRATA_OK;
 }
@@ -363,9 +483,16 @@ static strata_status manifest_fields(const json_t *root, const char *origin, ckp
         return err_set(STRATA_ECORRUPT, "%s: not a strata checkpoint manifest (\"format\" is not "
                        "\"strata-checkpoint\")", origin);
     ERR_CHECK(get_int(root, "version", origin, &m->version));
-    if (m->version != CKPT_FORMAT_VERSION)
-        return err_set(STRATA_ECORRUPT, "%s: format version %d; this strata reads version %d", origin, m->version,
-                       CKPT_FORMAT_VERSION);
+    if (m->version < 1 || m->version > CKPT_FORMAT_VERSION)
+        return err_set(STRATA_ECORRUPT, "%s: format version %d; this strata reads versions 1 to %d", origin,
+                       m->version, CKPT_FORMAT_VERSION);
+    m->world = 1;
+    if (m->version >= 2) {
+        ERR_CHECK(get_int(root, "world_size", origin, &m->world));
+        if (m->world < 1 || m->world > CKPT_MAX_WORLD)
+            return err_set(STRATA_ECORRUPT, "%s: \"world_size\" = %d is outside [1, %d]", origin, m->world,
+                           CKPT_MAX_WORLD);
+    }
     ERR_CHECK(get_i64(root, "step", origin, &m->step));
     ERR_CHECK(get_i64(root, "iterations", origin, &m->iterations));
     ERR_CHECK(get_i64(root, "steps", origin, &m->steps));
@@ -382,18 +509,21 @@ static strata_status manifest_fields(const json_t *root, const char *origin, ckp
     const json_t *files = json_object_get(root, "files");
     if (!json_is_object(files))
         return err_set(STRATA_ECORRUPT, "%s: \"files\" is missing or not an object", origin);
+    m->file_bytes = calloc((size_t)m->world * CKPT_FILE_COUNT, sizeof *m->file_bytes);
+    if (!m->file_bytes)
+        return err_set(STRATA_ENOMEM, "%s: out of memory for the files of %d ranks", origin, m->world);
     const char *key;
     json_t *val;
     json_object_foreach((json_t *)files, key, val) {
-        int f = -1;
-        for (int i = 0; i < CKPT_FILE_COUNT; i++)
-            if (strcmp(key, ckpt_file_names[i]) == 0)
-                f = i;
-        if (f < 0 || !get_u64(val, &m->file_bytes[f]) || m->file_bytes[f] == 0)
-            return err_set(STRATA_ECORRUPT, "%s: files: \"%s\" is not a checkpoint file with a positive size", origin,
-                           key);
+        int r, f;
+        uint64_t bytes = 0;
+        if (!ckpt_file_name_parse(key, m->world, &r, &f) || !get_u64(val, &bytes) || bytes == 0)
+            return err_set(STRATA_ECORRUPT, "%s: files: \"%s\" is not a file of a checkpoint of %d rank%s with a "
+                           "positive size", origin, key, m->world, m->world == 1 ? "" : "s");
+        m->file_bytes[(size_t)r * CKPT_FILE_COUNT + (size_t)f] = bytes;
     }
-    return parse_tensors(json_object_get(root, "tensors"), origin, m);
+    ERR_CHECK(parse_tensors(json_object_get(root, "tensors"), origin, m));
+    return index_pieces(origin, m);
 }
 
 strata_status ckpt_manifest_parse(const char *text, size_t len, const char *origin, ckpt_manifest *out)
@@ -415,13 +545,30 @@ strata_status ckpt_manifest_parse(const char *text, size_t len, const char *orig
 void ckpt_manifest_free(ckpt_manifest *m)
 {
     free(m->tensors);
+    free(m->file_bytes);
+    free(m->index);
     memset(m, 0, sizeof *m);
 }
 
-const ckpt_tensor *ckpt_manifest_find(const ckpt_manifest *m, int file, const char *name)
+const ckpt_tensor *ckpt_manifest_piece(const ckpt_manifest *m, int kind, const char *name, uint64_t elem)
 {
-    for (size_t i = 0; i < m->ntensors; i++)
-        if (m->tensors[i].file == file && strcmp(m->tensors[i].name, name) == 0)
-            return &m->tensors[i];
-    return NULL;
+    if (!m->index)
+        return NULL;
+    /* The last piece ordered at or before (kind, name, elem). */
+    ckpt_tensor key = {.file = kind, .first = elem};
+    snprintf(key.name, sizeof key.name, "%s", name);
+    size_t lo = 0, hi = m->ntensors;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (piece_cmp(&m->tensors[m->index[mid]], &key) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return NULL;
+    const ckpt_tensor *t = &m->tensors[m->index[lo - 1]];
+    if (t->file != kind || strcmp(t->name, name) != 0 || elem >= t->first + t->numel)
+        return NULL;
+    return t;
 }
