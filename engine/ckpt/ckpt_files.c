@@ -159,12 +159,16 @@ static strata_status fsync_dir(const char *dir)
 
 void ckpt_dir_remove(const char *dir)
 {
+    /* The manifest first: a removal cut short leaves no directory that claims to be a checkpoint. */
+    char manifest[STRATA_PATH_BYTES + 96];
+    snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
+    unlink(manifest);
     DIR *d = opendir(dir);
     if (d) {
         int dfd = dirfd(d);
         struct dirent *de;
         while ((de = readdir(d)) != NULL)
-            if (strcmp(de->d_name, CKPT_MANIFEST) == 0 || ckpt_file_name_parse(de->d_name, 0, NULL, NULL))
+            if (ckpt_file_name_parse(de->d_name, 0, NULL, NULL))
                 unlinkat(dfd, de->d_name, 0);
         closedir(d);
     }
