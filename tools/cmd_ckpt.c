@@ -90,18 +90,23 @@ static int inspect(const char *dir)
 static int verify(const char *dir)
 {
     strata_checkpoint_info info;
+    ckpt_manifest m = {0};
     size_t bad = 0;
     strata_status st = strata_checkpoint_inspect(dir, &info);
     if (st == STRATA_OK)
+        st = ckpt_manifest_read(dir, &m);
+    if (st == STRATA_OK)
         st = ckpt_verify(dir, NULL, NULL, &bad);
+    size_t tensors = count_tensors(&m);
+    ckpt_manifest_free(&m);
     if (st != STRATA_OK) {
         fprintf(stderr, "strata ckpt verify: %s: %s (%zu bad)\n", dir, strata_last_error(NULL), bad);
         return CLI_EXIT_FAIL;
     }
     char sz[32], ranks[64] = "";
     if (info.world_size > 1)
-        snprintf(ranks, sizeof ranks, " in pieces from %d ranks", info.world_size);
-    printf("%s: ok — step %" PRId64 ", %zu tensors%s, %s, every checksum matches\n", dir, info.step, info.tensors,
+        snprintf(ranks, sizeof ranks, " in %zu pieces from %d ranks", info.tensors, info.world_size);
+    printf("%s: ok — step %" PRId64 ", %zu tensors%s, %s, every checksum matches\n", dir, info.step, tensors,
            ranks, size_format(info.bytes, sz, sizeof sz));
     return CLI_EXIT_OK;
 }
