@@ -4,8 +4,9 @@
 # size, one row per piece (a piece cut out of a tensor shows its element range), all ok, and `strata ckpt verify`
 # checks; resuming at 2 ranks is bit-identical to the uninterrupted 2-rank run (--dump-weights), and 1 and 3 ranks
 # resume it at its step. A flipped byte in rank 1's file fails verify naming that file and tensor, and the resume
-# naming rank 1's file on every rank; a missing rank file fails verify naming it. A checkpoint of format version 1
-# (one rank, written by an older strata) still verifies and resumes bit-identically. Exit 77 without mpirun.
+# naming rank 1's file on every rank; a missing rank file fails verify naming it, and so do pieces of a tensor that
+# leave a gap or overlap (naming the tensor and elements). A checkpoint of format version 1 (one rank, written by an
+# older strata) still verifies and resumes bit-identically. Exit 77 without mpirun.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 src=${STRATA_SOURCE_DIR:-$(dirname "$0")/..}
@@ -59,6 +60,29 @@ cp -r "$ck" "$scratch/missing"
 rm "$scratch/missing/optimizer.rank1.safetensors"
 check "verify of a missing rank file" 1 "$scratch/missing/optimizer.rank1.safetensors\": cannot open it" -- \
     "$bin" ckpt verify "$scratch/missing"
+
+# The pieces of each tensor must cover it exactly once: a manifest whose pieces leave a gap (a piece dropped) or
+# overlap (a piece listed twice) is refused, naming the tensor and the elements.
+for how in gap overlap; do
+    cp -r "$ck" "$scratch/$how"
+    name=$(python3 - "$scratch/$how/manifest.json" $how <<'PY'
+import json, sys
+path, how = sys.argv[1], sys.argv[2]
+m = json.load(open(path))
+t = m["tensors"]
+i = next(i for i, p in enumerate(t) if p["elements"][0] > 0)
+print(t[i]["name"])
+if how == "gap":
+    del t[i]
+else:
+    t.insert(i, dict(t[i]))
+json.dump(m, open(path, "w"), indent=1)
+PY
+)
+    want="a gap: no piece holds elements"
+    [ $how = overlap ] && want="two pieces overlap: both hold elements"
+    check "verify of a manifest whose pieces $how" 1 "tensor \"$name\" (model files): $want" -- "$bin" ckpt verify "$scratch/$how"
+done
 
 # Format version 1: what one rank wrote before checkpoints were sharded (no world_size, whole tensors).
 "$bin" "${common[@]}" --steps 6 --dump-weights "$scratch/one.bin" >/dev/null 2>&1 || fail "1 rank straight"

@@ -457,21 +457,24 @@ static strata_status index_pieces(const char *origin, ckpt_manifest *m)
         const ckpt_tensor *t = &m->tensors[m->index[i]];
         const ckpt_tensor *prev = i ? &m->tensors[m->index[i - 1]] : NULL;
         bool same = prev && prev->file == t->file && strcmp(prev->name, t->name) == 0;
-        const char *kind = ckpt_file_names[t->file];
+        static const char *const kinds[CKPT_FILE_COUNT] = {"model", "optimizer", "params"};
+        const char *kind = kinds[t->file];
         uint64_t want = same ? prev->first + prev->numel : 0;
         if (same && (prev->dtype != t->dtype || prev->total != t->total))
-            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s): its pieces disagree on its dtype or size (%s x "
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s files): its pieces disagree on its dtype or size (%s x "
                            "%" PRIu64 " and %s x %" PRIu64 ")", origin, t->name, kind, ckpt_dtype_name(prev->dtype),
                            prev->total, ckpt_dtype_name(t->dtype), t->total);
-        if (t->first != want)
-            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s): %s: no piece holds elements [%" PRIu64 ", %" PRIu64
-                           ")" , origin, t->name, kind, t->first < want ? "two pieces overlap" : "a gap",
-                           MIN(t->first, want), MAX(t->first, want));
+        if (t->first < want)
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s files): two pieces overlap: both hold elements [%"
+                           PRIu64 ", %" PRIu64 ")", origin, t->name, kind, t->first, want);
+        if (t->first > want)
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s files): a gap: no piece holds elements [%" PRIu64
+                           ", %" PRIu64 ")", origin, t->name, kind, want, t->first);
         bool last = i + 1 == m->ntensors || m->tensors[m->index[i + 1]].file != t->file ||
                     strcmp(m->tensors[m->index[i + 1]].name, t->name) != 0;
         if (last && t->first + t->numel != t->total)
-            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s): a gap: no piece holds elements [%" PRIu64 ", %"
-                           PRIu64 ")", origin, t->name, kind, t->first + t->numel, t->total);
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s files): a gap: no piece holds elements [%" PRIu64
+                           ", %" PRIu64 ")", origin, t->name, kind, t->first + t->numel, t->total);
     }
     return STRATA_OK;
 }
