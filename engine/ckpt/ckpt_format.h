@@ -112,6 +112,10 @@ strata_status ckpt_manifest_build(const ckpt_manifest *m, const strata_config *c
 uint64_t ckpt_manifest_file_bytes(const ckpt_manifest *m, int rank, int kind);
 /* Whether any rank wrote a file of the kind. */
 bool ckpt_manifest_has(const ckpt_manifest *m, int kind);
+/* Orders m's pieces by kind, name and first element (m->index) and checks that the pieces of every tensor agree on
+ * its dtype and size and cover it exactly once: STRATA_ECORRUPT naming origin, the tensor and the elements. The
+ * manifest's parser calls it. */
+strata_status ckpt_manifest_index(ckpt_manifest *m, const char *origin);
 /* Of a parsed manifest: the piece of tensor name in files of the kind that holds element elem, or NULL. */
 const ckpt_tensor *ckpt_manifest_piece(const ckpt_manifest *m, int kind, const char *name, uint64_t elem);
 
