@@ -279,6 +279,11 @@ tier_array *ranks_step_params(strata_engine *e, int param_out)
     return publishes(e) ? &e->ranks->param_shard : &e->tiers.param[param_out];
 }
 
+reg_view ranks_step_params_view(const strata_engine *e)
+{
+    return publishes(e) ? REG_SHARD : e->views.param;
+}
+
 strata_status ranks_publish_params(strata_engine *e, int param_out)
 {
     if (!publishes(e))

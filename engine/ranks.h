@@ -56,6 +56,8 @@ strata_status ranks_sum_gradstats(struct strata_engine *e, double *sumsq, bool *
 /* The parameter array the optimizer writes: this rank's shard at stages 1 and 2 with several ranks (published
  * by ranks_publish_params), else the parameter copy param_out itself. */
 tier_array *ranks_step_params(struct strata_engine *e, int param_out);
+/* The view ranks_step_params lives in (the shard view when it is this rank's shard). */
+reg_view ranks_step_params_view(const struct strata_engine *e);
 /* Stages 1 and 2 with several ranks: all-gathers every module's updated shard into parameter copy param_out. */
 strata_status ranks_publish_params(struct strata_engine *e, int param_out);
 /* Reduce-scatters one module's fp32 gradients (full, host memory) into shard (its part). */

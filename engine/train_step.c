@@ -186,7 +186,10 @@ STRATA_API strata_status strata_step(strata_engine *e, const strata_step_args *a
     if (!e)
         return err_set(STRATA_EINVAL, "strata_step: engine is NULL");
     strata_status st = step(e, args, result);
-    ranks_fail(e, st);
+    /* The refusal after a failed strata_load is every rank's alike (the ranks agreed on the load's outcome): the
+     * world stays usable for the load that repairs it. */
+    if (!e->ckpt_incomplete)
+        ranks_fail(e, st);
     return err_copy(&e->err, st);
 }
 

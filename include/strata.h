@@ -421,12 +421,17 @@ STRATA_API void *strata_compute_stream(strata_engine *engine);
 
 /* ------------------------------------------------------------------ checkpoints */
 /*
- * A checkpoint is a directory: manifest.json (format version, step, loss-scale state, resolved config, every
- * tensor with its file, dtype, shape, offsets and crc32c), model.safetensors (fp32 master weights named
- * "<module>.<param>", 1-D [numel] since the engine knows no shapes; loadable by safetensors/PyTorch),
- * optimizer.safetensors ("<name>.exp_avg", "<name>.exp_avg_sq"), and params.safetensors (the trainer's
- * bf16/fp16 parameter copy "<name>", plus "<name>.next" while a delayed update is pending; absent for fp32
- * with nothing pending).
+ * A checkpoint is a directory: manifest.json (format version, the world size that wrote it, step, loss-scale
+ * state, resolved config, every tensor piece with its file, dtype, shape, element range, offsets and crc32c),
+ * model.safetensors (fp32 master weights named "<module>.<param>", 1-D [numel] since the engine knows no shapes;
+ * loadable by safetensors/PyTorch), optimizer.safetensors ("<name>.exp_avg", "<name>.exp_avg_sq"), and
+ * params.safetensors (the trainer's bf16/fp16 parameter copy "<name>", plus "<name>.next" while a delayed update
+ * is pending; absent for fp32 with nothing pending).
+ *
+ * A world of N > 1 ranks writes each file once per rank, "model.rank<r>.safetensors" and so on: rank r's files hold
+ * the piece of every tensor that lies in its shards of the modules (1-D, under the tensor's name; the manifest
+ * gives its element range), whatever the ZeRO stage, so the ranks' files together hold every tensor exactly once.
+ * A world of one writes whole tensors under the names above. Manifests of format version 1 (one rank) still load.
  */
 
 /* Writes a checkpoint of the whole training state (master weights, Adam moments, step, loss-scale state,
@@ -437,7 +442,11 @@ STRATA_API void *strata_compute_stream(strata_engine *engine);
  * dir may be missing, empty or a checkpoint; anything else is refused (STRATA_EINVAL), never replaced.
  * Call between steps: STRATA_ESTATE while modules are held or gradients have been accumulated since the
  * last strata_step. A delayed update in flight is waited for but not made visible early. One save per
- * dir at a time (not thread-safe; the engine's thread). */
+ * dir at a time (not thread-safe; the engine's thread).
+ * With several ranks it is a collective: every rank calls it with the same dir, on a filesystem all ranks share.
+ * Rank 0 makes the temporary directory, every rank writes and fsyncs its own files, and rank 0 writes the one
+ * manifest and makes the exchange once every rank's files are on disk; a failure on any rank fails the save on
+ * every rank with the same status (the others' messages name the rank that failed) and leaves dir as it was. */
 STRATA_API strata_status strata_save(strata_engine *engine, const char *dir);
 
 /* Restores a checkpoint written by strata_save into a finalized engine with the same model (same modules,
@@ -447,7 +456,14 @@ STRATA_API strata_status strata_save(strata_engine *engine, const char *dir);
  * precision is refused (STRATA_ECONFIG), as is a pending delayed update into an engine without
  * strata.delayed_update. Everything that can be checked is checked before the engine's state is touched;
  * a checksum failure found while streaming leaves the state mixed, and strata_step then refuses
- * (STRATA_ESTATE) until a load succeeds. */
+ * (STRATA_ESTATE) until a load succeeds.
+ * A checkpoint written by any number of ranks loads into a world of any size, one rank included: tensors are
+ * stored by name and element range, and each rank reads what its shards (or, for state its ZeRO stage
+ * replicates, the whole tensors) need, checking every piece it reads against its checksum. With the same number
+ * of ranks and stage, training continues bit-identically; with another, the state loaded is bit-identical and
+ * the steps differ from an uninterrupted run only as that world's sums differ. With several ranks it is a
+ * collective (same dir on every rank): the ranks agree on every check before any state is touched, and a failure
+ * on any rank fails the load on every rank with the same status, naming that rank. */
 STRATA_API strata_status strata_load(strata_engine *engine, const char *dir);
 
 /* What a checkpoint's manifest says (validated; data not checksummed: see strata_checkpoint_verify). */
@@ -457,16 +473,18 @@ typedef struct strata_checkpoint_info {
     strata_dtype param_dtype;
     double loss_scale;
     bool pending_update;       /* a delayed update was in flight at the save */
-    size_t tensors;            /* entries in the manifest (all files) */
-    uint64_t bytes;            /* the data files together */
+    size_t tensors;            /* entries in the manifest (all files; a sharded checkpoint counts every piece) */
+    uint64_t bytes;            /* the data files together (every rank's) */
+    int world_size;            /* ranks that wrote it (1 for a checkpoint of format version 1) */
 } strata_checkpoint_info;
 
 /* Reads dir's manifest into out. STRATA_ENOTFOUND when dir holds no manifest; STRATA_ECORRUPT naming the
  * file and field when it is malformed. Detail per thread. Thread-safe. */
 STRATA_API strata_status strata_checkpoint_inspect(const char *dir, strata_checkpoint_info *out);
 
-/* Reads every tensor of dir and checks sizes, headers and crc32c against the manifest. STRATA_ECORRUPT
- * names the first bad file and tensor. Detail per thread. Thread-safe. */
+/* Reads every tensor of dir (every piece of every rank's files) and checks sizes, headers and crc32c against the
+ * manifest, and that the pieces of each tensor cover it exactly once. STRATA_ECORRUPT names the first bad file
+ * and tensor. Detail per thread. Thread-safe. */
 STRATA_API strata_status strata_checkpoint_verify(const char *dir);
 
 /* Keep-last-N rotation: among root's subdirectories that hold a checkpoint manifest, removes all but the

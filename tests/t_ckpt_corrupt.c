@@ -40,7 +40,7 @@ static void flipped_tensor(const synth_opts *o, const strata_config *c, const ch
         return;
     const ckpt_tensor *t = &m.tensors[t_rand_range(0, m.ntensors - 1)];
     ckpt_file f;
-    T_OK(ckpt_file_open(dir, &m, t->file, &f));
+    T_OK(ckpt_file_open(dir, &m, t->rank, t->file, &f));
     ckpt_file_close(&f);
     uint64_t off = f.data_start + t_rand_range(t->begin, t->end - 1);
     uint8_t mask = (uint8_t)(1u << t_rand_range(0, 7));

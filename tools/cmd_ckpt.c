@@ -1,6 +1,7 @@
 /* `strata ckpt inspect DIR` (summary and a table of tensors with their checksum status) and
  * `strata ckpt verify DIR` (every checksum; exit 1 on any damage). DIR is a checkpoint or a directory holding
- * them (what `strata train --save DIR` writes), whose latest checkpoint is taken. */
+ * them (what `strata train --save DIR` writes), whose latest checkpoint is taken. A checkpoint of N ranks (each
+ * rank's files hold pieces of the tensors) lists one row per piece, its element range after the tensor's shape. */
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -17,21 +18,36 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: strata ckpt inspect DIR\n"
             "       strata ckpt verify DIR\n\n"
-            "inspect  print the checkpoint's step, precision and files, and one row per tensor: name, file, dtype,\n"
-            "         shape, bytes and whether its crc32c matches the manifest\n"
-            "verify   read every tensor and check sizes, headers and checksums; exit 1 when anything is damaged\n\n"
+            "inspect  print the checkpoint's step, precision, the ranks that wrote it and its files, and one row per\n"
+            "         tensor (per piece of a tensor, for a checkpoint of several ranks): name, file, dtype, shape\n"
+            "         (and the piece's elements), bytes and whether its crc32c matches the manifest\n"
+            "verify   read every piece of every rank's files and check sizes, headers, checksums and that the pieces\n"
+            "         of each tensor cover it exactly once; exit 1 when anything is damaged\n\n"
             "DIR is a checkpoint, or a directory holding checkpoints (such as `strata train --save DIR` writes:\n"
             "DIR/step-N), of which the latest is taken.\n");
 }
 
 static void row(const ckpt_tensor *t, bool ok, uint32_t actual, void *user)
 {
-    (void)user;
-    char bytes[32], status[48], shape[32];
+    const int *world = user;
+    char bytes[32], status[48], shape[64], file[CKPT_FILE_NAME_BYTES];
     snprintf(status, sizeof status, ok ? "ok" : "BAD (crc %08x)", actual);
-    snprintf(shape, sizeof shape, "[%" PRIu64 "]", t->numel);
-    printf("%-48s %-22s %-5s %-14s %12s  %08x  %s\n", t->name, ckpt_file_names[t->file], ckpt_dtype_name(t->dtype),
-           shape, size_format(t->end - t->begin, bytes, sizeof bytes), t->crc, status);
+    if (t->numel == t->total)
+        snprintf(shape, sizeof shape, "[%" PRIu64 "]", t->total);
+    else
+        snprintf(shape, sizeof shape, "[%" PRIu64 "] %" PRIu64 ":%" PRIu64, t->total, t->first, t->first + t->numel);
+    ckpt_file_name(*world, t->rank, t->file, file);
+    printf("%-48s %-28s %-5s %-22s %12s  %08x  %s\n", t->name, file, ckpt_dtype_name(t->dtype), shape,
+           size_format(t->end - t->begin, bytes, sizeof bytes), t->crc, status);
+}
+
+/* Tensors (not pieces) of a manifest: each has one piece that starts at its element 0. */
+static size_t count_tensors(const ckpt_manifest *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->ntensors; i++)
+        n += m->tensors[i].first == 0;
+    return n;
 }
 
 static int inspect(const char *dir)
@@ -48,14 +64,22 @@ static int inspect(const char *dir)
            m.skipped_steps);
     printf("parameters   %s; loss scale %g\n", ckpt_dtype_name(m.param_dtype), m.loss_scale);
     printf("pending      %s\n", m.pending ? "a delayed update (saved as \"<name>.next\")" : "none");
-    for (int f = 0; f < CKPT_FILE_COUNT; f++)
-        if (m.file_bytes[f])
-            printf("file         %-22s %s\n", ckpt_file_names[f], size_format(m.file_bytes[f], sz, sizeof sz));
+    printf("world        written by %d rank%s: %zu tensors in %zu pieces\n", m.world, m.world == 1 ? "" : "s",
+           count_tensors(&m), m.ntensors);
+    for (int r = 0; r < m.world; r++)
+        for (int f = 0; f < CKPT_FILE_COUNT; f++) {
+            uint64_t bytes = ckpt_manifest_file_bytes(&m, r, f);
+            char name[CKPT_FILE_NAME_BYTES];
+            ckpt_file_name(m.world, r, f, name);
+            if (bytes)
+                printf("file         %-28s %s\n", name, size_format(bytes, sz, sizeof sz));
+        }
+    int world = m.world;
     ckpt_manifest_free(&m);
-    printf("\n%-48s %-22s %-5s %-14s %12s  %-8s  %s\n", "TENSOR", "FILE", "DTYPE", "SHAPE", "BYTES", "CRC32C",
+    printf("\n%-48s %-28s %-5s %-22s %12s  %-8s  %s\n", "TENSOR", "FILE", "DTYPE", "SHAPE", "BYTES", "CRC32C",
            "STATUS");
     size_t bad = 0;
-    strata_status st = ckpt_verify(dir, row, NULL, &bad);
+    strata_status st = ckpt_verify(dir, row, &world, &bad);
     if (st != STRATA_OK) {
         fprintf(stderr, "\nstrata ckpt inspect: %zu problem(s); the first: %s\n", bad, strata_last_error(NULL));
         return CLI_EXIT_FAIL;
@@ -66,17 +90,24 @@ static int inspect(const char *dir)
 static int verify(const char *dir)
 {
     strata_checkpoint_info info;
+    ckpt_manifest m = {0};
     size_t bad = 0;
     strata_status st = strata_checkpoint_inspect(dir, &info);
     if (st == STRATA_OK)
+        st = ckpt_manifest_read(dir, &m);
+    if (st == STRATA_OK)
         st = ckpt_verify(dir, NULL, NULL, &bad);
+    size_t tensors = count_tensors(&m);
+    ckpt_manifest_free(&m);
     if (st != STRATA_OK) {
         fprintf(stderr, "strata ckpt verify: %s: %s (%zu bad)\n", dir, strata_last_error(NULL), bad);
         return CLI_EXIT_FAIL;
     }
-    char sz[32];
-    printf("%s: ok — step %" PRId64 ", %zu tensors, %s, every checksum matches\n", dir, info.step, info.tensors,
-           size_format(info.bytes, sz, sizeof sz));
+    char sz[32], ranks[64] = "";
+    if (info.world_size > 1)
+        snprintf(ranks, sizeof ranks, " in %zu pieces from %d ranks", info.tensors, info.world_size);
+    printf("%s: ok — step %" PRId64 ", %zu tensors%s, %s, every checksum matches\n", dir, info.step, tensors,
+           ranks, size_format(info.bytes, sz, sizeof sz));
     return CLI_EXIT_OK;
 }
 

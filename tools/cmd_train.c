@@ -35,7 +35,7 @@ static void usage(FILE *out)
             "Under `mpirun -np N` it trains as N data-parallel ranks (ZeRO stage from the config; --offload host|nvme\n"
             "means stage 3): --batch and --grad-accum are per rank, rank r takes micro-batches r, N + r, 2N + r, ...\n"
             "of each step, so N ranks x grad-accum k train as 1 rank x N*k. Only rank 0 prints (errors excepted);\n"
-            "--save/--save-every/--resume need one rank (sharded checkpoints are not implemented yet).\n"
+            "--save writes sharded checkpoints (each rank its own files), which any number of ranks can --resume.\n"
             "  --model PRESET     %s (default tiny); --layers/--heads/--hidden/--vocab/--context override it\n"
             "  --config FILE      a DeepSpeed-style JSON config; the flags below override it\n"
             "  --data FILE        training text (default: a built-in generated English-like corpus)\n"
@@ -315,24 +315,6 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
     fflush(stdout);
 }
 
-/* Checkpoints of a world of ranks are sharded, which strata_save/strata_load do not implement yet: refuse before any
- * training rather than fail at the first save. 0, or the exit code. */
-static int check_checkpoint_flags(const args *a, int world)
-{
-    char flag[4200];
-    if (world == 1 || !(a->topts.resume_dir || a->topts.save_dir || a->save_every))
-        return 0;
-    if (a->topts.resume_dir)
-        snprintf(flag, sizeof flag, "--resume \"%s\"", a->topts.resume_dir);
-    else if (a->save_every)
-        snprintf(flag, sizeof flag, "--save-every %lld", a->save_every);
-    else
-        snprintf(flag, sizeof flag, "--save \"%s\"", a->topts.save_dir);
-    train_err("%s: checkpoints of a world of %d ranks (sharded checkpoints) are not yet implemented; train without "
-              "--save/--save-every/--resume, or with one rank", flag, world);
-    return CLI_EXIT_USAGE;
-}
-
 /* *training is set once the ranks start to work together: a failure before that is one every rank meets alike (the
  * same command line and files), a failure after may be this rank's alone. */
 static int train(int argc, char **argv, strata_comm *comm, bool *training)
@@ -340,7 +322,7 @@ static int train(int argc, char **argv, strata_comm *comm, bool *training)
     args a = {.batch = 8, .grad_accum = 1, .steps = 100, .warmup = -1, .lr = -1, .min_lr = -1, .keep = 2,
               .delayed_warmup = -1};
     int rc = parse(argc, argv, &a);
-    if (rc || (rc = check_checkpoint_flags(&a, strata_comm_size(comm))))
+    if (rc)
         return rc;
     const gpt_shape *preset = gpt_preset(a.model ? a.model : "tiny");
     if (!preset) {

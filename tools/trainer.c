@@ -56,6 +56,8 @@ static strata_status save_checkpoint(strata_engine *e, const trainer_opts *o, in
         train_err("saving %s failed: %s", path, strata_last_error(e));
         return st;
     }
+    if (!train_msg_root())
+        return STRATA_OK; /* with several ranks, rank 0 reports and rotates: the directories are shared */
     printf("checkpoint: %s\n", path);
     fflush(stdout);
     /* The checkpoint is safe on disk: a rotation that fails costs disk space, not the run. */
@@ -184,7 +186,8 @@ static int resume(run *r, const trainer_opts *o, int64_t *start)
     if (strata_checkpoint_inspect(path, &info) != STRATA_OK)
         return fail(NULL, "reading the resumed checkpoint's manifest (strata_checkpoint_inspect)");
     *start = info.iterations;
-    printf("resumed from %s at step %lld\n", path, (long long)*start);
+    if (train_msg_root())
+        printf("resumed from %s at step %lld\n", path, (long long)*start);
     return 0;
 }
 

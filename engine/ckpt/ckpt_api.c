@@ -23,8 +23,10 @@ STRATA_API strata_status strata_checkpoint_inspect(const char *dir, strata_check
     out->loss_scale = m.loss_scale;
     out->pending_update = m.pending;
     out->tensors = m.ntensors;
-    for (int f = 0; f < CKPT_FILE_COUNT; f++)
-        out->bytes += m.file_bytes[f];
+    out->world_size = m.world;
+    for (int r = 0; r < m.world; r++)
+        for (int f = 0; f < CKPT_FILE_COUNT; f++)
+            out->bytes += ckpt_manifest_file_bytes(&m, r, f);
     ckpt_manifest_free(&m);
     return STRATA_OK;
 }

@@ -159,13 +159,19 @@ static strata_status fsync_dir(const char *dir)
 
 void ckpt_dir_remove(const char *dir)
 {
-    char path[STRATA_PATH_BYTES + 96];
-    for (int f = 0; f < CKPT_FILE_COUNT; f++) {
-        snprintf(path, sizeof path, "%s/%s", dir, ckpt_file_names[f]);
-        unlink(path);
+    /* The manifest first: a removal cut short leaves no directory that claims to be a checkpoint. */
+    char manifest[STRATA_PATH_BYTES + 96];
+    snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
+    unlink(manifest);
+    DIR *d = opendir(dir);
+    if (d) {
+        int dfd = dirfd(d);
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL)
+            if (ckpt_file_name_parse(de->d_name, 0, NULL, NULL))
+                unlinkat(dfd, de->d_name, 0);
+        closedir(d);
     }
-    snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST);
-    unlink(path);
     if (rmdir(dir) != 0 && errno != ENOENT)
         LOG_WARN(LOG_CORE, "checkpoint: could not remove \"%s\" (it holds files strata did not write?)", dir);
 }
@@ -184,6 +190,11 @@ static bool empty_dir(const char *dir)
     return empty;
 }
 
+strata_status ckpt_dir_tmp(const char *dir, char *tmp, size_t len)
+{
+    return sibling(dir, ".tmp", tmp, len);
+}
+
 strata_status ckpt_dir_begin(const char *dir, char *tmp, size_t len)
 {
     /* A save replaces dir as a whole: never a directory that holds something other than a checkpoint. */
@@ -193,7 +204,7 @@ strata_status ckpt_dir_begin(const char *dir, char *tmp, size_t len)
     if (stat(dir, &sb) == 0 && (!S_ISDIR(sb.st_mode) || (access(manifest, F_OK) != 0 && !empty_dir(dir))))
         return err_set(STRATA_EINVAL, "strata_save: \"%s\" exists and is not a strata checkpoint (no %s); "
                        "refusing to replace it — save to a new or empty directory", dir, CKPT_MANIFEST);
-    ERR_CHECK(sibling(dir, ".tmp", tmp, len));
+    ERR_CHECK(ckpt_dir_tmp(dir, tmp, len));
     ckpt_dir_remove(tmp); /* what a crashed save left behind */
     if (mkdir(tmp, 0755) != 0)
         return errno_status(errno, "checkpoint: %s \"%s\" failed: %s; the parent directory must exist and be "
@@ -312,7 +323,7 @@ static strata_status cross_check(const ckpt_file *f, const ckpt_manifest *m, con
     size_t expected = 0;
     for (size_t i = 0; i < m->ntensors; i++) {
         const ckpt_tensor *t = &m->tensors[i];
-        if (t->file != f->index)
+        if (t->file != f->kind || t->rank != f->rank)
             continue;
         expected++;
         const ckpt_tensor *ht = NULL;
@@ -334,13 +345,16 @@ static strata_status cross_check(const ckpt_file *f, const ckpt_manifest *m, con
     return STRATA_OK;
 }
 
-strata_status ckpt_file_open(const char *dir_in, const ckpt_manifest *m, int index, ckpt_file *f)
+strata_status ckpt_file_open(const char *dir_in, const ckpt_manifest *m, int rank, int kind, ckpt_file *f)
 {
-    char dir[STRATA_PATH_BYTES + 64];
+    char dir[STRATA_PATH_BYTES + 64], name[CKPT_FILE_NAME_BYTES];
     resolve(dir_in, dir, sizeof dir);
     memset(f, 0, sizeof *f);
-    f->index = index;
-    snprintf(f->path, sizeof f->path, "%s/%s", dir, ckpt_file_names[index]);
+    f->rank = rank;
+    f->kind = kind;
+    f->bytes = ckpt_manifest_file_bytes(m, rank, kind);
+    ckpt_file_name(m->world, rank, kind, name);
+    snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
     f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
         int errnum = errno;
@@ -353,9 +367,9 @@ strata_status ckpt_file_open(const char *dir_in, const ckpt_manifest *m, int ind
     uint8_t *head = NULL;
     ckpt_st_header h = {0};
     strata_status st = STRATA_OK;
-    if (fstat(f->fd, &sb) != 0 || (uint64_t)sb.st_size != m->file_bytes[index])
+    if (fstat(f->fd, &sb) != 0 || (uint64_t)sb.st_size != f->bytes)
         st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": the file is %lld bytes, the manifest says %" PRIu64
-                     " (truncated or replaced)", f->path, (long long)sb.st_size, m->file_bytes[index]);
+                     " (truncated or replaced)", f->path, (long long)sb.st_size, f->bytes);
     if (st == STRATA_OK)
         st = read_exact(f->fd, f->path, 0, len8, 8, "header length");
     uint64_t n = 0;
@@ -381,9 +395,26 @@ strata_status ckpt_file_open(const char *dir_in, const ckpt_manifest *m, int ind
     return st;
 }
 
+strata_status ckpt_file_reopen(ckpt_file *f)
+{
+    if (f->fd >= 0)
+        return STRATA_OK;
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (f->fd < 0 || fstat(f->fd, &sb) != 0 || (uint64_t)sb.st_size != f->bytes) {
+        int errnum = f->fd < 0 ? errno : 0;
+        char eb[96];
+        ckpt_file_close(f);
+        return err_set(STRATA_ECORRUPT, "checkpoint \"%s\": %s%s while it was being read", f->path,
+                       errnum ? "cannot open it again: " : "the file changed size",
+                       errnum ? err_errno_str(errnum, eb, sizeof eb) : "");
+    }
+    return STRATA_OK;
+}
+
 void ckpt_file_close(ckpt_file *f)
 {
-    if (f->fd > 0)
+    if (f->fd >= 0)
         close(f->fd);
     f->fd = -1;
 }
@@ -391,6 +422,36 @@ void ckpt_file_close(ckpt_file *f)
 strata_status ckpt_file_read(const ckpt_file *f, uint64_t off, void *buf, size_t len, const char *what)
 {
     return read_exact(f->fd, f->path, f->data_start + off, buf, len, what);
+}
+
+/* Checks every piece of one open file; counts failures into *bad and keeps the first in first/first_msg. */
+static void verify_file(ckpt_file *f, const ckpt_manifest *m, uint8_t *buf, ckpt_verify_fn report, void *user,
+                        size_t *bad, strata_status *first, char *first_msg)
+{
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const ckpt_tensor *t = &m->tensors[i];
+        if (t->file != f->kind || t->rank != f->rank)
+            continue;
+        uint32_t crc = 0;
+        strata_status st = STRATA_OK;
+        for (uint64_t off = t->begin; off < t->end && st == STRATA_OK; off += VERIFY_CHUNK_BYTES) {
+            size_t n = (size_t)MIN((uint64_t)VERIFY_CHUNK_BYTES, t->end - off);
+            st = ckpt_file_read(f, off, buf, n, t->name);
+            crc = crc32c(crc, buf, n);
+        }
+        if (st == STRATA_OK && crc != t->crc)
+            st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": tensor \"%s\": crc32c %08x, the manifest says %08x "
+                         "(the file was damaged after it was written)", f->path, t->name, crc, t->crc);
+        if (st != STRATA_OK) {
+            (*bad)++;
+            if (*first == STRATA_OK) {
+                *first = st;
+                snprintf(first_msg, ERR_MSG_BYTES, "%s", err_last());
+            }
+        }
+        if (report)
+            report(t, st == STRATA_OK, crc, user);
+    }
 }
 
 strata_status ckpt_verify(const char *dir, ckpt_verify_fn report, void *user, size_t *bad_out)
@@ -403,45 +464,23 @@ strata_status ckpt_verify(const char *dir, ckpt_verify_fn report, void *user, si
     uint8_t *buf = malloc(VERIFY_CHUNK_BYTES);
     strata_status first = buf ? STRATA_OK : err_set(STRATA_ENOMEM, "checkpoint verify: out of memory");
     char first_msg[ERR_MSG_BYTES] = "";
-    for (int fi = 0; fi < CKPT_FILE_COUNT && buf; fi++) {
-        if (!m.file_bytes[fi])
-            continue;
-        ckpt_file f;
-        strata_status st = ckpt_file_open(dir, &m, fi, &f);
-        if (st != STRATA_OK) {
-            if (first == STRATA_OK) {
-                first = st;
-                snprintf(first_msg, sizeof first_msg, "%s", err_last());
-            }
-            bad++;
-            continue;
-        }
-        for (size_t i = 0; i < m.ntensors; i++) {
-            const ckpt_tensor *t = &m.tensors[i];
-            if (t->file != fi)
+    for (int r = 0; r < m.world && buf; r++)
+        for (int fi = 0; fi < CKPT_FILE_COUNT; fi++) {
+            if (!ckpt_manifest_file_bytes(&m, r, fi))
                 continue;
-            uint32_t crc = 0;
-            st = STRATA_OK;
-            for (uint64_t off = t->begin; off < t->end && st == STRATA_OK; off += VERIFY_CHUNK_BYTES) {
-                size_t n = (size_t)MIN((uint64_t)VERIFY_CHUNK_BYTES, t->end - off);
-                st = ckpt_file_read(&f, off, buf, n, t->name);
-                crc = crc32c(crc, buf, n);
-            }
-            if (st == STRATA_OK && crc != t->crc)
-                st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": tensor \"%s\": crc32c %08x, the manifest says %08x "
-                             "(the file was damaged after it was written)", f.path, t->name, crc, t->crc);
+            ckpt_file f;
+            strata_status st = ckpt_file_open(dir, &m, r, fi, &f);
             if (st != STRATA_OK) {
-                bad++;
                 if (first == STRATA_OK) {
                     first = st;
                     snprintf(first_msg, sizeof first_msg, "%s", err_last());
                 }
+                bad++;
+                continue;
             }
-            if (report)
-                report(t, st == STRATA_OK, crc, user);
+            verify_file(&f, &m, buf, report, user, &bad, &first, first_msg);
+            ckpt_file_close(&f);
         }
-        ckpt_file_close(&f);
-    }
     free(buf);
     ckpt_manifest_free(&m);
     if (bad_out)

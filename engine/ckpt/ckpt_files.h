@@ -28,35 +28,41 @@ void ckpt_writer_abort(ckpt_writer *w);
 
 /* Starts a save to dir: a fresh temporary directory next to it, named in tmp (len bytes). */
 strata_status ckpt_dir_begin(const char *dir, char *tmp, size_t len);
+/* The name of that temporary directory, without making it (the ranks other than 0 of a sharded save). */
+strata_status ckpt_dir_tmp(const char *dir, char *tmp, size_t len);
 /* Makes tmp (complete, its files fsynced) the checkpoint at dir: fsync tmp, then an atomic exchange with an
  * existing dir (rename where there is none), fsync the parent, remove the old one. A crash at any point
  * leaves either the old or the new checkpoint at dir. */
 strata_status ckpt_dir_commit(const char *tmp, const char *dir);
-/* Removes a checkpoint directory's own files and the directory (after a failed save, or by rotation). */
+/* Removes a checkpoint directory's own files (the manifest and every name ckpt_file_name_parse accepts, of any
+ * world) and the directory (after a failed save, or by rotation). */
 void ckpt_dir_remove(const char *dir);
 
 /* Reads and parses dir's manifest (size-bounded). */
 strata_status ckpt_manifest_read(const char *dir, ckpt_manifest *m);
 
-/* An open checkpoint data file whose safetensors header agrees with the manifest on every tensor. */
+/* An open checkpoint data file whose safetensors header agrees with the manifest on every piece it holds. */
 typedef struct ckpt_file {
-    int fd;
-    int index;               /* CKPT_FILE_* */
+    int fd;                  /* -1 once closed */
+    int rank, kind;          /* whose file, and which (CKPT_FILE_*) */
     char path[STRATA_PATH_BYTES + 128];
-    uint64_t data_start;
+    uint64_t data_start, bytes;
 } ckpt_file;
 
-/* Opens file index of dir and checks its size and header against m. STRATA_ECORRUPT names the file and
- * tensor that disagree; STRATA_ENOTFOUND when the file is missing. */
-strata_status ckpt_file_open(const char *dir, const ckpt_manifest *m, int index, ckpt_file *f);
+/* Opens rank's file of a kind in dir and checks its size and header against m: it holds exactly the manifest's
+ * pieces of that rank and kind. STRATA_ECORRUPT names the file and tensor that disagree, or the missing file. */
+strata_status ckpt_file_open(const char *dir, const ckpt_manifest *m, int rank, int kind, ckpt_file *f);
+/* Opens a file that ckpt_file_open checked and ckpt_file_close closed again (its size is checked once more). */
+strata_status ckpt_file_reopen(ckpt_file *f);
 void ckpt_file_close(ckpt_file *f);
 
 /* Reads len bytes at off of the data section, checked (a short read is STRATA_ECORRUPT naming what). */
 strata_status ckpt_file_read(const ckpt_file *f, uint64_t off, void *buf, size_t len, const char *what);
 
-/* Reads every tensor of dir and compares its crc32c. bad_out (may be NULL) receives the number of tensors
- * whose checksum failed; the first failure is the returned STRATA_ECORRUPT. report (may be NULL) is called
- * per tensor with its verdict. */
+/* Reads every piece of every rank's files of dir and compares its crc32c (that the pieces cover each tensor
+ * exactly once is checked by the manifest's parser). bad_out (may be NULL) receives the number of pieces or files
+ * that failed; the first failure is the returned STRATA_ECORRUPT. report (may be NULL) is called per piece with its
+ * verdict. */
 typedef void (*ckpt_verify_fn)(const ckpt_tensor *t, bool ok, uint32_t actual, void *user);
 strata_status ckpt_verify(const char *dir, ckpt_verify_fn report, void *user, size_t *bad_out);
 

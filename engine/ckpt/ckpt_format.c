@@ -13,7 +13,6 @@
 
 const char *const ckpt_file_names[CKPT_FILE_COUNT] = {"model.safetensors", "optimizer.safetensors",
                                                       "params.safetensors"};
-
 static const struct {
     const char *name;
     strata_dtype dt;
@@ -55,10 +54,11 @@ static bool get_u64(const json_t *v, uint64_t *out)
     return true;
 }
 
-/* The fields every tensor entry shares (safetensors header and manifest): dtype, shape, data_offsets.
- * data_bytes bounds the offsets. */
-static strata_status tensor_parse(const json_t *obj, const char *offsets_key, uint64_t data_bytes, const char *origin,
-                                  ckpt_tensor *t)
+/* The fields every tensor entry shares (safetensors header and manifest): dtype, shape, data_offsets, and in a
+ * manifest of version 2 the piece's "elements" [first, end) (else the piece is the whole tensor). data_bytes bounds
+ * the offsets. */
+static strata_status tensor_parse(const json_t *obj, const char *offsets_key, bool pieces, uint64_t data_bytes,
+                                  const char *origin, ckpt_tensor *t)
 {
     const char *nm = t->name;
     if (!json_is_object(obj))
@@ -81,7 +81,18 @@ static strata_status tensor_parse(const json_t *obj, const char *offsets_key, ui
             return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": shape overflows 64 bits", origin, nm);
         numel *= d;
     }
+    t->total = numel;
+    t->first = 0;
     t->numel = numel;
+    if (pieces) {
+        const json_t *el = json_object_get(obj, "elements");
+        uint64_t end = 0;
+        if (!json_is_array(el) || json_array_size(el) != 2 || !get_u64(json_array_get(el, 0), &t->first) ||
+            !get_u64(json_array_get(el, 1), &end) || t->first >= end || end > t->total)
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": elements must be [first, end) with first < end <= "
+                           "%" PRIu64 " (its shape's elements)", origin, nm, t->total);
+        t->numel = end - t->first;
+    }
     const json_t *off = json_object_get(obj, offsets_key);
     if (!json_is_array(off) || json_array_size(off) != 2 || !get_u64(json_array_get(off, 0), &t->begin) ||
         !get_u64(json_array_get(off, 1), &t->end))
@@ -90,9 +101,9 @@ static strata_status tensor_parse(const json_t *obj, const char *offsets_key, ui
     if (t->begin > t->end || t->end > data_bytes)
         return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": %s [%" PRIu64 ", %" PRIu64 ") lie outside the %" PRIu64
                        " bytes of data (truncated file?)", origin, nm, offsets_key, t->begin, t->end, data_bytes);
-    if (t->end - t->begin != numel * ckpt_dtype_bytes(t->dtype))
+    if (t->end - t->begin != t->numel * ckpt_dtype_bytes(t->dtype))
         return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": %" PRIu64 " bytes of data for %" PRIu64
-                       " elements of %s", origin, nm, t->end - t->begin, numel, json_string_value(dt));
+                       " elements of %s", origin, nm, t->end - t->begin, t->numel, json_string_value(dt));
     return STRATA_OK;
 }
 
@@ -151,7 +162,7 @@ strata_status ckpt_st_header_parse(const uint8_t *bytes, size_t len, uint64_t fi
             goto out;
         }
         t->file = -1;
-        if ((st = tensor_parse(val, "data_offsets", data_bytes, origin, t)) != STRATA_OK)
+        if ((st = tensor_parse(val, "data_offsets", false, data_bytes, origin, t)) != STRATA_OK)
             goto out;
         out->ntensors++;
     }
@@ -253,31 +264,38 @@ static json_t *config_object(const strata_config *cfg)
 strata_status ckpt_manifest_build(const ckpt_manifest *m, const strata_config *cfg, char **out)
 {
     *out = NULL;
+    char fname[CKPT_FILE_NAME_BYTES];
     json_t *files = json_object(), *tensors = json_array();
-    for (int f = 0; files && f < CKPT_FILE_COUNT; f++)
-        if (m->file_bytes[f])
-            json_object_set_new(files, ckpt_file_names[f], json_integer((json_int_t)m->file_bytes[f]));
+    for (int r = 0; files && r < m->world; r++)
+        for (int f = 0; f < CKPT_FILE_COUNT; f++)
+            if (ckpt_manifest_file_bytes(m, r, f)) {
+                ckpt_file_name(m->world, r, f, fname);
+                json_object_set_new(files, fname, json_integer((json_int_t)ckpt_manifest_file_bytes(m, r, f)));
+            }
     for (size_t i = 0; tensors && i < m->ntensors; i++) {
         const ckpt_tensor *t = &m->tensors[i];
         char crc[16];
         snprintf(crc, sizeof crc, "%08x", t->crc);
-        json_array_append_new(tensors, json_pack("{s:s, s:s, s:s, s:[I], s:o, s:s}", "name", t->name, "file",
-                                                 ckpt_file_names[t->file], "dtype", ckpt_dtype_name(t->dtype), "shape",
-                                                 (json_int_t)t->numel, "offsets", u64_pair(t->begin, t->end),
-                                                 "crc32c", crc));
+        ckpt_file_name(m->world, t->rank, t->file, fname);
+        json_array_append_new(tensors, json_pack("{s:s, s:s, s:s, s:[I], s:[I,I], s:o, s:s}", "name", t->name, "file",
+                                                 fname, "dtype", ckpt_dtype_name(t->dtype), "shape",
+                                                 (json_int_t)t->total, "elements", (json_int_t)t->first,
+                                                 (json_int_t)(t->first + t->numel), "offsets",
+                                                 u64_pair(t->begin, t->end), "crc32c", crc));
     }
     json_t *pending = json_null();
     if (m->pending)
         pending = json_pack("{s:b, s:I, s:o, s:o}", "skipped", m->pending_result.skipped, "step",
                             (json_int_t)m->pending_result.step, "grad_norm", hex_double(m->pending_result.grad_norm),
                             "loss_scale", hex_double(m->pending_result.loss_scale));
-    json_t *root = json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:o, s:i, s:i, s:s, s:o, s:o, s:o}", "format",
+    json_t *root = json_pack("{s:s, s:i, s:s, s:i, s:I, s:I, s:I, s:I, s:o, s:i, s:i, s:s, s:o, s:o, s:o}", "format",
                              "strata-checkpoint", "version", CKPT_FORMAT_VERSION, "strata_version", strata_version(),
-                             "step", (json_int_t)m->step, "iterations", (json_int_t)m->iterations, "steps",
-                             (json_int_t)m->steps, "skipped_steps", (json_int_t)m->skipped_steps, "loss_scale",
-                             hex_double(m->loss_scale), "good_steps", m->good_steps, "hysteresis_left",
-                             m->hysteresis_left, "param_dtype", ckpt_dtype_name(m->param_dtype), "pending_update",
-                             pending, "files", files, "tensors", tensors);
+                             "world_size", m->world, "step", (json_int_t)m->step, "iterations",
+                             (json_int_t)m->iterations, "steps", (json_int_t)m->steps, "skipped_steps",
+                             (json_int_t)m->skipped_steps, "loss_scale", hex_double(m->loss_scale), "good_steps",
+                             m->good_steps, "hysteresis_left", m->hysteresis_left, "param_dtype",
+                             ckpt_dtype_name(m->param_dtype), "pending_update", pending, "files", files, "tensors",
+                             tensors);
     if (root && cfg)
         json_object_set_new(root, "config", config_object(cfg));
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
@@ -338,14 +356,12 @@ static strata_status parse_tensors(const json_t *arr, const char *origin, ckpt_m
         if (!json_is_string(nm) || !set_name(t, json_string_value(nm)))
             return err_set(STRATA_ECORRUPT, "%s: tensors[%zu] has no name (or one longer than %d bytes)", origin, i,
                            CKPT_NAME_BYTES - 1);
-        t->file = -1;
-        for (int f = 0; f < CKPT_FILE_COUNT && json_is_string(file); f++)
-            if (strcmp(json_string_value(file), ckpt_file_names[f]) == 0)
-                t->file = f;
-        if (t->file < 0 || !m->file_bytes[t->file])
+        if (!json_is_string(file) || !ckpt_file_name_parse(json_string_value(file), m->world, &t->rank, &t->file) ||
+            !ckpt_manifest_file_bytes(m, t->rank, t->file))
             return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": file %s is not one of the checkpoint's files", origin,
                            t->name, json_is_string(file) ? json_string_value(file) : "(missing)");
-        ERR_CHECK(tensor_parse(e, "offsets", m->file_bytes[t->file], origin, t));
+        ERR_CHECK(tensor_parse(e, "offsets", m->version >= 2, ckpt_manifest_file_bytes(m, t->rank, t->file), origin,
+                               t));
         char *end;
         unsigned long v = json_is_string(crc) ? strtoul(json_string_value(crc), &end, 16) : 0;
         if (!json_is_string(crc) || *end != '\0' || strlen(json_string_value(crc)) != 8 || v > UINT32_MAX)
@@ -363,9 +379,16 @@ static strata_status manifest_fields(const json_t *root, const char *origin, ckp
         return err_set(STRATA_ECORRUPT, "%s: not a strata checkpoint manifest (\"format\" is not "
                        "\"strata-checkpoint\")", origin);
     ERR_CHECK(get_int(root, "version", origin, &m->version));
-    if (m->version != CKPT_FORMAT_VERSION)
-        return err_set(STRATA_ECORRUPT, "%s: format version %d; this strata reads version %d", origin, m->version,
-                       CKPT_FORMAT_VERSION);
+    if (m->version < 1 || m->version > CKPT_FORMAT_VERSION)
+        return err_set(STRATA_ECORRUPT, "%s: format version %d; this strata reads versions 1 to %d", origin,
+                       m->version, CKPT_FORMAT_VERSION);
+    m->world = 1;
+    if (m->version >= 2) {
+        ERR_CHECK(get_int(root, "world_size", origin, &m->world));
+        if (m->world < 1 || m->world > CKPT_MAX_WORLD)
+            return err_set(STRATA_ECORRUPT, "%s: \"world_size\" = %d is outside [1, %d]", origin, m->world,
+                           CKPT_MAX_WORLD);
+    }
     ERR_CHECK(get_i64(root, "step", origin, &m->step));
     ERR_CHECK(get_i64(root, "iterations", origin, &m->iterations));
     ERR_CHECK(get_i64(root, "steps", origin, &m->steps));
@@ -382,18 +405,21 @@ static strata_status manifest_fields(const json_t *root, const char *origin, ckp
     const json_t *files = json_object_get(root, "files");
     if (!json_is_object(files))
         return err_set(STRATA_ECORRUPT, "%s: \"files\" is missing or not an object", origin);
+    m->file_bytes = calloc((size_t)m->world * CKPT_FILE_COUNT, sizeof *m->file_bytes);
+    if (!m->file_bytes)
+        return err_set(STRATA_ENOMEM, "%s: out of memory for the files of %d ranks", origin, m->world);
     const char *key;
     json_t *val;
     json_object_foreach((json_t *)files, key, val) {
-        int f = -1;
-        for (int i = 0; i < CKPT_FILE_COUNT; i++)
-            if (strcmp(key, ckpt_file_names[i]) == 0)
-                f = i;
-        if (f < 0 || !get_u64(val, &m->file_bytes[f]) || m->file_bytes[f] == 0)
-            return err_set(STRATA_ECORRUPT, "%s: files: \"%s\" is not a checkpoint file with a positive size", origin,
-                           key);
+        int r, f;
+        uint64_t bytes = 0;
+        if (!ckpt_file_name_parse(key, m->world, &r, &f) || !get_u64(val, &bytes) || bytes == 0)
+            return err_set(STRATA_ECORRUPT, "%s: files: \"%s\" is not a file of a checkpoint of %d rank%s with a "
+                           "positive size", origin, key, m->world, m->world == 1 ? "" : "s");
+        m->file_bytes[(size_t)r * CKPT_FILE_COUNT + (size_t)f] = bytes;
     }
-    return parse_tensors(json_object_get(root, "tensors"), origin, m);
+    ERR_CHECK(parse_tensors(json_object_get(root, "tensors"), origin, m));
+    return ckpt_manifest_index(m, origin);
 }
 
 strata_status ckpt_manifest_parse(const char *text, size_t len, const char *origin, ckpt_manifest *out)
@@ -415,13 +441,7 @@ strata_status ckpt_manifest_parse(const char *text, size_t len, const char *orig
 void ckpt_manifest_free(ckpt_manifest *m)
 {
     free(m->tensors);
+    free(m->file_bytes);
+    free(m->index);
     memset(m, 0, sizeof *m);
-}
-
-const ckpt_tensor *ckpt_manifest_find(const ckpt_manifest *m, int file, const char *name)
-{
-    for (size_t i = 0; i < m->ntensors; i++)
-        if (m->tensors[i].file == file && strcmp(m->tensors[i].name, name) == 0)
-            return &m->tensors[i];
-    return NULL;
 }

@@ -3,12 +3,20 @@
  * manifest, built and parsed from memory. Every size, offset and count read from a file is checked
  * here against the bytes that really exist, so the loader, `strata ckpt verify` and the fuzz
  * harness all share one parser. A checkpoint directory holds
- *   manifest.json          format version, step, loss-scale state, resolved config, every tensor with
- *                          its file, dtype, shape, offsets and crc32c
+ *   manifest.json          format version, the world size it was written with, step, loss-scale state,
+ *                          resolved config, every piece of every tensor with its file, dtype, shape, element
+ *                          range, byte offsets and crc32c
  *   model.safetensors      fp32 master weights "<module>.<param>"
  *   optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq"
  *   params.safetensors     the trainer's parameter copy in its dtype "<name>", and "<name>.next" for a
  *                          delayed update computed but not yet visible (absent for fp32 with none pending)
+ * A world of N > 1 ranks writes each kind of file once per rank, "model.rank<r>.safetensors" and so on: rank r's
+ * file holds, per tensor, the piece of it that lies in rank r's shards (elements [first, first + numel) of the
+ * tensor, stored 1-D under the tensor's name), and the pieces of all ranks cover every tensor exactly once. A world
+ * of one writes one piece per tensor (the whole tensor) under the names above.
+ *
+ * Versions: 1 (one rank, no "world_size" and no "elements": every entry is a whole tensor) is still read; 2 adds
+ * "world_size" and each entry's "elements": [first, end).
  */
 #ifndef STRATA_ENGINE_CKPT_FORMAT_H
 #define STRATA_ENGINE_CKPT_FORMAT_H
@@ -19,23 +27,30 @@
 
 #include "strata.h"
 
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2
+#define CKPT_MAX_WORLD 65536            /* ranks a manifest may name (bounds what a file can make us allocate) */
+#define CKPT_FILE_NAME_BYTES 48         /* "optimizer.rank65535.safetensors" and its NUL, with room */
 #define CKPT_MANIFEST "manifest.json"
 #define CKPT_NAME_BYTES 288             /* "<module>.<param>" plus a suffix; engine names are < 128 each */
 #define CKPT_MAX_HEADER_BYTES ((uint64_t)256 << 20)   /* safetensors' own limit is 100 MB; be generous */
 #define CKPT_MAX_MANIFEST_BYTES ((uint64_t)512 << 20)
 
-/* The files a manifest may name (nothing else: no path ever comes from a file). */
+/* The kinds of file a checkpoint holds. A manifest may name nothing else: every file name is derived from a kind
+ * and a rank below the manifest's world size (ckpt_file_name), never taken from a file. */
 enum { CKPT_FILE_MODEL = 0, CKPT_FILE_OPTIMIZER, CKPT_FILE_PARAMS, CKPT_FILE_COUNT };
-extern const char *const ckpt_file_names[CKPT_FILE_COUNT];
+extern const char *const ckpt_file_names[CKPT_FILE_COUNT]; /* the names in a world of one */
 
+/* One piece of a tensor: in a manifest, where it lies in which rank's file; in a safetensors header, a whole
+ * (1-D) tensor as the file holds it (first = 0, numel = total, rank 0). */
 typedef struct ckpt_tensor {
     char name[CKPT_NAME_BYTES];
-    int file;                 /* CKPT_FILE_* (manifest entries) */
+    int file;                 /* CKPT_FILE_* kind (manifest entries; -1 in a header) */
+    int rank;                 /* the rank whose file holds it (manifest entries) */
     strata_dtype dtype;
-    uint64_t numel;           /* the product of the shape */
-    uint64_t begin, end;      /* data_offsets: bytes relative to the data section */
-    uint32_t crc;             /* crc32c of the tensor's bytes (manifest entries) */
+    uint64_t total;           /* elements of the whole tensor: the product of its shape */
+    uint64_t first, numel;    /* the piece: elements [first, first + numel) of the tensor */
+    uint64_t begin, end;      /* data_offsets: bytes relative to the data section (numel elements) */
+    uint32_t crc;             /* crc32c of the piece's bytes (manifest entries) */
 } ckpt_tensor;
 
 /* A parsed safetensors file header. */
@@ -47,6 +62,7 @@ typedef struct ckpt_st_header {
 
 typedef struct ckpt_manifest {
     int version;
+    int world;                /* ranks that wrote it, 1..CKPT_MAX_WORLD */
     int64_t step;             /* optimizer updates applied (including a pending one) */
     int64_t iterations;       /* strata_step calls: where the trainer's data continues */
     int64_t steps, skipped_steps;
@@ -55,10 +71,17 @@ typedef struct ckpt_manifest {
     strata_dtype param_dtype;
     bool pending;             /* a delayed update is computed but not yet visible */
     strata_step_result pending_result;
-    uint64_t file_bytes[CKPT_FILE_COUNT]; /* 0 = the file is absent */
-    ckpt_tensor *tensors;
+    uint64_t *file_bytes;     /* [rank * CKPT_FILE_COUNT + kind]: 0 = the file is absent (ckpt_manifest_file_bytes) */
+    ckpt_tensor *tensors;     /* every piece, in file order */
     size_t ntensors;
+    size_t *index;            /* parsed manifests: the pieces ordered by kind, name and first element */
 } ckpt_manifest;
+
+/* The name of rank's file of a kind in a checkpoint written by world ranks (out: CKPT_FILE_NAME_BYTES). */
+void ckpt_file_name(int world, int rank, int kind, char *out);
+/* Whether name is one a checkpoint of world ranks writes (world 0: of any world), and whose; rank and kind may be
+ * NULL. Only canonical names pass ("model.rank01.safetensors" does not). */
+bool ckpt_file_name_parse(const char *name, int world, int *rank, int *kind);
 
 /* "F32", "BF16", "F16" and back; bytes per element. */
 const char *ckpt_dtype_name(strata_dtype dt);
@@ -75,14 +98,25 @@ void ckpt_st_header_free(ckpt_st_header *h);
  * order; sets each tensor's begin/end. malloc'd into *out. */
 strata_status ckpt_st_header_build(ckpt_tensor *tensors, size_t n, uint8_t **out, size_t *out_len);
 
-/* Parses a manifest's JSON text; STRATA_ECORRUPT naming origin and the field. free with ckpt_manifest_free. */
+/* Parses a manifest's JSON text (version 1 or 2); STRATA_ECORRUPT naming origin and the field. Also checks that
+ * the pieces of every tensor agree on its dtype and size and cover it exactly once (no gap, no overlap). free with
+ * ckpt_manifest_free. */
 strata_status ckpt_manifest_parse(const char *text, size_t len, const char *origin, ckpt_manifest *out);
 void ckpt_manifest_free(ckpt_manifest *m);
 
-/* The manifest's JSON text (malloc'd, NUL-terminated); cfg (may be NULL) adds the resolved configuration. */
+/* The manifest's JSON text (malloc'd, NUL-terminated) in the current version; cfg (may be NULL) adds the resolved
+ * configuration. */
 strata_status ckpt_manifest_build(const ckpt_manifest *m, const strata_config *cfg, char **out);
 
-/* The manifest entry of name in file (CKPT_FILE_*), or NULL. */
-const ckpt_tensor *ckpt_manifest_find(const ckpt_manifest *m, int file, const char *name);
+/* Bytes of rank's file of a kind (0: absent, or rank outside the world). */
+uint64_t ckpt_manifest_file_bytes(const ckpt_manifest *m, int rank, int kind);
+/* Whether any rank wrote a file of the kind. */
+bool ckpt_manifest_has(const ckpt_manifest *m, int kind);
+/* Orders m's pieces by kind, name and first element (m->index) and checks that the pieces of every tensor agree on
+ * its dtype and size and cover it exactly once: STRATA_ECORRUPT naming origin, the tensor and the elements. The
+ * manifest's parser calls it. */
+strata_status ckpt_manifest_index(ckpt_manifest *m, const char *origin);
+/* Of a parsed manifest: the piece of tensor name in files of the kind that holds element elem, or NULL. */
+const ckpt_tensor *ckpt_manifest_piece(const ckpt_manifest *m, int kind, const char *name, uint64_t elem);
 
 #endif

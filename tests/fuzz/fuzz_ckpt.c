@@ -54,15 +54,16 @@ static void manifest(const uint8_t *data, size_t size)
     }
     for (size_t i = 0; i < m.ntensors; i++) {
         const ckpt_tensor *t = &m.tensors[i];
-        if (t->file < 0 || t->file >= CKPT_FILE_COUNT || t->end > m.file_bytes[t->file] ||
-            ckpt_manifest_find(&m, t->file, t->name) == NULL)
+        if (t->file < 0 || t->file >= CKPT_FILE_COUNT || t->rank < 0 || t->rank >= m.world ||
+            t->end > ckpt_manifest_file_bytes(&m, t->rank, t->file) || t->first + t->numel > t->total ||
+            ckpt_manifest_piece(&m, t->file, t->name, t->first) != t)
             __builtin_trap();
     }
     char *text = NULL;
     if (ckpt_manifest_build(&m, NULL, &text) == STRATA_OK) {
         ckpt_manifest again;
         if (ckpt_manifest_parse(text, strlen(text), "rebuilt", &again) != STRATA_OK || again.ntensors != m.ntensors ||
-            again.step != m.step)
+            again.step != m.step || again.world != m.world)
             __builtin_trap();
         ckpt_manifest_free(&again);
         free(text);

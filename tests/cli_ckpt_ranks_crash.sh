@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# A sharded save killed at a random point never costs the previous checkpoint: 2 ranks train and save every step
+# (`mpirun -np 2 strata train --save DIR --save-every 1`, resuming DIR after the first round); after a random delay
+# (every other round: once a save's temporary directory holds rank files) both ranks are SIGKILLed at once (a node
+# lost mid-save), several times. After every kill the latest checkpoint in
+# DIR must verify (every piece of both ranks' files), hold a step no older than the last one seen, and the next
+# round resumes from it at 2 ranks. Kills that land inside a save (its temporary directory is left behind) are
+# counted: at least one must, or the test proved nothing. Exit 77 without mpirun.
+set -u
+bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
+src=${STRATA_SOURCE_DIR:-$(dirname "$0")/..}
+source "$src/tests/helpers/cli.sh"
+source "$src/tests/helpers/mpi.sh"
+command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
+scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_ckpt_ranks_crash.XXXXXX" 2>/dev/null || mktemp -d)
+mp=
+# mpirun puts each rank in a process group of its own: the ranks are killed by their ids, then mpirun.
+kill_world() {
+    [ -n "$mp" ] || return 0
+    local ranks=${1:-$(ps -o pid= --ppid "$mp" 2>/dev/null)}
+    [ -n "$ranks" ] && kill -KILL $ranks 2>/dev/null
+    kill -KILL "$mp" 2>/dev/null
+    wait "$mp" 2>/dev/null
+    mp=
+}
+trap 'kill_world; rm -rf "$scratch"' EXIT
+ck=$scratch/ck
+args=(train --model tiny --batch 1 --seq 8 --seed 11 --threads 1 --quiet --steps 100000 --save "$ck" --save-every 1 --keep 2)
+
+rounds=8 mid_save=0 last=0
+for ((r = 0; r < rounds; r++)); do
+    resume=()
+    [ $r -gt 0 ] && resume=(--resume "$ck")
+    mpi_run 2 "$bin" "${args[@]}" "${resume[@]}" >"$scratch/round$r.out" 2>&1 &
+    mp=$!
+    # Long enough for the ranks to start and resume, then anywhere in the steps and saves that follow; every other
+    # round, as soon as a save has started writing the ranks' files (a save is a small part of a step and a save).
+    sleep "$(awk -v s=$RANDOM 'BEGIN { srand(s); printf "%.2f", 0.8 + rand() * 0.8 }')"
+    ranks=$(ps -o pid= --ppid "$mp" 2>/dev/null)
+    if [ $((r % 2)) -eq 1 ]; then
+        shopt -s nullglob
+        for ((i = 0; i < 200000; i++)); do
+            started=("$ck"/.step-*.tmp/*.rank*)
+            [ ${#started[@]} -gt 0 ] && break
+        done
+        shopt -u nullglob
+    fi
+    kill_world "$ranks"
+    ls -a "$ck" | grep -q '^\.step-[0-9]*\.tmp$' && mid_save=$((mid_save + 1))
+    latest=$(ls -d "$ck"/step-* 2>/dev/null | sed 's/.*step-//' | sort -n | tail -1)
+    if [ -z "$latest" ]; then
+        fail "round $r: no checkpoint in $ck yet"; cat "$scratch/round$r.out"; continue
+    fi
+    out=$("$bin" ckpt verify "$ck" 2>&1); rc=$?
+    step=$(grep -o "ok — step [0-9]*" <<<"$out" | grep -o "[0-9]*$")
+    if [ $rc -ne 0 ] || [ -z "$step" ] || [ "$step" -lt "$last" ]; then
+        fail "round $r: the latest checkpoint after the kill: exit $rc, step ${step:-none} (last seen $last)"
+        echo "$out"; ls -la "$ck"
+    else
+        passed=$((passed + 1))
+        last=$step
+    fi
+done
+echo "$mid_save of $rounds kills landed inside a save; the last checkpoint holds step $last"
+[ "$mid_save" -gt 0 ] && passed=$((passed + 1)) || fail "no kill landed inside a save: nothing was tested"
+[ "$last" -gt 0 ] && passed=$((passed + 1)) || fail "no round saved a step"
+cli_done cli_ckpt_ranks_crash
