@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `mpirun -np 2 strata train`: only rank 0 prints (the header says 2 ranks); each rank logs its own JSONL whose
 # comm_bytes per step is the formula of its ZeRO stage, for stages 0..3; 2 ranks x grad-accum 1 end where 1 rank x
-# grad-accum 2 ends (loss within 1e-5 relative, weights within the order of fp32 sums); checkpoint flags fail on
-# every rank with the message, and a failure on one rank alone ends the job at once instead of hanging.
+# grad-accum 2 ends (loss within 1e-5 relative, weights within the order of fp32 sums); a failure on one rank alone
+# ends the job at once instead of hanging.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
@@ -98,17 +98,7 @@ assert len(a) == len(b) and diff < 1e-4, diff
 EOF
 done
 
-# Checkpoints of a world are sharded, not implemented yet: every rank says so before training, exit 2.
-out=$(timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --resume "$scratch/ckpt" 2>&1)
-rc=$?
-msg="--resume \"$scratch/ckpt\": checkpoints of a world of 2 ranks (sharded checkpoints) are not yet implemented"
-if [ $rc -ne 2 ] || ! grep -qF "rank 0: strata train: $msg" <<<"$out" || ! grep -qF "rank 1: strata train: $msg" <<<"$out"; then
-    fail "--resume with 2 ranks: exit $rc (want 2, the message from both ranks):"; echo "$out"
-else
-    passed=$((passed + 1))
-fi
-check "--save-every with 2 ranks" 2 "--save-every 2: checkpoints of a world of 2 ranks" -- \
-    timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --save "$scratch/ckpt" --save-every 2
+# Checkpoints of a world (sharded) are cli_ckpt_ranks.sh's.
 
 # Rank 1 alone fails (its log path is a directory) while rank 0 waits in a collective: the job ends at once.
 mkdir -p "$scratch/bad.jsonl.rank1"
