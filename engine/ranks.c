@@ -197,7 +197,7 @@ static strata_status agree_touched(strata_engine *e, int grad_index, tier_array 
     const uint8_t *touched = grads_touched(e->grads, grad_index);
     for (size_t i = 0; i < n; i++)
         rs->flags[i] = touched[i];
-    ERR_CHECK(comm_allreduce(e->comm, rs->flags, n, COMM_U64, COMM_MAX));
+    ERR_CHECK(comm_allreduce_uncounted(e->comm, rs->flags, n, COMM_U64, COMM_MAX));
     for (size_t i = 0; i < n; i++) {
         if (!rs->flags[i] || touched[i])
             continue;
@@ -268,7 +268,7 @@ strata_status ranks_sum_gradstats(strata_engine *e, double *sumsq, bool *nonfini
     if (e->world == 1)
         return STRATA_OK;
     double v[2] = {*sumsq, *nonfinite ? 1.0 : 0.0};
-    ERR_CHECK(comm_allreduce(e->comm, v, 2, COMM_F64, COMM_SUM));
+    ERR_CHECK(comm_allreduce_uncounted(e->comm, v, 2, COMM_F64, COMM_SUM));
     *sumsq = v[0];
     *nonfinite = v[1] > 0;
     return STRATA_OK;

@@ -268,6 +268,17 @@ static void store_all(void *dst, strata_dtype dt, const float *src, size_t n)
         store_elem(dst, dt, i, src[i]);
 }
 
+/* Rounds gradients to multiples of 2^-26 within [-2^-6, 2^-6]: sums of up to 16 such values are exact in fp32
+ * whatever their order (every partial sum is a multiple of 2^-26 below 2^-2 = 2^24 grid steps). */
+static void exact_grid(float *g, size_t n)
+{
+    const float step = 0x1p-26f, limit = 0x1p-6f;
+    for (size_t i = 0; i < n; i++) {
+        float v = g[i] > limit ? limit : g[i] < -limit ? -limit : g[i];
+        g[i] = nearbyintf(v / step) * step;
+    }
+}
+
 /* Creates and finalizes the engine with the model's modules: "layer<l>" holding "weight" and "bias". */
 static strata_status build(const synth_opts *o, const strata_config *cfg, strata_engine **out, strata_module_id *mod,
                            strata_param_id *W, strata_param_id *b)
@@ -385,6 +396,10 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
                 }
                 load_all(w, dt, wf, nw);
                 synth_layer_backward(o, l, wf, act[l], act[l + 1], dcur, dnext, gwf, gbf);
+                if (o->exact_sums) {
+                    exact_grid(gwf, nw);
+                    exact_grid(gbf, nb);
+                }
                 store_all(gw, dt, gwf, nw);
                 store_all(gb, dt, gbf, nb);
                 float *t = dcur;

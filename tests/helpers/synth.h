@@ -34,6 +34,9 @@ typedef struct synth_opts {
      * mb of a step is the global micro-batch mb * world + rank, so N ranks with k micro-batches each see
      * the batches one rank sees with N * k. */
     strata_comm *comm;
+    /* Gradients on a grid where fp32 sums of up to 16 micro-batches are exact in any order (multiples of 2^-26,
+     * clamped to +-2^-6): N ranks summing in the reduce-scatter's order then match one rank bit for bit. */
+    bool exact_sums;
 } synth_opts;
 
 /* Trains with cfg and returns every parameter's master weights concatenated (malloc'd) in *weights,
