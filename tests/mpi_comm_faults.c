@@ -26,7 +26,11 @@ static void abort_world(comm *world, int rank)
         return;
     /* Longer than the test may take: the abort message, not the deadline, must end the wait. */
     comm_set_timeout(c, 30000);
-    int x = rank, all[4] = {0};
+    /* Static: the all-gather that fails below stays posted in MPI (a collective cannot be cancelled), and the
+     * peers' parts of it may still arrive while later cases use MPI; its buffers must outlive it. The engine's
+     * answer is the same: a process whose world failed exits without touching MPI again. */
+    static int x, all[4];
+    x = rank;
     T_OK(comm_allgather(c, &x, all, 1, COMM_I32));
     /* A rank's part of a collective can be done before its peers' parts are: without this barrier (on another
      * comm), rank 1's abort could reach a peer still finishing the all-gather above and fail that one. */
