@@ -266,6 +266,12 @@ STRATA_API const char *strata_last_error(const strata_engine *engine);
  * gradients all-reduced). Collectives run over MPI (host buffers, and device buffers staged through pinned
  * memory) and NCCL (device buffers). Every rank makes the same calls in the same order: the same modules,
  * the same fetches, the same steps.
+ *
+ * A failed world. When a rank fails (a call returns STRATA_ECOMM on the others, naming it), the world is over:
+ * the collective that was interrupted stays posted in MPI (MPI cannot cancel a collective) and the peers' parts
+ * of it may still arrive. Destroy the engine and the comm and end the process without further MPI use; strata
+ * then leaves MPI unfinalized rather than let MPI_Finalize deliver those parts into freed memory, and the launcher
+ * reports the failure.
  */
 typedef struct strata_comm strata_comm;
 
