@@ -178,14 +178,9 @@ static strata_status write_back(strata_engine *e, tier_array *a, size_t off, siz
 {
     if (tarr_host_ptr(a, &e->tiers.env, off) == buf)
         return STRATA_OK;
-    io_wait w;
-    io_wait_init(&w);
-    strata_status st = tarr_write(a, &e->tiers.env, off, count, buf, &w);
-    strata_status wst = io_wait_wait(&w);
-    io_wait_destroy(&w);
     if (a->tier == STRATA_TIER_NVME)
         atomic_fetch_add(&e->ctr.host_to_nvme, tarr_bytes(a, count));
-    return st != STRATA_OK ? st : wst;
+    return tarr_write_sync(a, &e->tiers.env, off, count, buf);
 }
 
 /* Every rank learns which modules got gradients on any rank; a module only this rank did not touch gets zero
@@ -217,14 +212,9 @@ static strata_status module_grads(strata_engine *e, tier_array *store, const reg
     *out = tarr_host_ptr(store, &e->tiers.env, m->offset);
     if (*out)
         return STRATA_OK;
-    io_wait w;
-    io_wait_init(&w);
-    strata_status st = tarr_read(store, &e->tiers.env, m->offset, m->numel, e->ranks->full, &w);
-    strata_status wst = io_wait_wait(&w);
-    io_wait_destroy(&w);
     atomic_fetch_add(&e->ctr.nvme_to_host, m->numel * 4);
     *out = e->ranks->full;
-    return st != STRATA_OK ? st : wst;
+    return tarr_read_sync(store, &e->tiers.env, m->offset, m->numel, e->ranks->full);
 }
 
 tier_array *ranks_step_grads(strata_engine *e, int grad_index)
@@ -328,12 +318,7 @@ strata_status ranks_gather_module(strata_engine *e, const reg_module *m, void *d
 strata_status ranks_read_master(strata_engine *e, const reg_module *m, size_t first, size_t count, float *out)
 {
     float *full = e->ranks->full, *mine = full + (size_t)e->rank * m->shard_numel;
-    io_wait w;
-    io_wait_init(&w);
-    strata_status st = tarr_read(&e->tiers.master, &e->tiers.env, m->shard_offset, m->shard_numel, mine, &w);
-    strata_status wst = io_wait_wait(&w);
-    io_wait_destroy(&w);
-    ERR_CHECK(st != STRATA_OK ? st : wst);
+    ERR_CHECK(tarr_read_sync(&e->tiers.master, &e->tiers.env, m->shard_offset, m->shard_numel, mine));
     ERR_CHECK(comm_allgather(e->comm, mine, full, m->shard_numel, COMM_F32));
     memcpy(out, full + (first - m->offset), count * 4);
     return STRATA_OK;

@@ -235,13 +235,7 @@ static strata_status read_master(strata_engine *e, strata_param_id id, size_t of
     /* Not a hot path: its own aligned buffer, so it never competes with the pool's planned slices. */
     if (posix_memalign((void **)&buf, 4096, (last - first) * 4) != 0)
         return err_set(STRATA_ENOMEM, "strata_param_read_master: out of memory for %zu elements", last - first);
-    io_wait w;
-    io_wait_init(&w);
-    strata_status st = tarr_read(&e->tiers.master, &e->tiers.env, first, last - first, buf, &w);
-    strata_status wst = io_wait_wait(&w);
-    io_wait_destroy(&w);
-    if (st == STRATA_OK)
-        st = wst;
+    strata_status st = tarr_read_sync(&e->tiers.master, &e->tiers.env, first, last - first, buf);
     if (st == STRATA_OK)
         memcpy(out, buf + (p->offset + offset - first), count * 4);
     free(buf);

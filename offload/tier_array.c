@@ -105,3 +105,23 @@ strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_
     }
     return device_copy(env, (char *)a->mem + off, buf, len);
 }
+
+strata_status tarr_read_sync(const tier_array *a, const tier_env *env, size_t first, size_t count, void *buf)
+{
+    io_wait w;
+    io_wait_init(&w);
+    strata_status st = tarr_read(a, env, first, count, buf, &w);
+    strata_status wst = io_wait_wait(&w);
+    io_wait_destroy(&w);
+    return st != STRATA_OK ? st : wst;
+}
+
+strata_status tarr_write_sync(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf)
+{
+    io_wait w;
+    io_wait_init(&w);
+    strata_status st = tarr_write(a, env, first, count, buf, &w);
+    strata_status wst = io_wait_wait(&w);
+    io_wait_destroy(&w);
+    return st != STRATA_OK ? st : wst;
+}

@@ -56,4 +56,9 @@ strata_status tarr_read(const tier_array *a, const tier_env *env, size_t first, 
 strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf,
                          io_wait *w);
 
+/* As tarr_read / tarr_write, returning when the transfer is done (its own wait for NVMe); for the paths that
+ * are not pipelined: the collectives' exchanges, inspection. */
+strata_status tarr_read_sync(const tier_array *a, const tier_env *env, size_t first, size_t count, void *buf);
+strata_status tarr_write_sync(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf);
+
 #endif
