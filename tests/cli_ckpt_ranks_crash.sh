@@ -33,9 +33,15 @@ for ((r = 0; r < rounds; r++)); do
     [ $r -gt 0 ] && resume=(--resume "$ck")
     mpi_run 2 "$bin" "${args[@]}" "${resume[@]}" >"$scratch/round$r.out" 2>&1 &
     mp=$!
-    # Long enough for the ranks to start and resume, then anywhere in the steps and saves that follow; every other
-    # round, as soon as a save has started writing the ranks' files (a save is a small part of a step and a save).
-    sleep "$(awk -v s=$RANDOM 'BEGIN { srand(s); printf "%.2f", 0.8 + rand() * 0.8 }')"
+    # The ranks start, resume and save a step newer than the last one seen (polled, up to 60 s: on a loaded machine
+    # that takes a while), then the kill lands anywhere in the steps and saves that follow; every other round, as
+    # soon as a save has started writing the ranks' files (a save is a small part of a step and a save).
+    for ((i = 0; i < 600; i++)); do
+        newest=$(ls -d "$ck"/step-* 2>/dev/null | sed 's/.*step-//' | sort -n | tail -1)
+        [ -n "$newest" ] && [ "$((10#$newest))" -gt "$last" ] && break
+        sleep 0.1
+    done
+    sleep "$(awk -v s=$RANDOM 'BEGIN { srand(s); printf "%.2f", rand() * 0.8 }')"
     ranks=$(ps -o pid= --ppid "$mp" 2>/dev/null)
     if [ $((r % 2)) -eq 1 ]; then
         shopt -s nullglob
