@@ -14,13 +14,25 @@ source "$src/tests/helpers/mpi.sh"
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
 scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_ckpt_ranks_crash.XXXXXX" 2>/dev/null || mktemp -d)
 mp=
-# mpirun puts each rank in a process group of its own: the ranks are killed by their ids, then mpirun.
-kill_world() {
+# Every process under the background job: its shell, mpirun, and the ranks, which mpirun puts in process groups of
+# their own (so no group kill reaches them) and which outlive a killed mpirun for a while.
+tree() {
+    local p
+    for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+        echo "$p"
+        tree "$p"
+    done
+}
+# Kills the whole world at once (a node lost), and returns only when none of it runs: a rank left alive would go on
+# saving into the directory this test is about to check.
+kill_world() { # kill_world [PIDS]: PIDS collected beforehand, so that the kill itself is immediate
     [ -n "$mp" ] || return 0
-    local ranks=${1:-$(ps -o pid= --ppid "$mp" 2>/dev/null)}
-    [ -n "$ranks" ] && kill -KILL $ranks 2>/dev/null
-    kill -KILL "$mp" 2>/dev/null
+    local procs=${1:-"$mp $(tree "$mp")"} p
+    kill -KILL $procs 2>/dev/null
     wait "$mp" 2>/dev/null
+    for p in $procs; do
+        while kill -0 "$p" 2>/dev/null; do sleep 0.01; done
+    done
     mp=
 }
 trap 'kill_world; rm -rf "$scratch"' EXIT
@@ -42,7 +54,7 @@ for ((r = 0; r < rounds; r++)); do
         sleep 0.1
     done
     sleep "$(awk -v s=$RANDOM 'BEGIN { srand(s); printf "%.2f", rand() * 0.8 }')"
-    ranks=$(ps -o pid= --ppid "$mp" 2>/dev/null)
+    procs="$mp $(tree "$mp")"
     if [ $((r % 2)) -eq 1 ]; then
         shopt -s nullglob
         for ((i = 0; i < 200000; i++)); do
@@ -51,7 +63,7 @@ for ((r = 0; r < rounds; r++)); do
         done
         shopt -u nullglob
     fi
-    kill_world "$ranks"
+    kill_world "$procs"
     ls -a "$ck" | grep -q '^\.step-[0-9]*\.tmp$' && mid_save=$((mid_save + 1))
     latest=$(ls -d "$ck"/step-* 2>/dev/null | sed 's/.*step-//' | sort -n | tail -1)
     if [ -z "$latest" ]; then
