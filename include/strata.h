@@ -239,6 +239,17 @@ STRATA_API strata_status strata_config_load_json_string(strata_config *cfg, cons
  * e.g. bf16 and fp16 together, an nvme tier without an nvme_path. Same error reporting as above. */
 STRATA_API strata_status strata_config_validate(const strata_config *cfg, char *err, size_t errlen);
 
+/* sizeof(strata_config) in this library: for bindings that allocate the struct without its C declaration
+ * (they pass it to strata_config_init_sized and treat the struct as opaque). Thread-safe. */
+STRATA_API size_t strata_config_size(void);
+
+/* The resolved configuration as one JSON object, every setting under its full DeepSpeed-vocabulary path with a
+ * typed value ({"zero_optimization.stage": 3, "optimizer.params.lr": 0.0006000000284984708, ...}; floats exact),
+ * NUL-terminated into out. *needed (may be NULL) gets the bytes the text takes with its NUL; when outlen is
+ * smaller, STRATA_EINVAL and out is untouched: call again with that size (out may be NULL with outlen 0 to ask).
+ * For bindings and tools that read back what strata will do. Thread-safe. */
+STRATA_API strata_status strata_config_to_json(const strata_config *cfg, char *out, size_t outlen, size_t *needed);
+
 /* ------------------------------------------------------------------ engine */
 
 typedef struct strata_engine strata_engine;

@@ -2,6 +2,7 @@
  * The configuration loader: one case per error class with the exact message, a DeepSpeed-style
  * config resolved to the expected values, and "an error loses nothing" (the struct is untouched).
  */
+#include <jansson.h>
 #include <math.h>
 #include <unistd.h>
 
@@ -320,6 +321,45 @@ static void test_validate_from_c(void)
     T_STATUS(strata_config_init(NULL), STRATA_EINVAL);
 }
 
+/* strata_config_to_json: what bindings read back. Every value typed and exact (a random lr survives as its fp32
+ * value, not the %g of the table), the size protocol (ask with outlen 0, refuse a short buffer untouched). */
+static void test_to_json(void)
+{
+    T_EQ_INT(strata_config_size(), sizeof(strata_config));
+    strata_config c = defaults();
+    double lr = 1e-5 + t_rand_unit() * 1e-2;
+    char json[512], err[1024];
+    snprintf(json, sizeof json, "{\"optimizer\": {\"params\": {\"lr\": %.17g}}, \"bf16\": {\"enabled\": true},"
+             " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", "
+             "\"nvme_path\": [\"/a\", \"/b\"]}}}", lr);
+    T_OK(strata_config_load_json_string(&c, json, "test", err, sizeof err));
+    size_t needed = 0;
+    T_STATUS(strata_config_to_json(&c, NULL, 0, &needed), STRATA_EINVAL); /* asking for the size */
+    T_CHECK(needed > 100, "needed = %zu", needed);
+    char *small = malloc(needed - 1), *text = malloc(needed);
+    memset(small, 'x', needed - 1);
+    T_STATUS(strata_config_to_json(&c, small, needed - 1, NULL), STRATA_EINVAL);
+    T_CHECK(small[0] == 'x', "a short buffer is left untouched");
+    T_OK(strata_config_to_json(&c, text, needed, NULL));
+    T_EQ_INT(strlen(text) + 1, needed);
+    json_t *o = json_loads(text, 0, NULL);
+    T_CHECK(o != NULL, "the text is JSON: %s", text);
+    double got_lr = json_real_value(json_object_get(o, "optimizer.params.lr"));
+    T_CHECK(got_lr == (double)(float)lr, "lr: got %.17g, expected %.17g (the fp32 value of %.17g)", got_lr,
+            (double)(float)lr, lr);
+    T_EQ_INT(json_integer_value(json_object_get(o, "zero_optimization.stage")), 2);
+    T_CHECK(json_is_true(json_object_get(o, "bf16.enabled")), "bf16.enabled is true");
+    T_CHECK(json_is_false(json_object_get(o, "fp16.enabled")), "fp16.enabled is false");
+    T_EQ_STR(json_string_value(json_object_get(o, "zero_optimization.offload_optimizer.device")), "nvme");
+    json_t *paths = json_object_get(o, "zero_optimization.offload_optimizer.nvme_path");
+    T_CHECK(json_array_size(paths) == 2, "two nvme paths, got %zu", json_array_size(paths));
+    T_EQ_STR(json_string_value(json_array_get(paths, 1)), "/b");
+    json_decref(o);
+    free(small);
+    free(text);
+    T_STATUS(strata_config_to_json(NULL, NULL, 0, NULL), STRATA_EINVAL);
+}
+
 int main(void)
 {
     t_rng_seed();
@@ -329,5 +369,6 @@ int main(void)
     test_what_strata_does_passes();
     test_file_errors();
     test_validate_from_c();
+    test_to_json();
     return t_done();
 }

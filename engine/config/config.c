@@ -1,5 +1,6 @@
 /* Defaults and whole-config validation. The key table lives in config_schema.c, the JSON walk in config_json.c. */
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -191,4 +192,41 @@ STRATA_API strata_status strata_config_validate(const strata_config *cfg, char *
     if (cfg_from_caller(cfg, &full, &report))
         cfg_validate_into(&full, &report);
     return cfg_report_finish(&report, STRATA_ECONFIG);
+}
+
+STRATA_API size_t strata_config_size(void)
+{
+    return sizeof(strata_config);
+}
+
+STRATA_API strata_status strata_config_to_json(const strata_config *cfg, char *out, size_t outlen, size_t *needed)
+{
+    if (needed)
+        *needed = 0;
+    if (!cfg || (!out && outlen))
+        return err_set(STRATA_EINVAL, "strata_config_to_json: cfg is NULL (or out is NULL with outlen %zu)", outlen);
+    cfg_report report;
+    cfg_report_init(&report, NULL, 0);
+    strata_config full;
+    if (!cfg_from_caller(cfg, &full, &report))
+        return cfg_report_finish(&report, STRATA_EINVAL);
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < cfg_key_count; i++)
+        if (cfg_key_is_setting(&cfg_keys[i]))
+            json_object_set_new(o, cfg_keys[i].path, cfg_key_value_json(&cfg_keys[i], &full));
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(o);
+    if (!text)
+        return err_set(STRATA_ENOMEM, "strata_config_to_json: out of memory");
+    size_t n = strlen(text) + 1;
+    if (needed)
+        *needed = n;
+    strata_status st = STRATA_OK;
+    if (n > outlen)
+        st = err_set(STRATA_EINVAL, "strata_config_to_json: the text needs %zu bytes, out has %zu; call again with "
+                     "*needed bytes", n, outlen);
+    else
+        memcpy(out, text, n);
+    free(text);
+    return st;
 }

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "base/size.h"
 #include "base/util.h"
 #include "nvme/io.h"
@@ -339,4 +341,50 @@ void cfg_key_format(const cfg_key *key, const strata_config *cfg, char *buf, siz
         buf[0] = '\0';
         break;
     }
+}
+
+json_t *cfg_key_value_json(const cfg_key *key, const strata_config *cfg)
+{
+    const char *base = (const char *)cfg + key->offset;
+    switch (key->kind) {
+    case CFG_BOOL:
+        return json_boolean(*(const bool *)base);
+    case CFG_INT:
+        return json_integer(*(const int *)base);
+    case CFG_COUNT:
+    case CFG_BYTES:
+        return json_integer((json_int_t) * (const size_t *)base);
+    case CFG_FLOAT:
+        return json_real((double)*(const float *)base);
+    case CFG_DOUBLE:
+        return json_real(*(const double *)base);
+    case CFG_PATHS: {
+        const strata_offload_config *o = (const strata_offload_config *)base;
+        json_t *a = json_array();
+        for (int i = 0; a && i < o->nvme_path_count; i++)
+            json_array_append_new(a, json_string(o->nvme_path[i]));
+        return a;
+    }
+    case CFG_STRING:
+        return json_string(base);
+    case CFG_BETAS:
+        return json_pack("[f, f]", (double)cfg->beta1, (double)cfg->beta2);
+    case CFG_PRECISION:
+    case CFG_ADAM_W_MODE: {
+        char text[8];
+        cfg_key_format(key, cfg, text, sizeof text);
+        return json_boolean(strcmp(text, "true") == 0);
+    }
+    case CFG_ENUM:
+    case CFG_OPTIMIZER: {
+        char text[64];
+        cfg_key_format(key, cfg, text, sizeof text);
+        return json_string(text);
+    }
+    case CFG_SECTION:
+    case CFG_UNIMPLEMENTED:
+    case CFG_RENAMED:
+        break;
+    }
+    return json_null();
 }

@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "strata.h"
 
 typedef enum cfg_kind {
@@ -64,6 +66,10 @@ const cfg_key *cfg_key_suggest(const char *path);
 
 /* Formats the field of cfg described by key into buf ("1048576 (1.00 MiB)", "nvme", "[0.9, 0.999]"). */
 void cfg_key_format(const cfg_key *key, const strata_config *cfg, char *buf, size_t len);
+
+/* The field of cfg described by key as a typed JSON value (true, 3, 6e-4, "nvme", ["/a", "/b"], [0.9, 0.999]),
+ * exact where the display form rounds; a new reference. For strata_config_to_json. */
+json_t *cfg_key_value_json(const cfg_key *key, const strata_config *cfg);
 
 /* The allowed range of a numeric key for messages: "[1, 1024]", "(0, 1e+06]", "at least 1", "[4.00 KiB, 64.00 MiB]". */
 void cfg_range_format(const cfg_key *key, char *buf, size_t len);

@@ -1,0 +1,234 @@
+"""The C engine, one call per method: modules and parameters, fetch / release / grads_ready, step, save / load.
+
+This is the layer for people who drive strata by hand (as a C trainer does); strata.torch builds the PyTorch
+integration on it. Every failed call raises the StrataError subclass of its status with strata_last_error's text.
+"""
+import atexit
+import ctypes
+import os
+import weakref
+
+from . import _lib
+from .config import Config
+from .errors import StateError, error_for
+
+BACKENDS = {1: "host", 2: "cuda"}
+DTYPES = {"fp32": 0, "bf16": 1, "fp16": 2}
+
+
+def _check(status, engine_ptr=None, what=None):
+    if status:
+        lib = _lib.load()
+        msg = lib.strata_last_error(engine_ptr).decode(errors="replace")
+        if what and what not in msg:
+            msg = "%s: %s" % (what, msg)
+        raise error_for(status, msg or lib.strata_status_str(status).decode())
+
+
+class Comm:
+    """The data-parallel world: under mpirun the launcher's (MPI initialised with MPI_THREAD_SERIALIZED), else a
+    world of 1. One per process; it must outlive its engines."""
+
+    def __init__(self):
+        lib = _lib.load()
+        ptr = ctypes.c_void_p()
+        _check(lib.strata_comm_create(ctypes.byref(ptr)), None, "strata_comm_create")
+        self._ptr = ptr
+        self._engines = weakref.WeakSet()  # closed before the comm: an engine must not outlive its world
+
+    @property
+    def ptr(self):
+        return self._ptr
+
+    @property
+    def rank(self):
+        return _lib.load().strata_comm_rank(self._ptr)
+
+    @property
+    def size(self):
+        return _lib.load().strata_comm_size(self._ptr)
+
+    @property
+    def local_rank(self):
+        return _lib.load().strata_comm_local_rank(self._ptr)
+
+    def allreduce_sum(self, values):
+        """Sums a list of floats across the world (every rank gets the sums); a collective."""
+        arr = (ctypes.c_double * len(values))(*values)
+        _check(_lib.load().strata_comm_allreduce_sum(self._ptr, arr, len(values)), None, "allreduce_sum")
+        return list(arr)
+
+    def abort(self, why):
+        """This rank failed outside strata: every other rank's collectives fail at once, naming it."""
+        if self._ptr:
+            _lib.load().strata_comm_abort(self._ptr, str(why).encode())
+
+    def close(self):
+        """Closes the engines of this world, then the world (MPI_Finalize under mpirun)."""
+        if self._ptr:
+            for engine in list(self._engines):
+                engine.close()
+            _lib.load().strata_comm_destroy(self._ptr)
+            self._ptr = None
+
+
+_world = None
+
+
+def world():
+    """The process's Comm, created on first use and closed at exit (after its engines)."""
+    global _world
+    if _world is None:
+        _world = Comm()
+        atexit.register(_world.close)
+    return _world
+
+
+class Engine:
+    """One strata engine (strata_engine_create, or _ranked with comm)."""
+
+    def __init__(self, config, comm=None):
+        self.config = config if isinstance(config, Config) else Config(config)
+        lib = self._lib = _lib.load()
+        ptr = ctypes.c_void_p()
+        if comm is not None and comm.size > 1:
+            _check(lib.strata_engine_create_ranked(self.config.c_config, comm.ptr, None, ctypes.byref(ptr)),
+                   None, "strata_engine_create")
+        else:
+            _check(lib.strata_engine_create(self.config.c_config, ctypes.byref(ptr)), None, "strata_engine_create")
+        self._ptr = ptr
+        self.comm = comm
+        if comm is not None:
+            comm._engines.add(self)
+        self._init_fns = []  # ctypes callbacks must outlive finalize
+        self.finalized = False
+
+    # ---------------------------------------------------------------- life
+
+    def close(self):
+        """Drains in-flight work and frees the engine (also when garbage-collected)."""
+        if getattr(self, "_ptr", None):
+            self._lib.strata_engine_destroy(self._ptr)
+            self._ptr = None
+
+    def __del__(self):
+        self.close()
+
+    def _p(self):
+        if not self._ptr:
+            raise StateError("the strata engine is closed")
+        return self._ptr
+
+    def _check(self, status, what):
+        _check(status, self._ptr, what)
+
+    @property
+    def backend(self):
+        return BACKENDS.get(self._lib.strata_engine_backend(self._p()), "?")
+
+    @property
+    def param_dtype(self):
+        return self.config.param_dtype
+
+    # ---------------------------------------------------------------- the model
+
+    def add_module(self, name):
+        out = ctypes.c_uint32()
+        self._check(self._lib.strata_module_add(self._p(), name.encode(), ctypes.byref(out)),
+                    "strata_module_add(%r)" % name)
+        return out.value
+
+    def add_param(self, module, name, numel, init=None):
+        """Adds a parameter of numel elements. init(offset, count, out) fills a ctypes float array of count
+        elements with the initial values of [offset, offset + count) (None: zeros)."""
+        fn = _lib.INIT_FN()
+        if init is not None:
+            def trampoline(ctx, param, offset, count, out, _init=init):
+                try:
+                    _init(offset, count, ctypes.cast(out, ctypes.POINTER(ctypes.c_float * count)).contents)
+                    return 0
+                except Exception as e:  # a failing initializer aborts finalize with its message
+                    self.init_error = e
+                    return 14
+            fn = _lib.INIT_FN(trampoline)
+            self._init_fns.append(fn)
+        out = ctypes.c_uint32()
+        self._check(self._lib.strata_param_add(self._p(), module, name.encode(), numel, fn, None, ctypes.byref(out)),
+                    "strata_param_add(%r)" % name)
+        return out.value
+
+    def finalize(self):
+        self.init_error = None
+        st = self._lib.strata_engine_finalize(self._p())
+        if st and self.init_error is not None:
+            raise self.init_error
+        self._check(st, "strata_engine_finalize")
+        self._init_fns.clear()
+        self.finalized = True
+
+    def module_order(self, order):
+        arr = (ctypes.c_uint32 * len(order))(*order)
+        self._check(self._lib.strata_module_order(self._p(), arr, len(order)), "strata_module_order")
+
+    # ---------------------------------------------------------------- the step
+
+    def fetch(self, module):
+        self._check(self._lib.strata_fetch(self._p(), module), "strata_fetch")
+
+    def release(self, module):
+        self._check(self._lib.strata_release(self._p(), module), "strata_release")
+
+    def param_data(self, param):
+        """The address of a fetched parameter (param_dtype elements, on the engine's device)."""
+        ptr = self._lib.strata_param_data(self._p(), param)
+        if not ptr:
+            self._check(4, "strata_param_data")
+        return ptr
+
+    def grad_data(self, param):
+        ptr = self._lib.strata_grad_data(self._p(), param)
+        if not ptr:
+            self._check(4, "strata_grad_data")
+        return ptr
+
+    def grads_ready(self, module):
+        self._check(self._lib.strata_grads_ready(self._p(), module), "strata_grads_ready")
+
+    def step(self, lr=0.0):
+        """Runs the optimizer over the accumulated gradients (lr 0: the configured one). Returns a dict: step,
+        skipped, delayed, grad_norm, loss_scale."""
+        args, res = _lib.StepArgs(lr=float(lr)), _lib.StepResult()
+        self._check(self._lib.strata_step(self._p(), ctypes.byref(args), ctypes.byref(res)), "strata_step")
+        return {"step": res.step, "skipped": res.skipped, "delayed": res.delayed, "grad_norm": res.grad_norm,
+                "loss_scale": res.loss_scale}
+
+    def loss_scale(self):
+        return self._lib.strata_loss_scale(self._p())
+
+    def sync(self):
+        self._check(self._lib.strata_sync(self._p()), "strata_sync")
+
+    def read_master(self, param, offset, count, out_address):
+        """Copies count fp32 master weights from offset into the memory at out_address."""
+        self._check(self._lib.strata_param_read_master(self._p(), param, offset, count, out_address),
+                    "strata_param_read_master")
+
+    def device_copy(self, dst, src, nbytes):
+        self._check(self._lib.strata_device_copy(self._p(), dst, src, nbytes), "strata_device_copy")
+
+    def compute_stream(self):
+        """The native stream to compute on (a cudaStream_t as an int on CUDA; None on the host backend)."""
+        return self._lib.strata_compute_stream(self._p())
+
+    # ---------------------------------------------------------------- checkpoints and stats
+
+    def save(self, directory):
+        self._check(self._lib.strata_save(self._p(), os.fspath(directory).encode()), "strata_save")
+
+    def load(self, directory):
+        self._check(self._lib.strata_load(self._p(), os.fspath(directory).encode()), "strata_load")
+
+    def stats(self):
+        s = _lib.Stats()
+        self._check(self._lib.strata_stats_get(self._p(), ctypes.byref(s)), "strata_stats_get")
+        return {name: getattr(s, name) for name, _ in _lib.Stats._fields_}

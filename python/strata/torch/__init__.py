@@ -1,0 +1,10 @@
+"""strata for PyTorch trainers.
+
+    engine = strata.torch.initialize(model, "ds_config.json")   # ZeRO-3: parameters and optimizer in strata
+    loss = engine(x, y); engine.backward(loss); engine.step()
+
+    opt = strata.torch.OffloadAdam(model.parameters(), lr=3e-4)  # ZeRO-Offload: only the optimizer in strata
+"""
+from .engine import StrataEngine, initialize
+
+__all__ = ["initialize", "StrataEngine"]
