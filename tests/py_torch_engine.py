@@ -106,7 +106,7 @@ def first_difference(got, want):
 def new_engine(seed, nvme_dir):
     torch.manual_seed(seed)
     model = GPT(MODEL)
-    engine = strata.torch.initialize(model, strata_config(nvme_dir, model), lr_scheduler=cosine)
+    engine = strata.torch.initialize(model, strata_config(nvme_dir, model), lr_scheduler=cosine, device="cpu")
     return model, engine
 
 
@@ -135,7 +135,7 @@ def main():
     T.check(all(torch.equal(model.state_dict()[k], v) for k, v in initial.items()), "same initial weights")
     size = model_bytes(model)
     budget = size * 6 // 10
-    engine = strata.torch.initialize(model, strata_config(nvme, model), lr_scheduler=cosine)
+    engine = strata.torch.initialize(model, strata_config(nvme, model), lr_scheduler=cosine, device="cpu")
     print("units: %s" % ", ".join(u.name for u in engine.units))
     empty_between = []
 
@@ -195,7 +195,64 @@ def main():
 
     misuse(engine, model, seed)
     engine.close()
+    on_cuda(seed)
     T.done()
+
+
+def on_cuda(seed):
+    """The same training on a GPU (the CUDA backend; device pointers lent to torch without copies), against
+    torch computing on the same GPU with the optimizer step of a CPU AdamW over fp32 masters, which is what
+    strata does. Skipped, saying so, without a GPU or a CUDA build."""
+    if not torch.cuda.is_available():
+        print("cuda: skipped (torch sees no GPU)")
+        return
+    steps = 5
+    torch.manual_seed(seed)
+    ref = GPT(MODEL)
+    torch.manual_seed(seed)
+    model = GPT(MODEL)  # built on the CPU: strata puts it on the GPU
+    masters = [p.detach().clone() for p in ref.parameters()]
+    ref.cuda()
+    opt = torch.optim.AdamW(masters, **HP)
+    want_losses = []
+    for step in range(steps):
+        for micro in range(GAS):
+            x, y = (t.cuda() for t in batch(seed, step, micro))
+            loss = ref(x, y)
+            (loss / GAS).backward()
+            want_losses.append(loss.item())
+        for m, p in zip(masters, ref.parameters()):
+            m.grad = p.grad.cpu()
+            p.grad = None
+        opt.step()
+        with torch.no_grad():
+            for m, p in zip(masters, ref.parameters()):
+                p.copy_(m)
+    config = strata_config(T.scratch("py_torch_engine-cuda"), model)
+    config["zero_optimization"]["offload_param"] = {"device": "cpu"}
+    config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    try:
+        engine = strata.torch.initialize(model, config, device="cuda")
+    except strata.Unsupported as e:
+        print("cuda: skipped (%s)" % e)
+        return
+    got_losses = []
+    for step in range(steps):
+        for micro in range(GAS):
+            x, y = (t.cuda() for t in batch(seed, step, micro))
+            loss = engine(x, y)
+            engine.backward(loss)
+            engine.step()
+            got_losses.append(loss.item())
+    got = engine.fp32_state_dict()
+    want = {n: m for (n, _), m in zip(ref.named_parameters(), masters)}
+    worst = max((got[n] - w).abs().max().item() for n, w in want.items())
+    print("cuda: losses %s vs torch %s; weights max diff %.3g, bit-identical: %s" % (
+        got_losses[:2], want_losses[:2], worst, first_difference(got, want) is None))
+    T.check(got_losses[0] == want_losses[0], "cuda: first loss bit-identical", got_losses[0], want_losses[0])
+    T.check(worst <= 1e-5, "cuda: weights within 1e-5 of torch on the same GPU", worst, "<= 1e-5")
+    T.check(all(p.data.numel() == 0 for p in model.parameters()), "cuda: the parameters hold no storage")
+    engine.close()
 
 
 def misuse(engine, model, seed):
@@ -203,6 +260,16 @@ def misuse(engine, model, seed):
         GPT(MODEL), {"zero_optimization": {"stag": 3}}), "a misspelt config key")
     T.check_raises(strata.ConfigError, "gradient_accumulation_steps", lambda: strata.torch.initialize(
         GPT(MODEL), {"gradient_accumulation_steps": 0}), "gradient_accumulation_steps = 0")
+
+    fresh = GPT(MODEL)
+    T.check_raises(strata.InvalidArgument, "strata runs its own Adam", lambda: strata.torch.initialize(
+        fresh, {}, optimizer=torch.optim.SGD(fresh.parameters(), lr=0.1)), "a torch optimizer passed in")
+    T.check_raises(strata.InvalidArgument, "weight_decay", lambda: strata.torch.initialize(
+        fresh, {}, model_parameters=[{"params": list(fresh.parameters()), "weight_decay": 0.0}]),
+        "a param group with its own weight decay")
+    T.check_raises(strata.InvalidArgument, "not in model_parameters", lambda: strata.torch.initialize(
+        fresh, {}, model_parameters=list(fresh.transformer.h.parameters())), "trainable parameters left out")
+    frozen(seed)
 
     # engine.step() from inside forward (a hook on a block)
     block = model.transformer.h[1]
@@ -227,6 +294,26 @@ def misuse(engine, model, seed):
     T.check(first_difference(after, before) is not None, "after misuse the engine still trains")
     T.check_raises(strata.StateError, "while a forward is still running", lambda: _backward_in_forward(engine, model),
                    "engine.backward inside forward")
+
+
+def frozen(seed):
+    """A frozen parameter stays the model's own, untouched; the rest trains."""
+    torch.manual_seed(seed)
+    model = GPT(MODEL)
+    model.transformer.wpe.weight.requires_grad_(False)
+    wpe = model.transformer.wpe.weight.detach().clone()
+    engine = strata.torch.initialize(model, {"gradient_accumulation_steps": GAS}, device="cpu")
+    T.check("transformer.wpe" not in [u.name for u in engine.units], "a frozen parameter is no strata module",
+            [u.name for u in engine.units][:3], "no transformer.wpe")
+    before = engine.fp32_state_dict()
+    for micro in range(GAS):
+        x, y = batch(seed, 0, micro)
+        engine.backward(engine(x, y))
+        engine.step()
+    T.check(torch.equal(model.transformer.wpe.weight, wpe) and model.transformer.wpe.weight.grad is None,
+            "the frozen parameter kept its values and got no gradient")
+    T.check(first_difference(engine.fp32_state_dict(), before) is not None, "the rest trained")
+    engine.close()
 
 
 def _backward_in_forward(engine, model):

@@ -17,43 +17,16 @@ would point into memory strata reuses after the release, so a saved-tensor hook 
 size, stride, offset) and rebuilds them from the parameter's memory of the moment, which backward has fetched.
 """
 import bisect
-import hashlib
 import json
-import os
-import tempfile
 
 import torch
 import torch.nn as nn
 
-from .. import checkpoint as _checkpoint
 from ..config import Config
 from ..engine import Engine, world
 from ..errors import ConfigError, InvalidArgument, StateError
-from . import _tensors
-
-_NAME_BYTES = 127  # strata's limit on module and parameter names
-
-
-def _short(name):
-    if len(name.encode()) <= _NAME_BYTES:
-        return name
-    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
-    return name.encode()[:_NAME_BYTES - 13].decode(errors="ignore") + "~" + digest
-
-
-class _Unit:
-    """One strata module: the torch modules it covers and their parameters."""
-
-    def __init__(self, name):
-        self.name = name
-        self.modules = []           # torch modules whose hooks fetch this unit
-        self.params = []            # (qualified name, nn.Parameter)
-        self.mid = None
-        self.pids = []
-        self.fwd_holds = 0
-        self.in_backward = False
-        self.pending = set()        # indexes into params still waiting for their gradient
-
+from . import _checkpoint, _tensors
+from ._units import find_units, short_name, tensors_in
 
 class _BackwardFetch(torch.autograd.Function):
     """Identity in forward; its backward runs before the unit's backward and fetches the unit."""
@@ -67,83 +40,6 @@ class _BackwardFetch(torch.autograd.Function):
     def backward(ctx, grad):
         ctx.engine._enter_backward(ctx.unit)
         return None, None, grad
-
-
-def _find_units(model):
-    """The units of model, in module order, with tied units merged."""
-    groups = []  # (name, module, recurse)
-
-    def has_params(mod, recurse):
-        return any(True for _ in mod.parameters(recurse=recurse))
-
-    def walk(mod, prefix):
-        if isinstance(mod, (nn.ModuleList, nn.Sequential)):
-            for name, child in mod.named_children():
-                if has_params(child, True):
-                    groups.append((prefix + name, child, True))
-            return
-        if has_params(mod, False):
-            groups.append((prefix.rstrip(".") or "root", mod, False))
-        for name, child in mod.named_children():
-            walk(child, prefix + name + ".")
-
-    walk(model, "")
-    names = {id(p): n for n, p in model.named_parameters()}  # the first name of a shared parameter
-    units, owner = [], {}
-    for name, mod, recurse in groups:
-        params = [p for p in mod.parameters(recurse=recurse) if p.requires_grad]
-        shared = {owner[id(p)] for p in params if id(p) in owner}
-        if shared:  # merge into the first unit it shares with (and with any other it shares with)
-            unit = min(shared, key=units.index)
-            for other in shared - {unit}:
-                unit.name += "+" + other.name
-                unit.modules += other.modules
-                for q, p in other.params:
-                    unit.params.append((q, p))
-                    owner[id(p)] = unit
-                units.remove(other)
-            unit.name += "+" + name
-        else:
-            unit = _Unit(name)
-            units.append(unit)
-        unit.modules.append(mod)
-        for p in params:
-            if id(p) not in owner:
-                owner[id(p)] = unit
-                unit.params.append((names[id(p)], p))
-    return [u for u in units if u.params]
-
-
-def _tensors_in(output):
-    """(rebuild, tensors) for an output: a tensor, or tuples / lists / dicts of them."""
-    if isinstance(output, torch.Tensor):
-        return (lambda ts: ts[0]), [output]
-    if isinstance(output, (tuple, list)) and not hasattr(output, "_fields"):
-        parts = [_tensors_in(o) for o in output]
-        counts = [len(ts) for _, ts in parts]
-        flat = [t for _, ts in parts for t in ts]
-
-        def rebuild(ts):
-            out, i = [], 0
-            for (rb, _), n in zip(parts, counts):
-                out.append(rb(ts[i:i + n]) if n else output[len(out)])
-                i += n
-            return type(output)(out)
-        return rebuild, flat
-    if isinstance(output, dict):
-        keys = list(output)
-        parts = [_tensors_in(output[k]) for k in keys]
-        counts = [len(ts) for _, ts in parts]
-        flat = [t for _, ts in parts for t in ts]
-
-        def rebuild(ts):
-            out, i = {}, 0
-            for k, (rb, _), n in zip(keys, parts, counts):
-                out[k] = rb(ts[i:i + n]) if n else output[k]
-                i += n
-            return type(output)(out) if type(output) is not dict else out
-        return rebuild, flat
-    return (lambda ts: output), []
 
 
 class _LrHolder(torch.optim.Optimizer):
@@ -166,7 +62,7 @@ class _LrHolder(torch.optim.Optimizer):
 class StrataEngine:
     """What strata.torch.initialize returns; shaped like DeepSpeed's engine."""
 
-    def __init__(self, model, config, lr_scheduler=None, comm=None):
+    def __init__(self, model, config, lr_scheduler=None, comm=None, trainable=None, device=None):
         if not isinstance(model, nn.Module):
             raise InvalidArgument("strata.torch.initialize: model must be a torch.nn.Module, got %s" %
                                   type(model).__name__)
@@ -177,12 +73,11 @@ class StrataEngine:
         if len(devices) != 1:
             raise InvalidArgument("strata.torch.initialize: the model's parameters are on %s; put them on one "
                                   "device (model.to(...)) first" % sorted(str(d) for d in devices))
-        self.device = devices.pop()
-        self.config = self._config_for_device(config)
+        self.config, self.device = self._config_for_device(config, devices.pop(), device)
         _, _, self._gas = self.config.batch_sizes(self.world_size)
         self.steps_per_print = self.config.trainer.get("steps_per_print")
         self.dtype = _tensors.DTYPES[self.config.param_dtype]
-        self.units = _find_units(model)
+        self.units = find_units(model, trainable)
         if not self.units:
             raise InvalidArgument("strata.torch.initialize: the model has no trainable parameters")
         self.engine = Engine(self.config, comm=self.comm)
@@ -195,6 +90,7 @@ class StrataEngine:
         self._live = []             # sorted (start address, end address, parameter) of the lent parameters
         self._grad_nodes = []       # AccumulateGrad nodes, kept alive so the hooks stay theirs
         self._empty_parameters()
+        self._move_buffers()
         self._install_hooks()
         self.micro_steps = 0
         self.global_steps = 0
@@ -210,26 +106,41 @@ class StrataEngine:
 
     # ---------------------------------------------------------------- setup
 
-    def _config_for_device(self, config):
-        """The config with strata.backend (and device_id) taken from where the model is, unless it says so."""
+    @staticmethod
+    def _config_for_device(config, model_device, device):
+        """(config, compute device): the device is `device`, else the config's strata.backend, else the model's
+        GPU, else a GPU when torch sees one, else the CPU; the config's backend is made to agree. A model built on the CPU can so train on a GPU it does not fit."""
         cfg = config if isinstance(config, Config) else Config(config)
         doc = json.loads(json.dumps(cfg.document))
         section = doc.setdefault("strata", {})
-        want = "cuda" if self.device.type == "cuda" else "host"
-        if "backend" in section and section["backend"] not in ("auto", want):
-            raise ConfigError("config: strata.backend = %r but the model is on %s; hint: move the model or remove "
-                              "strata.backend" % (section["backend"], self.device))
+        asked = section.get("backend", "auto")
+        if device is not None:
+            device = torch.device(device)
+        elif asked == "cuda":
+            device = torch.device("cuda")
+        elif asked == "host":
+            device = torch.device("cpu")
+        elif model_device.type == "cpu" and torch.cuda.is_available():
+            device = torch.device("cuda")  # as DeepSpeed: a model built on the CPU computes on the GPU
+        else:
+            device = model_device
+        want = "cuda" if device.type == "cuda" else "host" if device.type == "cpu" else None
+        if want is None or asked not in ("auto", want):
+            raise ConfigError("config: strata.backend = %r cannot compute on %s; strata computes on \"cpu\" (host) "
+                              "or \"cuda\"; hint: remove strata.backend or pass device=" % (asked, device))
         section["backend"] = want
-        if self.device.type == "cuda" and self.device.index is not None:
-            section.setdefault("device_id", self.device.index)
+        if device.type == "cuda":
+            if device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+            section.setdefault("device_id", device.index)
         out = Config(doc)
         out.origin = cfg.origin
-        return out
+        return out, device
 
     def _register(self):
         e = self.engine
         for unit in self.units:
-            unit.mid = e.add_module(_short(unit.name))
+            unit.mid = e.add_module(short_name(unit.name))
             for qname, p in unit.params:
                 src = p.detach().reshape(-1)
 
@@ -238,7 +149,7 @@ class StrataEngine:
                     dst.copy_(src[offset:offset + count].to("cpu", torch.float32))
                 prefix = unit.name + "."
                 pname = qname[len(prefix):] if qname.startswith(prefix) else qname
-                unit.pids.append(e.add_param(unit.mid, _short(pname), p.numel(), init))
+                unit.pids.append(e.add_param(unit.mid, short_name(pname), p.numel(), init))
 
     def _empty_parameters(self):
         """Frees the model's own parameter storage and hooks each parameter's AccumulateGrad node."""
@@ -246,7 +157,7 @@ class StrataEngine:
             for i, (_, p) in enumerate(unit.params):
                 # The node takes its shape, dtype and device from the parameter when it is made: make it while the
                 # parameter looks as it will when strata lends it memory.
-                p.data = torch.empty(p.shape, dtype=self.dtype, device=self.device)
+                p.data = torch.empty(1, dtype=self.dtype, device=self.device).expand(p.shape)  # no real storage
                 p.grad = None
                 with torch.enable_grad():
                     node = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -254,6 +165,13 @@ class StrataEngine:
                 self._grad_nodes.append(node)
                 p._strata_shape, p._strata_numel = tuple(p.shape), p.numel()
                 p.data = _tensors.empty(self.dtype, self.device)
+
+    def _move_buffers(self):
+        """The model's buffers (masks, running statistics) go where it computes; its parameters are strata's."""
+        for mod in self.module.modules():
+            for key, buf in mod._buffers.items():
+                if buf is not None and buf.device != self.device:
+                    mod._buffers[key] = buf.to(self.device)
 
     def _install_hooks(self):
         for unit in self.units:
@@ -298,7 +216,7 @@ class StrataEngine:
             self._release(unit)
         if not torch.is_grad_enabled():
             return output
-        rebuild, tensors = _tensors_in(output)
+        rebuild, tensors = tensors_in(output)
         if not any(t.requires_grad for t in tensors):
             return output
         return rebuild([_BackwardFetch.apply(self, unit, t) if t.requires_grad else t for t in tensors])
@@ -486,50 +404,12 @@ class StrataEngine:
         """Writes the training state to save_dir/tag (tag default "global_step<N>"), atomically: strata's
         checkpoint, then this engine's counters, the lr scheduler's state and client_state beside it, then
         save_dir/latest. A collective with several ranks. Returns the checkpoint's path."""
-        tag = tag or "global_step%d" % self.global_steps
-        path = os.path.join(os.fspath(save_dir), str(tag))
-        if self.rank == 0:
-            os.makedirs(os.fspath(save_dir), exist_ok=True)
-        self.comm.allreduce_sum([0.0])  # the directory exists before any rank writes into it
-        self.engine.save(path)
-        if self.rank == 0:
-            state = {"micro_steps": self.micro_steps, "global_steps": self.global_steps,
-                     "lr": [g["lr"] for g in self.optimizer.param_groups],
-                     "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
-                     "client_state": client_state or {}}
-            _atomic_write(os.path.join(path, "torch_engine.pt"), lambda f: torch.save(state, f))
-            if save_latest:
-                _atomic_write(os.path.join(os.fspath(save_dir), "latest"), lambda f: f.write(str(tag).encode()))
-        self.comm.allreduce_sum([0.0])
-        return path
+        return _checkpoint.save(self, save_dir, tag, client_state, save_latest)
 
     def load_checkpoint(self, load_dir, tag=None):
         """Restores what save_checkpoint wrote: load_dir/tag, or the tag in load_dir/latest, or load_dir itself
         when it is a checkpoint. Returns (path, client_state). Training then continues bit-identically."""
-        load_dir = os.fspath(load_dir)
-        if tag is not None:
-            path = os.path.join(load_dir, str(tag))
-        elif os.path.exists(os.path.join(load_dir, "manifest.json")):
-            path = load_dir
-        elif os.path.exists(os.path.join(load_dir, "latest")):
-            with open(os.path.join(load_dir, "latest")) as f:
-                path = os.path.join(load_dir, f.read().strip())
-        else:
-            path = _checkpoint.latest(load_dir)
-        self.engine.load(path)
-        info = _checkpoint.inspect(path)
-        state_file = os.path.join(path, "torch_engine.pt")
-        state = torch.load(state_file) if os.path.exists(state_file) else None
-        if state is None:  # a checkpoint of strata alone (strata train, the C API)
-            state = {"micro_steps": info["iterations"] * self._gas, "global_steps": info["iterations"],
-                     "lr": None, "lr_scheduler": None, "client_state": {}}
-        self.micro_steps, self.global_steps = state["micro_steps"], state["global_steps"]
-        if state["lr"]:
-            for g, lr in zip(self.optimizer.param_groups, state["lr"]):
-                g["lr"] = lr
-        if state["lr_scheduler"] is not None and self.lr_scheduler is not None:
-            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
-        return path, state["client_state"]
+        return _checkpoint.load(self, load_dir, tag)
 
     def close(self):
         """Frees strata's engine (its memory and files). The model keeps its empty parameters."""
@@ -546,25 +426,51 @@ class _NoContext:
         return False
 
 
-def _atomic_write(path, write):
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def initialize(model, config=None, lr_scheduler=None, comm=None):
+def initialize(model=None, config=None, lr_scheduler=None, comm=None, model_parameters=None, optimizer=None,
+               config_params=None, device=None):
     """Moves model's parameters and their optimizer state into strata and returns the engine that trains it
     (DeepSpeed's deepspeed.initialize, returning the engine only: engine.optimizer and engine.lr_scheduler are
-    on it). config: a dict, a JSON path or a strata.Config in the DeepSpeed vocabulary. lr_scheduler: a torch lr
-    scheduler or a callable making one from engine.optimizer; else the config's "scheduler" section, if any.
-    comm: a strata.Comm (default: the launcher's world under mpirun, else a world of 1)."""
-    return StrataEngine(model, config, lr_scheduler=lr_scheduler, comm=comm)
+    on it). config: a dict, a JSON path or a strata.Config in the DeepSpeed vocabulary (config_params is
+    DeepSpeed's other name for it). lr_scheduler: a torch lr scheduler or a callable making one from
+    engine.optimizer; else the config's "scheduler" section, if any. comm: a strata.Comm (default: the launcher's
+    world under mpirun, else a world of 1). model_parameters: what to train (default: every parameter that
+    requires grad); the others must not require grad. device: where to compute ("cpu", "cuda", "cuda:1"; default:
+    the config's strata.backend, else auto), so a model built on the CPU trains on a GPU it does not
+    fit; "auto" picks the model's GPU, else any GPU torch sees, else the CPU. optimizer: refused, strata runs its own Adam (the config's
+    "optimizer" section)."""
+    if optimizer is not None:
+        raise InvalidArgument("strata.torch.initialize: optimizer=%s is not taken: strata runs its own Adam/AdamW on "
+                              "the CPU; give its hyperparameters in the config's \"optimizer\" section (or keep your "
+                              "parameters and use strata.torch.OffloadAdam)" % type(optimizer).__name__)
+    if config is not None and config_params is not None:
+        raise InvalidArgument("strata.torch.initialize: give config or config_params, not both")
+    return StrataEngine(model, config if config is not None else config_params, lr_scheduler=lr_scheduler,
+                        comm=comm, trainable=_trainable(model, model_parameters), device=device)
+
+
+def _trainable(model, model_parameters):
+    """The set of ids of the parameters strata trains (one hyperparameter set: param groups may not differ)."""
+    if model_parameters is None or not isinstance(model, nn.Module):
+        return None
+    ids = set()
+    for item in model_parameters:
+        if isinstance(item, dict):
+            own = sorted(k for k in item if k != "params")
+            if own:
+                raise InvalidArgument("strata.torch.initialize: a param group sets %s; strata's engine runs one set "
+                                      "of optimizer hyperparameters (the config's \"optimizer\" section); hint: use "
+                                      "strata.torch.OffloadAdam for param groups of their own" % ", ".join(own))
+            params = item["params"]
+            ids.update(id(p) for p in ([params] if isinstance(params, torch.Tensor) else params))
+        else:
+            ids.add(id(item))
+    names = {id(p): n for n, p in model.named_parameters()}
+    stray = [names.get(i, "?") for i in ids if i not in names]
+    if stray:
+        raise InvalidArgument("strata.torch.initialize: model_parameters holds %d tensor(s) that are not parameters of "
+                              "the model" % len(stray))
+    untrained = [n for n, p in model.named_parameters() if id(p) not in ids and p.requires_grad]
+    if untrained:
+        raise InvalidArgument("strata.torch.initialize: %s require(s) grad but is not in model_parameters; hint: "
+                              "p.requires_grad_(False) for what stays frozen" % ", ".join(untrained[:5]))
+    return ids

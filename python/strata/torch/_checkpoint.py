@@ -1,0 +1,73 @@
+"""The PyTorch engine's checkpoints: strata's own (strata_save, atomic, any world size), with the engine's counters,
+the lr scheduler's state and the trainer's client_state beside it, and DeepSpeed's "latest" file."""
+import os
+import tempfile
+
+import torch
+
+from .. import checkpoint as _checkpoint
+
+
+def save(engine, save_dir, tag=None, client_state=None, save_latest=True):
+    """Writes the training state to save_dir/tag (tag default "global_step<N>"), atomically: strata's
+    checkpoint, then this engine's counters, the lr scheduler's state and client_state beside it, then
+    save_dir/latest. A collective with several ranks. Returns the checkpoint's path."""
+    tag = tag or "global_step%d" % engine.global_steps
+    path = os.path.join(os.fspath(save_dir), str(tag))
+    if engine.rank == 0:
+        os.makedirs(os.fspath(save_dir), exist_ok=True)
+    engine.comm.allreduce_sum([0.0])  # the directory exists before any rank writes into it
+    engine.engine.save(path)
+    if engine.rank == 0:
+        state = {"micro_steps": engine.micro_steps, "global_steps": engine.global_steps,
+                 "lr": [g["lr"] for g in engine.optimizer.param_groups],
+                 "lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler is not None else None,
+                 "client_state": client_state or {}}
+        _atomic_write(os.path.join(path, "torch_engine.pt"), lambda f: torch.save(state, f))
+        if save_latest:
+            _atomic_write(os.path.join(os.fspath(save_dir), "latest"), lambda f: f.write(str(tag).encode()))
+    engine.comm.allreduce_sum([0.0])
+    return path
+
+def load(engine, load_dir, tag=None):
+    """Restores what save_checkpoint wrote: load_dir/tag, or the tag in load_dir/latest, or load_dir itself
+    when it is a checkpoint. Returns (path, client_state). Training then continues bit-identically."""
+    load_dir = os.fspath(load_dir)
+    if tag is not None:
+        path = os.path.join(load_dir, str(tag))
+    elif os.path.exists(os.path.join(load_dir, "manifest.json")):
+        path = load_dir
+    elif os.path.exists(os.path.join(load_dir, "latest")):
+        with open(os.path.join(load_dir, "latest")) as f:
+            path = os.path.join(load_dir, f.read().strip())
+    else:
+        path = _checkpoint.latest(load_dir)
+    engine.engine.load(path)
+    info = _checkpoint.inspect(path)
+    state_file = os.path.join(path, "torch_engine.pt")
+    state = torch.load(state_file) if os.path.exists(state_file) else None
+    if state is None:  # a checkpoint of strata alone (strata train, the C API)
+        state = {"micro_steps": info["iterations"] * engine._gas, "global_steps": info["iterations"],
+                 "lr": None, "lr_scheduler": None, "client_state": {}}
+    engine.micro_steps, engine.global_steps = state["micro_steps"], state["global_steps"]
+    if state["lr"]:
+        for g, lr in zip(engine.optimizer.param_groups, state["lr"]):
+            g["lr"] = lr
+    if state["lr_scheduler"] is not None and engine.lr_scheduler is not None:
+        engine.lr_scheduler.load_state_dict(state["lr_scheduler"])
+    return path, state["client_state"]
+
+
+def _atomic_write(path, write):
+    d = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

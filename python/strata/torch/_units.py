@@ -1,0 +1,112 @@
+"""A PyTorch model cut into strata modules ("units"), and the tensors in a module's output.
+
+A unit is each element of an nn.ModuleList / nn.Sequential (a transformer block, say) with everything under it, and
+every other module with parameters of its own (an embedding, a final LayerNorm). Units that share a parameter
+(GPT's tied embedding and head) are merged into one: strata keeps each parameter in one module.
+"""
+import hashlib
+
+import torch
+import torch.nn as nn
+
+_NAME_BYTES = 127  # strata's limit on module and parameter names
+
+
+def short_name(name):
+    if len(name.encode()) <= _NAME_BYTES:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+    return name.encode()[:_NAME_BYTES - 13].decode(errors="ignore") + "~" + digest
+
+
+class Unit:
+    """One strata module: the torch modules it covers and their parameters."""
+
+    def __init__(self, name):
+        self.name = name
+        self.modules = []           # torch modules whose hooks fetch this unit
+        self.params = []            # (qualified name, nn.Parameter)
+        self.mid = None
+        self.pids = []
+        self.fwd_holds = 0
+        self.in_backward = False
+        self.pending = set()        # indexes into params still waiting for their gradient
+
+
+def find_units(model, trainable=None):
+    """The units of model, in module order, with tied units merged. trainable: ids of the parameters to train
+    (None: those that require grad); the others stay the model's own."""
+    groups = []  # (name, module, recurse)
+
+    def has_params(mod, recurse):
+        return any(True for _ in mod.parameters(recurse=recurse))
+
+    def walk(mod, prefix):
+        if isinstance(mod, (nn.ModuleList, nn.Sequential)):
+            for name, child in mod.named_children():
+                if has_params(child, True):
+                    groups.append((prefix + name, child, True))
+            return
+        if has_params(mod, False):
+            groups.append((prefix.rstrip(".") or "root", mod, False))
+        for name, child in mod.named_children():
+            walk(child, prefix + name + ".")
+
+    walk(model, "")
+    names = {id(p): n for n, p in model.named_parameters()}  # the first name of a shared parameter
+    units, owner = [], {}
+    for name, mod, recurse in groups:
+        params = [p for p in mod.parameters(recurse=recurse)
+                  if (id(p) in trainable if trainable is not None else p.requires_grad)]
+        shared = {owner[id(p)] for p in params if id(p) in owner}
+        if shared:  # merge into the first unit it shares with (and with any other it shares with)
+            unit = min(shared, key=units.index)
+            for other in shared - {unit}:
+                unit.name += "+" + other.name
+                unit.modules += other.modules
+                for q, p in other.params:
+                    unit.params.append((q, p))
+                    owner[id(p)] = unit
+                units.remove(other)
+            unit.name += "+" + name
+        else:
+            unit = Unit(name)
+            units.append(unit)
+        unit.modules.append(mod)
+        for p in params:
+            if id(p) not in owner:
+                owner[id(p)] = unit
+                unit.params.append((names[id(p)], p))
+    return [u for u in units if u.params]
+
+
+def tensors_in(output):
+    """(rebuild, tensors) for an output: a tensor, or tuples / lists / dicts of them."""
+    if isinstance(output, torch.Tensor):
+        return (lambda ts: ts[0]), [output]
+    if isinstance(output, (tuple, list)) and not hasattr(output, "_fields"):
+        parts = [tensors_in(o) for o in output]
+        counts = [len(ts) for _, ts in parts]
+        flat = [t for _, ts in parts for t in ts]
+
+        def rebuild(ts):
+            out, i = [], 0
+            for (rb, _), n in zip(parts, counts):
+                out.append(rb(ts[i:i + n]) if n else output[len(out)])
+                i += n
+            return type(output)(out)
+        return rebuild, flat
+    if isinstance(output, dict):
+        keys = list(output)
+        parts = [tensors_in(output[k]) for k in keys]
+        counts = [len(ts) for _, ts in parts]
+        flat = [t for _, ts in parts for t in ts]
+
+        def rebuild(ts):
+            out, i = {}, 0
+            for k, (rb, _), n in zip(keys, parts, counts):
+                out[k] = rb(ts[i:i + n]) if n else output[k]
+                i += n
+            return type(output)(out) if type(output) is not dict else out
+        return rebuild, flat
+    return (lambda ts: output), []
