@@ -1,8 +1,8 @@
 /* strata_step and what surrounds it: loss scaling, the delayed update's buffer swaps, sync, reads. */
 #include "engine/train_step.h"
 
-#include <stdio.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,6 +135,9 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
     if (held != STRATA_INVALID_ID)
         return err_set(STRATA_ESTATE, "strata_step: module \"%s\" is still held; release every module before "
                        "the optimizer step", registry_module(e->reg, held)->name);
+    if (args && !(args->lr >= 0 && isfinite(args->lr)))
+        return err_set(STRATA_EINVAL, "strata_step: lr = %g; a learning rate is finite and >= 0 (0 = the configured "
+                       "optimizer.params.lr)", args->lr);
     step_driver *d = e->driver;
     uint64_t t0 = now_ns();
     ERR_CHECK(grads_drain(e));

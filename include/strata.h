@@ -389,7 +389,10 @@ STRATA_API strata_status strata_release(strata_engine *engine, strata_module_id 
 STRATA_API strata_status strata_grads_ready(strata_engine *engine, strata_module_id module);
 
 typedef struct strata_step_args {
-    double lr;                 /* this step's learning rate; 0 = the configured one */
+    double lr;                 /* this step's learning rate; 0 = the configured one (a schedule that reaches 0
+                                  passes the smallest positive double, 5e-324: every fp32 constant of the update
+                                  then rounds as at lr 0, so the weights stay put while the moments advance);
+                                  negative or not finite: STRATA_EINVAL */
 } strata_step_args;
 
 typedef struct strata_step_result {

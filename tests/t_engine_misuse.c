@@ -3,6 +3,8 @@
  * checked. Budgets that cannot hold the plan fail at finalize with the numbers. A fetch order that
  * changes mid-training is re-recorded, and training stays correct.
  */
+#include <math.h>
+
 #include "synth.h"
 #include "testlib.h"
 
@@ -93,7 +95,12 @@ static void test_misuse(void)
     T_OK(strata_grads_ready(e, b));
     T_OK(strata_release(e, b));
     strata_step_result r;
-    T_OK(strata_step(e, NULL, &r));
+    strata_step_args bad_lr = {.lr = -1e-3};
+    T_STATUS(strata_step(e, &bad_lr, &r), STRATA_EINVAL);
+    T_CONTAINS(strata_last_error(e), "lr = -0.001; a learning rate is finite and >= 0");
+    bad_lr.lr = NAN;
+    T_STATUS(strata_step(e, &bad_lr, &r), STRATA_EINVAL);
+    T_OK(strata_step(e, NULL, &r)); /* the refused steps changed nothing: this is step 1 */
     T_EQ_INT(r.step, 1);
     float w0;
     T_OK(strata_param_read_master(e, pb, 0, 1, &w0));

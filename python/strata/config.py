@@ -126,6 +126,12 @@ class Config:
             if rem or micro == 0:
                 raise ConfigError("config: train_batch_size = %d is not a multiple of gradient_accumulation_steps "
                                   "(%d) x world size (%d)" % (batch, gas, world_size))
+        elif batch is not None and micro is None and gas is None:
+            micro, rem = divmod(batch, world_size)  # DeepSpeed: no accumulation, the batch split over the ranks
+            if rem or micro == 0:
+                raise ConfigError("config: train_batch_size = %d is not a multiple of the world size (%d); hint: set "
+                                  "train_micro_batch_size_per_gpu and gradient_accumulation_steps, or fix the size"
+                                  % (batch, world_size))
         gas = gas or 1
         if batch is not None and micro is not None and batch != micro * gas * world_size:
             raise ConfigError("config: train_batch_size = %d but train_micro_batch_size_per_gpu x "

@@ -13,6 +13,9 @@ from .config import Config
 from .errors import StateError, error_for
 
 BACKENDS = {1: "host", 2: "cuda"}
+# strata_step_args.lr = 0 means "the configured lr"; a step at lr 0 passes the smallest positive double, with which
+# every fp32 constant of the update rounds as at lr 0 (strata.h says so).
+_SMALLEST_LR = 5e-324
 DTYPES = {"fp32": 0, "bf16": 1, "fp16": 2}
 
 
@@ -194,9 +197,14 @@ class Engine:
     def grads_ready(self, module):
         self._check(self._lib.strata_grads_ready(self._p(), module), "strata_grads_ready")
 
-    def step(self, lr=0.0):
-        """Runs the optimizer over the accumulated gradients (lr 0: the configured one). Returns a dict: step,
-        skipped, delayed, grad_norm, loss_scale."""
+    def step(self, lr=None):
+        """Runs the optimizer over the accumulated gradients at lr (None: the configured one; 0 is a step at lr 0,
+        as a schedule may reach: the moments advance, the weights stay). Returns a dict: step, skipped, delayed,
+        grad_norm, loss_scale."""
+        if lr is None:
+            lr = 0.0  # the C API's "configured"
+        elif lr == 0:
+            lr = _SMALLEST_LR
         args, res = _lib.StepArgs(lr=float(lr)), _lib.StepResult()
         self._check(self._lib.strata_step(self._p(), ctypes.byref(args), ctypes.byref(res)), "strata_step")
         return {"step": res.step, "skipped": res.skipped, "delayed": res.delayed, "grad_norm": res.grad_norm,

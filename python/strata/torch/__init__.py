@@ -6,5 +6,6 @@
     opt = strata.torch.OffloadAdam(model.parameters(), lr=3e-4)  # ZeRO-Offload: only the optimizer in strata
 """
 from .engine import StrataEngine, initialize
+from .offload_adam import OffloadAdam
 
-__all__ = ["initialize", "StrataEngine"]
+__all__ = ["initialize", "StrataEngine", "OffloadAdam"]

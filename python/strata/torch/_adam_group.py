@@ -1,0 +1,169 @@
+"""One OffloadAdam parameter group on its own strata engine.
+
+The C engine has one set of Adam hyperparameters per engine (the lr alone is given per step), so each param group
+gets an engine. The group's parameters become strata parameters packed into strata modules of at most bucket_bytes;
+a tensor larger than a bucket is cut into chunks, each a strata parameter of its own, so that no module (and so no
+device window) grows with the largest tensor. Element order is the tensors' logical (row-major) order everywhere:
+the initial values, the gradients and the weights copied back.
+
+Each step is three passes over the modules, in one order that strata prefetches along (declared with
+strata_module_order; the passes repeat it, as micro-batches would):
+    gradients in:  fetch -> copy .grad into strata's gradient buffer -> grads_ready -> release
+    strata_step(lr)      (with the delayed update: hands the update to strata's thread and returns)
+    weights out:   fetch -> copy what strata makes visible into the parameter -> release
+"""
+import collections
+
+import torch
+
+from ..engine import Engine
+from ..errors import StateError
+from . import _adam_config, _adam_memory
+
+_PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+Chunk = collections.namedtuple("Chunk", "param offset numel pid")
+
+
+def hyperparameters(group):
+    """What an engine is built with (everything but the lr, which each step passes)."""
+    b1, b2 = group["betas"]
+    return {"betas": (float(b1), float(b2)), "eps": float(group["eps"]),
+            "weight_decay": float(group["weight_decay"]), "adamw_mode": bool(group["adamw_mode"])}
+
+
+def plan_modules(numels, elem_bytes, bucket_bytes):
+    """[[(param index, offset, numel), ...] per module]: tensors in order, cut to at most a bucket each, packed."""
+    cap = max(1, bucket_bytes // elem_bytes)
+    modules, current, used = [], [], 0
+    for index, numel in enumerate(numels):
+        for offset in range(0, numel, cap):
+            n = min(cap, numel - offset)
+            if current and used + n > cap:
+                modules.append(current)
+                current, used = [], 0
+            current.append((index, offset, n))
+            used += n
+    if current:
+        modules.append(current)
+    return modules
+
+
+class GroupEngine:
+    """The strata engine of one param group: built from the group's tensors, which give the initial weights."""
+
+    def __init__(self, params, group, user_doc, bucket_bytes, delayed_update, label):
+        self.params = list(params)
+        self.label = label
+        self.hp = hyperparameters(group)
+        self.bucket_bytes = bucket_bytes
+        first = self.params[0]
+        self.dtype, self.device = first.dtype, first.device
+        self.precision = _PRECISION[self.dtype]
+        elem = first.element_size()
+        plan = plan_modules([p.numel() for p in self.params], elem, bucket_bytes)
+        largest = max(_adam_config.module_bytes([n for _, _, n in m], elem) for m in plan)
+        doc = _adam_config.group_document(user_doc, dict(self.hp, lr=group["lr"]), self.precision, self.device,
+                                          largest, delayed_update, label)
+        self.engine = Engine(doc)
+        self.delayed = bool(self.engine.config.resolved.get("strata.delayed_update"))
+        self.modules = []  # (module id, [Chunk]) in step order
+        self._cache = (None, None)  # (param index, its fp32 host copy) while finalize reads initial values
+        try:
+            for k, planned in enumerate(plan):
+                mid = self.engine.add_module("bucket%d" % k)
+                chunks = []
+                for index, offset, numel in planned:
+                    name = "p%d" % index if numel == self.params[index].numel() else "p%d@%d" % (index, offset)
+                    pid = self.engine.add_param(mid, name, numel, self._initializer(index, offset))
+                    chunks.append(Chunk(index, offset, numel, pid))
+                self.modules.append((mid, chunks))
+            self.engine.finalize()
+            self.engine.module_order([mid for mid, _ in self.modules])
+        finally:
+            self._cache = (None, None)
+        self.memory = _adam_memory.for_device(self.engine, self.device)
+
+    def _initializer(self, index, offset):
+        def init(at, count, out):
+            cached_index, host = self._cache
+            if cached_index != index:
+                host = self.params[index].detach().reshape(-1).to("cpu", torch.float32).contiguous()
+                self._cache = (index, host)
+            view = torch.frombuffer(out, dtype=torch.float32)
+            view.copy_(host[offset + at:offset + at + count])
+        return init
+
+    def layout(self):
+        """What a checkpoint of this engine must match to load: precision, shapes and the bucket size."""
+        return {"precision": self.precision, "shapes": [list(p.shape) for p in self.params],
+                "bucket_bytes": self.bucket_bytes}
+
+    # ---------------------------------------------------------------- the step
+
+    def push_grads(self):
+        """Copies every .grad into strata's gradient buffers. A parameter without one contributes zeros."""
+        flat = [None if p.grad is None else p.grad.detach().reshape(-1) for p in self.params]
+        with self.memory.exchange():
+            for mid, chunks in self.modules:
+                self.engine.fetch(mid)
+                try:
+                    took = False
+                    for c in chunks:
+                        grad = flat[c.param]
+                        if grad is None:
+                            continue
+                        self.memory.keep(grad)
+                        self.memory.tensor(self.engine.grad_data(c.pid), c.numel, self.dtype).copy_(
+                            grad[c.offset:c.offset + c.numel])
+                        took = True
+                    if took:
+                        self.engine.grads_ready(mid)
+                finally:
+                    self.engine.release(mid)
+
+    def step(self, lr):
+        return self.engine.step(lr=lr)  # a float: 0 is a step at lr 0 (strata.Engine.step)
+
+    def pull_weights(self):
+        """Copies the weights strata makes visible into the parameters (in place: references to them stay valid)."""
+        targets = []
+        for p in self.params:
+            data = p.detach()
+            targets.append(data.view(-1) if data.is_contiguous() else torch.empty(
+                data.numel(), dtype=data.dtype, device=data.device))
+        with self.memory.exchange():
+            for mid, chunks in self.modules:
+                self.engine.fetch(mid)
+                try:
+                    for c in chunks:
+                        targets[c.param][c.offset:c.offset + c.numel].copy_(
+                            self.memory.tensor(self.engine.param_data(c.pid), c.numel, self.dtype))
+                finally:
+                    self.engine.release(mid)
+        for p, flat in zip(self.params, targets):
+            if not p.detach().is_contiguous():
+                p.detach().copy_(flat.view(p.shape))
+
+    def sync(self):
+        """Lets a delayed update in flight finish and become visible, then copies the weights out."""
+        self.engine.sync()
+        self.pull_weights()
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def save(self, directory):
+        self.engine.save(directory)
+
+    def load(self, directory):
+        self.engine.load(directory)
+        self.pull_weights()
+
+    def close(self):
+        if getattr(self, "engine", None) is not None:
+            self.engine.close()
+            self.engine = None
+
+    def require_open(self):
+        if self.engine is None:
+            raise StateError("OffloadAdam: %s: the optimizer was closed" % self.label)

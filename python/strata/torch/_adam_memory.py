@@ -1,0 +1,76 @@
+"""strata's parameter and gradient buffers as torch tensors, without copying them.
+
+On the host backend strata_param_data / strata_grad_data are host addresses, readable when strata_fetch returns; on
+the CUDA backend they are device pointers ordered on strata's compute stream (strata.h, strata_compute_stream), so
+every copy OffloadAdam makes runs on that stream, after the trainer's own work, and the trainer's next work waits
+for it. The CUDA path could not be run where it was written (no GPU): it follows strata.h's contract.
+"""
+import contextlib
+import ctypes
+
+import torch
+
+# strata's element types as __cuda_array_interface__ type strings. bf16 has none (the protocol follows numpy):
+# its 16-bit pattern travels as int16 and is viewed as bfloat16 on the torch side.
+_CUDA_TYPESTR = {torch.float32: ("<f4", torch.float32), torch.bfloat16: ("<i2", torch.int16)}
+_ELEMENT_BYTES = {torch.float32: 4, torch.bfloat16: 2}
+
+
+class HostMemory:
+    """The host backend: addresses in this process's memory; copies are synchronous."""
+
+    def __init__(self, engine, device):
+        self.device = device
+
+    def tensor(self, address, numel, dtype):
+        buffer = (ctypes.c_byte * (numel * _ELEMENT_BYTES[dtype])).from_address(address)
+        return torch.frombuffer(buffer, dtype=dtype)
+
+    def exchange(self):
+        """The context of one pass of copies between the trainer's tensors and strata's buffers."""
+        return contextlib.nullcontext()
+
+    def keep(self, tensor):
+        """Says tensor is read by the pass in flight (nothing to do when copies are synchronous)."""
+
+
+class _CudaArray:
+    """The minimal object torch.as_tensor accepts as a view of device memory."""
+
+    def __init__(self, address, numel, typestr):
+        self.__cuda_array_interface__ = {"shape": (numel,), "typestr": typestr, "data": (address, False),
+                                         "strides": None, "version": 2}
+
+
+class CudaMemory:
+    """The CUDA backend: device pointers, copies on strata's compute stream."""
+
+    def __init__(self, engine, device):
+        self.device = device
+        self.stream = torch.cuda.ExternalStream(engine.compute_stream(), device=device)
+
+    def tensor(self, address, numel, dtype):
+        typestr, carrier = _CUDA_TYPESTR[dtype]
+        t = torch.as_tensor(_CudaArray(address, numel, typestr), device=self.device)
+        assert t.dtype == carrier and t.data_ptr() == address  # a view, never a copy
+        return t.view(dtype)
+
+    @contextlib.contextmanager
+    def exchange(self):
+        trainer = torch.cuda.current_stream(self.device)
+        # The trainer's gradients (and its last reads of the parameters) come before strata's copies ...
+        self.stream.wait_stream(trainer)
+        try:
+            with torch.cuda.stream(self.stream):
+                yield
+        finally:
+            # ... and its next forward comes after the new parameters are in place (or whatever a failed pass did).
+            trainer.wait_stream(self.stream)
+
+    def keep(self, tensor):
+        # A gradient the trainer frees while the copy is queued must not be reused under it.
+        tensor.record_stream(self.stream)
+
+
+def for_device(engine, device):
+    return CudaMemory(engine, device) if device.type == "cuda" else HostMemory(engine, device)
