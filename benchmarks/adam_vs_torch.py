@@ -22,26 +22,7 @@ import subprocess
 import sys
 import time
 
-INTERPRETERS = ["/usr/bin/python3", "/usr/local/bin/python3"]
-
-
-def find_torch_or_skip():
-    try:
-        import torch  # noqa: F401
-        return
-    except ImportError:
-        pass
-    if os.environ.get("STRATA_ADAM_VS_TORCH_REEXEC"):
-        print("SKIP: PyTorch is not importable (install Debian's python3-torch)")
-        sys.exit(0)
-    for py in INTERPRETERS:
-        if os.path.exists(py) and os.path.realpath(py) != os.path.realpath(sys.executable):
-            if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0:
-                env = dict(os.environ, STRATA_ADAM_VS_TORCH_REEXEC="1")
-                os.execve(py, [py] + sys.argv, env)
-    print("SKIP: PyTorch is not importable by %s or %s (install Debian's python3-torch)"
-          % (sys.executable, " or ".join(INTERPRETERS)))
-    sys.exit(0)
+from torch_python import find_torch_or_skip
 
 
 def parse_count(text):

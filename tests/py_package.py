@@ -326,6 +326,22 @@ def check_install(scratch):
     return None
 
 
+def check_cli(scratch):
+    """python3 -m strata check: the whole file as strata.torch reads it, trainer keys included."""
+    good = os.path.join(T.SOURCE_DIR, "examples", "gpt", "ds_config.json")
+    env = dict(os.environ, PYTHONPATH=os.path.join(T.SOURCE_DIR, "python"))
+    run = subprocess.run([sys.executable, "-m", "strata", "check", good], capture_output=True, text=True, env=env)
+    T.check(run.returncode == 0 and "accumulation 2" in run.stdout, "python3 -m strata check passes the example's "
+            "config and resolves its accumulation", (run.returncode, run.stdout[-300:] + run.stderr[-300:]),
+            "0 and 'accumulation 2'")
+    bad = os.path.join(scratch, "bad.json")
+    with open(bad, "w") as f:
+        f.write('{"train_batch_size": 6, "train_micro_batch_size_per_gpu": 4}')
+    run = subprocess.run([sys.executable, "-m", "strata", "check", bad], capture_output=True, text=True, env=env)
+    T.check(run.returncode == 2 and "train_batch_size = 6 is not a multiple" in run.stderr,
+            "python3 -m strata check: exit 2 naming the key", (run.returncode, run.stderr), "2, train_batch_size")
+
+
 def main():
     rng = np.random.default_rng(T.seed())
     print("strata %s from %s (%s)" % (strata.version(), *strata.library_path()))
@@ -335,6 +351,7 @@ def main():
     check_engine_round_trip(rng)
     check_init_error()
     check_not_found(scratch)
+    check_cli(scratch)
     skipped = check_install(scratch)
     if skipped and T._state["failed"] == 0:
         T.skip("the pip install checks could not run (every other check passed): " + skipped)

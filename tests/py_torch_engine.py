@@ -16,6 +16,7 @@ bit-identical to the uninterrupted run; eval() + no_grad inference matches; misu
 names the problem and leaves the engine usable.
 Run: tests/py_torch_engine.py [--resume-from DIR OUT SEED]  (the second form is the test's own child process).
 """
+import json
 import os
 import subprocess
 import sys
@@ -190,6 +191,11 @@ def main():
         T.check(diff is None, "save -> new process -> load -> continue: weights bit-identical", diff)
         T.check(resumed["losses"] == got_losses[GAS * (STEPS // 2):], "resumed losses bit-identical",
                 resumed["losses"][:2], got_losses[GAS * (STEPS // 2):][:2])
+        with open(os.path.join(nvme, "ckpt", "global_step%d" % (STEPS // 2), "manifest.json")) as f:
+            manifest = json.load(f)
+        saved = {t["name"] for t in manifest["tensors"] if t["file"].startswith("model")}
+        T.check(saved == set(want), "the checkpoint names the weights as the model does (model.safetensors "
+                "loads into model.load_state_dict)", sorted(saved ^ set(want))[:4], "no difference")
         T.check(resumed["client"] == {"next_step": STEPS // 2}, "client_state comes back", resumed["client"],
                 {"next_step": STEPS // 2})
 

@@ -87,11 +87,21 @@ def world():
     return _world
 
 
+def _make_nvme_dirs(config):
+    """Creates the NVMe tiers' missing directories, as DeepSpeed creates its swap folders (libstrata itself wants
+    them to exist, and still checks what they are)."""
+    for tier in ("offload_param", "offload_optimizer"):
+        if config.resolved.get("zero_optimization.%s.device" % tier) == "nvme":
+            for path in config.resolved.get("zero_optimization.%s.nvme_path" % tier) or []:
+                os.makedirs(path, exist_ok=True)
+
+
 class Engine:
     """One strata engine (strata_engine_create, or _ranked with comm)."""
 
     def __init__(self, config, comm=None):
         self.config = config if isinstance(config, Config) else Config(config)
+        _make_nvme_dirs(self.config)
         lib = self._lib = _lib.load()
         ptr = ctypes.c_void_p()
         if comm is not None and comm.size > 1:

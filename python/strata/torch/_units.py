@@ -33,6 +33,17 @@ class Unit:
         self.pending = set()        # indexes into params still waiting for their gradient
 
 
+def common_prefix(names):
+    """The dotted prefix every name shares, short of the last component ("a.b" for "a.b.w" and "a.b.c.w")."""
+    parts = [n.split(".")[:-1] for n in names]
+    out = []
+    for level in zip(*parts):
+        if any(x != level[0] for x in level):
+            break
+        out.append(level[0])
+    return ".".join(out)
+
+
 def find_units(model, trainable=None):
     """The units of model, in module order, with tied units merged. trainable: ids of the parameters to train
     (None: those that require grad); the others stay the model's own."""

@@ -26,7 +26,7 @@ from ..config import Config
 from ..engine import Engine, world
 from ..errors import ConfigError, InvalidArgument, StateError
 from . import _checkpoint, _tensors
-from ._units import find_units, short_name, tensors_in
+from ._units import common_prefix, find_units, short_name, tensors_in
 
 class _BackwardFetch(torch.autograd.Function):
     """Identity in forward; its backward runs before the unit's backward and fetches the unit."""
@@ -140,15 +140,17 @@ class StrataEngine:
     def _register(self):
         e = self.engine
         for unit in self.units:
-            unit.mid = e.add_module(short_name(unit.name))
+            # strata names a tensor "<module>.<param>" (in checkpoints too): the module is named by its parameters'
+            # common prefix, so those names are the model's own state_dict keys.
+            prefix = common_prefix([q for q, _ in unit.params]) or unit.name
+            unit.mid = e.add_module(short_name(prefix))
             for qname, p in unit.params:
                 src = p.detach().reshape(-1)
 
                 def init(offset, count, out, src=src):
                     dst = torch.frombuffer(out, dtype=torch.float32)
                     dst.copy_(src[offset:offset + count].to("cpu", torch.float32))
-                prefix = unit.name + "."
-                pname = qname[len(prefix):] if qname.startswith(prefix) else qname
+                pname = qname[len(prefix) + 1:] if qname.startswith(prefix + ".") else qname
                 unit.pids.append(e.add_param(unit.mid, short_name(pname), p.numel(), init))
 
     def _empty_parameters(self):
