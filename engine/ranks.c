@@ -109,6 +109,10 @@ static uint64_t config_hash(const strata_config *c)
     FNV_FIELD(h, c->beta2);
     FNV_FIELD(h, c->eps);
     FNV_FIELD(h, c->weight_decay);
+    FNV_FIELD(h, c->beta1_exact);
+    FNV_FIELD(h, c->beta2_exact);
+    FNV_FIELD(h, c->eps_exact);
+    FNV_FIELD(h, c->weight_decay_exact);
     FNV_FIELD(h, c->bias_correction);
     FNV_FIELD(h, c->param_dtype);
     FNV_FIELD(h, c->loss_scale);

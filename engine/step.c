@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "cpu_adam/driver.h"
+#include "engine/config/config_validate.h"
 #include "engine/engine.h"
 #include "engine/ranks.h"
 #include "engine/step.h"
@@ -459,9 +460,7 @@ strata_status step_run(strata_engine *e, const step_job *job, strata_step_result
         }
     }
     if (st == STRATA_OK && !res->skipped) {
-        strata_adam_hparams hp = {
-            .kind = e->cfg.optimizer, .lr = job->lr, .beta1 = e->cfg.beta1, .beta2 = e->cfg.beta2,
-            .eps = e->cfg.eps, .weight_decay = e->cfg.weight_decay, .bias_correction = e->cfg.bias_correction};
+        strata_adam_hparams hp = cfg_adam_hparams(&e->cfg, job->lr);
         adam_consts consts;
         adam_consts_init(&consts, &hp, c.sp->count + 1, grad_scale);
         st = run_pipeline(&c, &consts);

@@ -143,7 +143,7 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
     ERR_CHECK(grads_drain(e));
     ERR_CHECK(deferred_process(e->frees, true));
     fetch_order_step_boundary(e->order);
-    double lr = args && args->lr > 0 ? args->lr : e->cfg.lr;
+    double lr = args && args->lr > 0 ? args->lr : e->cfg.lr_exact;
     double scale = d->loss_scale; /* the scale this step's gradients were computed with */
     d->iterations++;
 

@@ -170,7 +170,7 @@ typedef struct strata_aio_config {
  * a strata_config reads (and strata_config_load_json writes) only that prefix; fields added after it take their
  * defaults. So a program built against an older strata.h keeps working with a newer library; a program built
  * against a newer header than the library is refused with STRATA_EINVAL / STRATA_ECONFIG naming both sizes.
- * This layout (0.1) is the first under the rule. */
+ * The layout of 0.1 is the first under the rule; the fields from lr_exact on were added to it since. */
 typedef struct strata_config {
     uint32_t struct_size;       /* sizeof(strata_config) at the caller's compile time; set by init */
 
@@ -215,6 +215,13 @@ typedef struct strata_config {
     strata_switch gradients_on_nvme;         /* with the optimizer state on NVMe: auto = only when the host
                                                 budget cannot hold the fp32 gradient store */
     bool ignore_unimplemented;               /* warn (instead of fail) on DeepSpeed keys strata lacks */
+
+    /* Added after the 0.1 layout. The optimizer's hyperparameters as the JSON gave them, in double precision: the CPU Adam
+     * computes its constants (1 - beta, the bias corrections, 1 - lr * weight_decay) from these, in doubles, as
+     * PyTorch does from its Python floats, so that betas such as 0.9 / 0.999 give torch's update bit for bit; the
+     * fp32 fields above round them. Where a float field above no longer agrees with its double (a caller set the
+     * float from C, or its struct predates these fields), the float's value is used. */
+    double lr_exact, beta1_exact, beta2_exact, eps_exact, weight_decay_exact;
 } strata_config;
 
 /* Sets every field to its default (see `strata config check` for the values) and struct_size.
@@ -682,6 +689,11 @@ STRATA_API strata_status strata_adam_step(const strata_adam_hparams *hp, const s
  * inf or NaN. threads as in strata_adam_step. Same errors; thread-safe. */
 STRATA_API strata_status strata_adam_grad_stats(const void *grad, strata_dtype grad_dtype, size_t numel,
                                                 int threads, double *sumsq, bool *nonfinite);
+
+/* The hyperparameters an engine made from cfg runs its Adam with (lr: the configured one): the exact doubles where
+ * the fp32 fields agree with them, else the fp32 fields' values (strata_config, lr_exact). For a caller's own
+ * oracle or standalone strata_adam_step. STRATA_EINVAL for NULL or a struct_size this library does not know. */
+STRATA_API strata_status strata_config_adam_hparams(const strata_config *cfg, strata_adam_hparams *out);
 
 /* The kernel in use ("ref", "avx2" or "avx512"), or NULL when STRATA_ISA forces one this CPU lacks
  * (strata_last_error(NULL) says why). Thread-safe. */

@@ -7,9 +7,8 @@ the optimizer state on NVMe and a device budget smaller than the model, and with
 The losses and the final weights must be bit-identical. They can be: strata's CPU Adam performs torch 1.13's AdamW
 arithmetic operation for operation (cpu_adam/adam_ref.c); autograd accumulates into strata's gradient buffer in
 place (0 + g, then + g: the sums torch makes in param.grad); strata's fp32 gradient store adds the micro-batches in
-the same order. One caveat makes the hyperparameters special: strata's C config holds betas and weight decay as fp32
-and torch as doubles, so 0.9 / 0.999 would give bias corrections that differ in the 8th digit. The test uses values
-fp32 holds exactly (betas 0.875 and 1 - 2^-10, weight decay 0.125); the lr of every step is passed as a double.
+the same order; strata derives Adam's constants from the config's hyperparameters as doubles (strata_config.lr_exact
+and the rest) and takes each step's lr as a double, as torch does from Python floats.
 
 Also: between steps the model's parameters hold no storage; save -> a new process -> load -> continue is
 bit-identical to the uninterrupted run; eval() + no_grad inference matches; misuse raises with a message that
@@ -31,7 +30,7 @@ from model import GPT, GPTConfig  # noqa: E402
 
 STEPS, GAS, BATCH = 20, 2, 4
 MODEL = GPTConfig(vocab_size=96, block_size=32, n_layer=8, n_head=4, n_embd=64)
-HP = dict(lr=3e-3, betas=(0.875, 1 - 2 ** -10), eps=1e-8, weight_decay=0.125)
+HP = dict(lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
 
 
 def batch(seed, step, micro):

@@ -4,6 +4,7 @@
  */
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <unistd.h>
 
 #include "testlib.h"
@@ -345,8 +346,7 @@ static void test_to_json(void)
     json_t *o = json_loads(text, 0, NULL);
     T_CHECK(o != NULL, "the text is JSON: %s", text);
     double got_lr = json_real_value(json_object_get(o, "optimizer.params.lr"));
-    T_CHECK(got_lr == (double)(float)lr, "lr: got %.17g, expected %.17g (the fp32 value of %.17g)", got_lr,
-            (double)(float)lr, lr);
+    T_CHECK(got_lr == lr, "lr: got %.17g, expected %.17g (exact, not its fp32 rounding)", got_lr, lr);
     T_EQ_INT(json_integer_value(json_object_get(o, "zero_optimization.stage")), 2);
     T_CHECK(json_is_true(json_object_get(o, "bf16.enabled")), "bf16.enabled is true");
     T_CHECK(json_is_false(json_object_get(o, "fp16.enabled")), "fp16.enabled is false");
@@ -360,6 +360,36 @@ static void test_to_json(void)
     T_STATUS(strata_config_to_json(NULL, NULL, 0, NULL), STRATA_EINVAL);
 }
 
+/* The optimizer's exact doubles (strata.h, lr_exact): JSON's values reach Adam unrounded, a float set from C
+ * afterwards wins over a double it no longer agrees with, and strata_config_adam_hparams says what runs. */
+static void test_exact_hyperparameters(void)
+{
+    strata_config c = defaults();
+    double b1 = 0.8 + 0.1 * t_rand_unit(), wd = 0.2 * t_rand_unit();
+    char json[256], err[1024];
+    snprintf(json, sizeof json, "{\"optimizer\": {\"params\": {\"betas\": [%.17g, 0.999], \"weight_decay\": %.17g}}}",
+             b1, wd);
+    T_OK(strata_config_load_json_string(&c, json, "test", err, sizeof err));
+    strata_adam_hparams hp;
+    T_OK(strata_config_adam_hparams(&c, &hp));
+    T_CHECK(hp.beta1 == b1 && hp.beta2 == 0.999 && hp.weight_decay == wd && hp.eps == 1e-8 && hp.lr == 1e-3,
+            "from JSON: beta1 %.17g (want %.17g), beta2 %.17g, wd %.17g (want %.17g), eps %.17g, lr %.17g", hp.beta1,
+            b1, hp.beta2, hp.weight_decay, wd, hp.eps, hp.lr);
+    c.beta1 = 0.5f; /* set from C after the load: the float is what is meant */
+    c.lr = 0.25f;
+    T_OK(strata_config_adam_hparams(&c, &hp));
+    T_CHECK(hp.beta1 == 0.5 && hp.lr == 0.25 && hp.weight_decay == wd, "after C set the floats: beta1 %.17g, lr %.17g, "
+            "wd %.17g (want 0.5, 0.25, %.17g)", hp.beta1, hp.lr, hp.weight_decay, wd);
+    /* A struct of the 0.1 layout (it ends before the doubles): its floats are the values. */
+    strata_config old = defaults();
+    old.beta2 = 0.875f;
+    old.struct_size = (uint32_t)offsetof(strata_config, lr_exact);
+    T_OK(strata_config_adam_hparams(&old, &hp));
+    T_CHECK(hp.beta2 == 0.875 && hp.beta1 == 0.9, "0.1 layout: beta2 %.17g (want 0.875), beta1 %.17g (want 0.9)",
+            hp.beta2, hp.beta1);
+    T_STATUS(strata_config_adam_hparams(NULL, &hp), STRATA_EINVAL);
+}
+
 int main(void)
 {
     t_rng_seed();
@@ -370,5 +400,6 @@ int main(void)
     test_file_errors();
     test_validate_from_c();
     test_to_json();
+    test_exact_hyperparameters();
     return t_done();
 }

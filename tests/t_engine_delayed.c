@@ -20,7 +20,8 @@ typedef struct ref_layer {
 
 static void adam(const strata_config *c, int64_t step, float *w, float *m, float *v, const float *g, size_t n)
 {
-    strata_adam_hparams hp = {c->optimizer, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->bias_correction};
+    strata_adam_hparams hp;
+    T_OK(strata_config_adam_hparams(c, &hp)); /* what the engine runs with */
     strata_adam_tensors t = {w, m, v, g, STRATA_DTYPE_FP32, NULL, STRATA_DTYPE_NONE, n};
     strata_adam_step_args a = {.step = step, .threads = 1};
     T_OK(strata_adam_step(&hp, &t, &a, NULL));

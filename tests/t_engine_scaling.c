@@ -95,7 +95,8 @@ static void test_clipping(void)
     memcpy(w, init_vals, sizeof w);
     memset(m, 0, sizeof m);
     memset(v, 0, sizeof v);
-    strata_adam_hparams hp = {c.optimizer, c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.bias_correction};
+    strata_adam_hparams hp;
+    T_OK(strata_config_adam_hparams(&c, &hp)); /* what the engine runs with */
     strata_adam_tensors t = {w, m, v, g, STRATA_DTYPE_FP32, NULL, STRATA_DTYPE_NONE, N1 + N2};
     strata_adam_step_args a = {.step = 1, .grad_scale = c.gradient_clipping / (r.grad_norm + 1e-6), .threads = 1};
     T_OK(strata_adam_step(&hp, &t, &a, NULL));

@@ -82,7 +82,8 @@ static double time_adam(const step_opts *o, const adam_ops *ops, ram_state *r, i
 {
     strata_config c;
     strata_config_init(&c);
-    strata_adam_hparams hp = {c.optimizer, c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.bias_correction};
+    strata_adam_hparams hp;
+    strata_config_adam_hparams(&c, &hp); /* what the engine runs with */
     adam_consts k;
     adam_consts_init(&k, &hp, step, 1.0);
     uint64_t t0 = now_ns();

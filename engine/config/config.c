@@ -11,7 +11,7 @@
 
 /* The smallest strata_config a caller may hand in: the layout of 0.1, the first under the versioning rule.
  * Fields added since sit after it and take their defaults when a caller's struct ends before them. */
-#define CONFIG_MIN_BYTES sizeof(strata_config)
+#define CONFIG_MIN_BYTES offsetof(strata_config, lr_exact)
 
 static void set_defaults(strata_config *cfg)
 {
@@ -39,6 +39,11 @@ static void set_defaults(strata_config *cfg)
     cfg->eps = 1e-8f;
     cfg->weight_decay = 0.01f;
     cfg->bias_correction = true;
+    cfg->lr_exact = 1e-3;
+    cfg->beta1_exact = 0.9;
+    cfg->beta2_exact = 0.999;
+    cfg->eps_exact = 1e-8;
+    cfg->weight_decay_exact = 0.01;
 
     cfg->param_dtype = STRATA_DTYPE_FP32;
     cfg->loss_scale = 0.0;
@@ -100,6 +105,49 @@ static void check_offload(const strata_offload_config *o, const char *name, cons
     (void)cfg;
 }
 
+/* Each fp32 optimizer field of the 0.1 layout and the double beside it (strata.h, lr_exact). */
+static const struct exact_pair {
+    size_t single, exact;
+} exact_pairs[] = {
+    {offsetof(strata_config, lr), offsetof(strata_config, lr_exact)},
+    {offsetof(strata_config, beta1), offsetof(strata_config, beta1_exact)},
+    {offsetof(strata_config, beta2), offsetof(strata_config, beta2_exact)},
+    {offsetof(strata_config, eps), offsetof(strata_config, eps_exact)},
+    {offsetof(strata_config, weight_decay), offsetof(strata_config, weight_decay_exact)},
+};
+
+void cfg_set_exact(strata_config *cfg, size_t single_offset, double value)
+{
+    for (size_t i = 0; i < sizeof exact_pairs / sizeof exact_pairs[0]; i++)
+        if (exact_pairs[i].single == single_offset)
+            *(double *)((char *)cfg + exact_pairs[i].exact) = value;
+}
+
+const double *cfg_exact_of(const strata_config *cfg, size_t single_offset)
+{
+    for (size_t i = 0; i < sizeof exact_pairs / sizeof exact_pairs[0]; i++)
+        if (exact_pairs[i].single == single_offset)
+            return (const double *)((const char *)cfg + exact_pairs[i].exact);
+    return NULL;
+}
+
+void cfg_reconcile_exact(strata_config *cfg)
+{
+    for (size_t i = 0; i < sizeof exact_pairs / sizeof exact_pairs[0]; i++) {
+        float single = *(const float *)((const char *)cfg + exact_pairs[i].single);
+        double *exact = (double *)((char *)cfg + exact_pairs[i].exact);
+        if (!((float)*exact == single)) /* the float was set on its own: it is the value meant */
+            *exact = single;
+    }
+}
+
+strata_adam_hparams cfg_adam_hparams(const strata_config *cfg, double lr)
+{
+    return (strata_adam_hparams){.kind = cfg->optimizer, .lr = lr, .beta1 = cfg->beta1_exact,
+                                 .beta2 = cfg->beta2_exact, .eps = cfg->eps_exact,
+                                 .weight_decay = cfg->weight_decay_exact, .bias_correction = cfg->bias_correction};
+}
+
 static bool size_known(size_t size)
 {
     return size >= CONFIG_MIN_BYTES && size <= sizeof(strata_config);
@@ -131,6 +179,7 @@ bool cfg_from_caller(const strata_config *in, strata_config *out, cfg_report *re
     }
     memcpy(out, in, in->struct_size);
     out->struct_size = (uint32_t)sizeof *out;
+    cfg_reconcile_exact(out);
     return true;
 }
 
@@ -229,4 +278,17 @@ STRATA_API strata_status strata_config_to_json(const strata_config *cfg, char *o
         memcpy(out, text, n);
     free(text);
     return st;
+}
+
+STRATA_API strata_status strata_config_adam_hparams(const strata_config *cfg, strata_adam_hparams *out)
+{
+    if (!cfg || !out)
+        return err_set(STRATA_EINVAL, "strata_config_adam_hparams: cfg or out is NULL");
+    cfg_report report;
+    cfg_report_init(&report, NULL, 0);
+    strata_config full;
+    if (!cfg_from_caller(cfg, &full, &report))
+        return cfg_report_finish(&report, STRATA_EINVAL);
+    *out = cfg_adam_hparams(&full, full.lr_exact);
+    return STRATA_OK;
 }

@@ -155,6 +155,8 @@ static void set_betas(walk_ctx *c, const char *path, const json_t *v)
     }
     c->cfg.beta1 = (float)b1;
     c->cfg.beta2 = (float)b2;
+    c->cfg.beta1_exact = b1;
+    c->cfg.beta2_exact = b2;
 }
 
 /* Applies one scalar value to its field; the key kind says how. */
@@ -219,9 +221,10 @@ static void apply_value(walk_ctx *c, const cfg_key *k, const char *path, const j
             return wrong_type(c, path, v, expected);
         if (!(d >= k->min && d <= k->max))
             return out_of_range(c, k, path, v);
-        if (k->kind == CFG_FLOAT)
+        if (k->kind == CFG_FLOAT) {
             *(float *)field = (float)d;
-        else
+            cfg_set_exact(&c->cfg, k->offset, d);
+        } else
             *(double *)field = d;
         return;
     case CFG_ENUM:

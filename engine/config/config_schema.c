@@ -10,6 +10,7 @@
 
 #include "base/size.h"
 #include "base/util.h"
+#include "engine/config/config_validate.h"
 #include "nvme/io.h"
 
 #define OFF(field) offsetof(strata_config, field)
@@ -354,8 +355,10 @@ json_t *cfg_key_value_json(const cfg_key *key, const strata_config *cfg)
     case CFG_COUNT:
     case CFG_BYTES:
         return json_integer((json_int_t) * (const size_t *)base);
-    case CFG_FLOAT:
-        return json_real((double)*(const float *)base);
+    case CFG_FLOAT: {
+        const double *exact = cfg_exact_of(cfg, key->offset);
+        return json_real(exact ? *exact : (double)*(const float *)base);
+    }
     case CFG_DOUBLE:
         return json_real(*(const double *)base);
     case CFG_PATHS: {
@@ -368,7 +371,7 @@ json_t *cfg_key_value_json(const cfg_key *key, const strata_config *cfg)
     case CFG_STRING:
         return json_string(base);
     case CFG_BETAS:
-        return json_pack("[f, f]", (double)cfg->beta1, (double)cfg->beta2);
+        return json_pack("[f, f]", cfg->beta1_exact, cfg->beta2_exact);
     case CFG_PRECISION:
     case CFG_ADAM_W_MODE: {
         char text[8];

@@ -15,6 +15,15 @@ void cfg_validate_into(const strata_config *cfg, cfg_report *report);
  * prefix the caller's struct has back into it. */
 bool cfg_from_caller(const strata_config *in, strata_config *out, cfg_report *report);
 void cfg_to_caller(const strata_config *full, strata_config *out);
+/* The optimizer's doubles beside its fp32 fields (strata.h, lr_exact): cfg_set_exact stores the exact value of the
+ * float field at single_offset (no-op for any other field); cfg_exact_of is that double (NULL for other fields);
+ * cfg_reconcile_exact makes every double whose float no longer agrees take the float's value (cfg_from_caller
+ * does it: a float set from C, or a struct that predates the doubles, means the float). */
+void cfg_set_exact(strata_config *cfg, size_t single_offset, double value);
+const double *cfg_exact_of(const strata_config *cfg, size_t single_offset);
+void cfg_reconcile_exact(strata_config *cfg);
+/* The Adam hyperparameters of a reconciled config (a whole struct of this layout) at lr. */
+strata_adam_hparams cfg_adam_hparams(const strata_config *cfg, double lr);
 /* cfg_from_caller, then cfg_validate_into: STRATA_ECONFIG with every problem as the thread's error. */
 strata_status config_from_caller(const strata_config *in, strata_config *out);
 

@@ -10,10 +10,9 @@ Adam on them; each step() hands it the gradients and copies the updated weights 
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=1000)   # drives param_groups[i]["lr"]
 
 What matches torch, and what does not:
-  - The update is torch 1.13's torch.optim.AdamW (adamw_mode=True) or torch.optim.Adam with L2 decay, bit for bit,
-    given hyperparameters fp32 holds exactly: strata's config keeps betas, eps and weight_decay as fp32, so with
-    betas (0.9, 0.999) the constants 1 - beta differ from torch's (computed in doubles) in the last bits. The lr
-    is passed as a double at every step and is exact; an lr of 0 is a step with lr 0.
+  - The update is torch 1.13's torch.optim.AdamW (adamw_mode=True) or torch.optim.Adam with L2 decay, bit for bit:
+    strata derives its constants from the hyperparameters as doubles, as torch does from Python floats. The lr
+    is passed as a double at every step; an lr of 0 is a step with lr 0.
   - A parameter whose .grad is None is updated with a zero gradient (its moments decay, weight decay applies),
     where torch's optimizers skip it: strata steps a group's parameters together. A warning says so once.
   - bf16 parameters get fp32 master weights in strata (the parameters receive them rounded to bf16); fp16
