@@ -6,6 +6,7 @@ integration on it. Every failed call raises the StrataError subclass of its stat
 import atexit
 import ctypes
 import os
+import sys
 import weakref
 
 from . import _lib
@@ -79,11 +80,21 @@ _world = None
 
 
 def world():
-    """The process's Comm, created on first use and closed at exit (after its engines)."""
+    """The process's Comm, created on first use and closed at exit (after its engines). With several ranks, an
+    exception that ends this process fails the world first (Comm.abort): the other ranks' next collective raises
+    CommError naming this rank and its exception at once, instead of waiting out the timeout, and no rank's exit
+    waits in MPI_Finalize for a rank that is gone."""
     global _world
     if _world is None:
         _world = Comm()
         atexit.register(_world.close)
+        if _world.size > 1:
+            previous = sys.excepthook
+
+            def fail_world(kind, value, tb):
+                _world.abort("%s: %s" % (kind.__name__, value))
+                previous(kind, value, tb)
+            sys.excepthook = fail_world
     return _world
 
 
