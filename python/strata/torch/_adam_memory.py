@@ -6,14 +6,10 @@ every copy OffloadAdam makes runs on that stream, after the trainer's own work, 
 for it. The CUDA path could not be run where it was written (no GPU): it follows strata.h's contract.
 """
 import contextlib
-import ctypes
 
 import torch
 
-# strata's element types as __cuda_array_interface__ type strings. bf16 has none (the protocol follows numpy):
-# its 16-bit pattern travels as int16 and is viewed as bfloat16 on the torch side.
-_CUDA_TYPESTR = {torch.float32: ("<f4", torch.float32), torch.bfloat16: ("<i2", torch.int16)}
-_ELEMENT_BYTES = {torch.float32: 4, torch.bfloat16: 2}
+from . import _tensors
 
 
 class HostMemory:
@@ -23,8 +19,7 @@ class HostMemory:
         self.device = device
 
     def tensor(self, address, numel, dtype):
-        buffer = (ctypes.c_byte * (numel * _ELEMENT_BYTES[dtype])).from_address(address)
-        return torch.frombuffer(buffer, dtype=dtype)
+        return _tensors.wrap(address, numel, dtype, self.device)
 
     def exchange(self):
         """The context of one pass of copies between the trainer's tensors and strata's buffers."""
@@ -32,14 +27,6 @@ class HostMemory:
 
     def keep(self, tensor):
         """Says tensor is read by the pass in flight (nothing to do when copies are synchronous)."""
-
-
-class _CudaArray:
-    """The minimal object torch.as_tensor accepts as a view of device memory."""
-
-    def __init__(self, address, numel, typestr):
-        self.__cuda_array_interface__ = {"shape": (numel,), "typestr": typestr, "data": (address, False),
-                                         "strides": None, "version": 2}
 
 
 class CudaMemory:
@@ -50,10 +37,7 @@ class CudaMemory:
         self.stream = torch.cuda.ExternalStream(engine.compute_stream(), device=device)
 
     def tensor(self, address, numel, dtype):
-        typestr, carrier = _CUDA_TYPESTR[dtype]
-        t = torch.as_tensor(_CudaArray(address, numel, typestr), device=self.device)
-        assert t.dtype == carrier and t.data_ptr() == address  # a view, never a copy
-        return t.view(dtype)
+        return _tensors.wrap(address, numel, dtype, self.device)
 
     @contextlib.contextmanager
     def exchange(self):

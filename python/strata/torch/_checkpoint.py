@@ -1,11 +1,11 @@
 """The PyTorch engine's checkpoints: strata's own (strata_save, atomic, any world size), with the engine's counters,
 the lr scheduler's state and the trainer's client_state beside it, and DeepSpeed's "latest" file."""
 import os
-import tempfile
 
 import torch
 
 from .. import checkpoint as _checkpoint
+from .._files import atomic_write
 
 
 def save(engine, save_dir, tag=None, client_state=None, save_latest=True):
@@ -23,9 +23,9 @@ def save(engine, save_dir, tag=None, client_state=None, save_latest=True):
                  "lr": [g["lr"] for g in engine.optimizer.param_groups],
                  "lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler is not None else None,
                  "client_state": client_state or {}}
-        _atomic_write(os.path.join(path, "torch_engine.pt"), lambda f: torch.save(state, f))
+        atomic_write(os.path.join(path, "torch_engine.pt"), lambda f: torch.save(state, f))
         if save_latest:
-            _atomic_write(os.path.join(os.fspath(save_dir), "latest"), lambda f: f.write(str(tag).encode()))
+            atomic_write(os.path.join(os.fspath(save_dir), "latest"), lambda f: f.write(str(tag).encode()))
     engine.comm.allreduce_sum([0.0])
     return path
 
@@ -56,18 +56,3 @@ def load(engine, load_dir, tag=None):
     if state["lr_scheduler"] is not None and engine.lr_scheduler is not None:
         engine.lr_scheduler.load_state_dict(state["lr_scheduler"])
     return path, state["client_state"]
-
-
-def _atomic_write(path, write):
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

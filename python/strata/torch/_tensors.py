@@ -24,6 +24,7 @@ def wrap(address, numel, dtype, device):
     if device.type == "cuda":
         typestr, view_as = _CAI_TYPESTR[dtype]
         t = torch.as_tensor(_DeviceMemory(address, numel, typestr), device=device)
+        assert t.data_ptr() == address  # a view of strata's memory, never a copy
         return t.view(view_as) if view_as is not None else t
     nbytes = numel * torch.finfo(dtype).bits // 8
     return torch.frombuffer((ctypes.c_byte * nbytes).from_address(address), dtype=dtype, count=numel)

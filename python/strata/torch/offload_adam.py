@@ -37,6 +37,7 @@ import warnings
 import torch
 
 from .. import checkpoint
+from .._files import atomic_write
 from ..errors import ConfigError
 from . import _adam_config
 from ._adam_group import GroupEngine, hyperparameters
@@ -224,12 +225,7 @@ class OffloadAdam(torch.optim.Optimizer):
         os.makedirs(directory, exist_ok=True)
         meta = self._save(directory, keep_bytes=False)
         meta["param_groups"] = [_jsonable(g) for g in super().state_dict()["param_groups"]]
-        tmp = os.path.join(directory, "." + _META_FILE + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(directory, _META_FILE))
+        atomic_write(os.path.join(directory, _META_FILE), lambda f: f.write(json.dumps(meta, indent=1).encode()))
 
     def load_checkpoint(self, directory):
         """Restores what save_checkpoint wrote (same rules as load_state_dict)."""
