@@ -40,7 +40,7 @@ run() { # run NAME args...
 
 # 1. loss match
 run match-cuda "${match[@]}" --device cuda --dtype bf16 --offload host
-run match-host "${match[@]}" --device host --dtype fp32 --offload host
+run match-host "${match[@]}" --device host --dtype fp32 --offload host --device-budget 4GiB
 read -r max_diff match_ok <<<"$(python3 - "$out/match-cuda.jsonl" "$out/match-host.jsonl" <<'PY'
 import json, sys
 cuda = [json.loads(l)["loss"] for l in open(sys.argv[1])]

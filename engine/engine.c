@@ -30,8 +30,12 @@ static strata_status open_device(strata_engine *e)
 {
     dev_options opt = DEV_OPTIONS_INIT;
     /* One GPU per rank of a host when there are enough (ranks share them round-robin otherwise). */
+    int gpus = e->cfg.backend == STRATA_BACKEND_HOST ? 0 : dev_count(e->cfg.backend);
+    if (gpus > 0 && e->cfg.device_id >= gpus)
+        return err_set(STRATA_EINVAL, "strata.device_id = %d, but this host has %d GPU(s): allowed 0..%d; "
+                       "hint: ranks of a host add their local rank to it by themselves (round-robin)",
+                       e->cfg.device_id, gpus, gpus - 1);
     opt.device_id = e->cfg.device_id + comm_local_rank(e->comm);
-    int gpus = dev_count(e->cfg.backend);
     if (gpus > 0)
         opt.device_id %= gpus;
     opt.budget_bytes = e->cfg.device_budget_bytes;

@@ -13,6 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
 import strata_test as T  # noqa: E402
+import adam_oracle  # noqa: E402
 
 torch = T.require_torch()
 import strata  # noqa: E402
@@ -90,16 +91,19 @@ def main():
             "> 0")
 
     want_losses, want = oracle(ref, seed, world)
-    T.check(got_losses == want_losses[rank], "rank %d: its losses bit-identical to the oracle's" % rank,
+    T.check(len(got_losses) == len(want_losses[rank]) and all(
+        adam_oracle.same_float(a, b) for a, b in zip(got_losses, want_losses[rank])),
+        "rank %d: its losses %s to the oracle's" % (rank, adam_oracle.HOW),
             got_losses[:3], want_losses[rank][:3])
     worst, where = 0.0, None
     for name, w in want.items():
         d = (got[name] - w).abs().max().item()
-        if d > worst or (where is None and not torch.equal(got[name], w)):
-            worst, where = d, name
+        worst = max(worst, d)
+        if where is None and not adam_oracle.same_tensor(got[name], w):
+            where = name
     if world <= 2:
-        T.check(where is None, "rank %d: weights bit-identical to one PyTorch process (worst tensor, max diff)" % rank,
-                (where, worst), (None, 0.0))
+        T.check(where is None, "rank %d: weights %s to one PyTorch process (first tensor off, max diff)" % (
+            rank, adam_oracle.HOW), (where, worst), (None, 0.0))
     else:
         T.check(worst < 1e-5, "rank %d: weights within 1e-5 of one PyTorch process" % rank, (where, worst), "< 1e-5")
     # Every rank holds the same model.
