@@ -42,7 +42,7 @@ typedef struct rank_state rank_state;
 
 /* Bytes moved per link and time spent, counted by whichever thread moves them. */
 typedef struct eng_counters {
-    _Atomic uint64_t nvme_to_host, host_to_device, device_to_host, host_to_nvme;
+    _Atomic uint64_t host_to_device, device_to_host; /* NVMe's: engine_tiers.ctr */
     _Atomic uint64_t adam_ns, step_io_wait_ns;
 } eng_counters;
 

@@ -10,6 +10,7 @@
 #include "base/size.h"
 #include "base/util.h"
 #include "engine/engine.h"
+#include "engine/host_cache.h"
 #include "engine/plan.h"
 #include "engine/ranks.h"
 #include "engine/step.h"
@@ -53,6 +54,7 @@ static strata_status make_plan(strata_engine *e, plan *pl)
     plan_input_of(e, &in);
     plan_choose_grad_tier(&e->cfg, &in, plan_host_budget(&e->cfg), pl);
     t->grad_tier = in.grad_tier;
+    plan_host_cache(&e->cfg, &in, plan_host_budget(&e->cfg), pl);
     dev_mem_stats ds;
     dev_mem_stats_get(e->dev, &ds);
     return plan_check(pl, &in, ds.budget_bytes, plan_host_budget(&e->cfg));
@@ -81,6 +83,7 @@ static strata_status build(strata_engine *e)
     ERR_CHECK(deferred_create(e->dev, &e->frees));
     ERR_CHECK(grads_create(e, &e->grads));
     ERR_CHECK(ranks_create(e, &e->ranks));
+    ERR_CHECK(host_cache_open(e, &pl)); /* before the initial state, whose writes fill it */
     ERR_CHECK(tiers_write_initial(&e->tiers, e->reg, e->cfg.param_dtype, &e->views, e->rank));
     ERR_CHECK(residency_create(e, &e->res));
     ERR_CHECK(step_create(&e->cfg, &e->step));

@@ -143,14 +143,12 @@ static strata_status accumulate_into(strata_engine *e, tier_array *store, size_t
         st = tarr_read(store, &e->tiers.env, off, count, buf, &w);
         if (st == STRATA_OK)
             st = io_wait_wait(&w);
-        atomic_fetch_add(&e->ctr.nvme_to_host, count * 4);
     }
     if (st == STRATA_OK) {
         accum_add(buf, src, src_dtype, count, first);
         st = tarr_write(store, &e->tiers.env, off, count, buf, &w);
         if (st == STRATA_OK)
             st = io_wait_wait(&w);
-        atomic_fetch_add(&e->ctr.host_to_nvme, count * 4);
     }
     pool_release(e->tiers.pool, buf);
     io_wait_destroy(&w);

@@ -1,6 +1,7 @@
 #include "engine/plan.h"
 #include "engine/step.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -151,6 +152,27 @@ void plan_compute(const plan_input *in, plan *p)
     add(p, "pinned: gradient staging", STRATA_TIER_HOST, part[1], true);
     add(p, "pinned: gradient accumulation (NVMe)", STRATA_TIER_HOST, part[2], true);
     add(p, "pinned: optimizer slots (" PLAN_STR(STEP_SLOTS) ") + parameter staging (2)", STRATA_TIER_HOST, part[3], true);
+}
+
+void plan_host_cache(const strata_config *cfg, const plan_input *in, size_t host_budget, plan *p)
+{
+    size_t np, ng, no;
+    plan_class_numel(in, &np, &ng, &no);
+    size_t copies = in->delayed ? 2 : 1;
+    p->nvme_param_bytes = in->param_tier == STRATA_TIER_NVME ? np * in->param_bytes * copies : 0;
+    p->nvme_opt_bytes = in->opt_tier == STRATA_TIER_NVME ? no * 12 : 0;
+    size_t used = p->tier_bytes[STRATA_TIER_HOST];
+    if (!cfg->host_cache || used >= host_budget)
+        return;
+    size_t left = host_budget - used;
+    size_t max_params = cfg->param_max_in_cpu > SIZE_MAX / (in->param_bytes * copies)
+                            ? SIZE_MAX : cfg->param_max_in_cpu * in->param_bytes * copies;
+    p->cache_param_bytes = MIN(MIN(p->nvme_param_bytes, max_params), left);
+    p->cache_opt_bytes = MIN(p->nvme_opt_bytes, left - p->cache_param_bytes);
+    if (p->cache_param_bytes)
+        add(p, "host cache of NVMe parameters", STRATA_TIER_HOST, p->cache_param_bytes, false);
+    if (p->cache_opt_bytes)
+        add(p, "host cache of NVMe optimizer state", STRATA_TIER_HOST, p->cache_opt_bytes, false);
 }
 
 static strata_status over(const plan *p, strata_tier tier, size_t budget, const plan_input *in, const char *knob,

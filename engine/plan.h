@@ -11,7 +11,7 @@
 
 #include "strata.h"
 
-#define PLAN_MAX_LINES 16
+#define PLAN_MAX_LINES 20
 
 typedef struct plan_input {
     size_t total_numel;            /* padded flat partition */
@@ -46,6 +46,10 @@ typedef struct plan {
     size_t pinned_pool_bytes;
     size_t pool_part_bytes[4];     /* fetch staging, gradient staging, accumulation, step (offload/pool.h) */
     size_t live_window_bytes;      /* device bytes for fetched modules and gradient buffers */
+    /* The host cache of NVMe-homed state (plan_host_cache): bytes it may mirror of the parameters (every copy) and
+     * of the optimizer state, and what there is on NVMe of each. */
+    size_t cache_param_bytes, cache_opt_bytes;
+    size_t nvme_param_bytes, nvme_opt_bytes;
 } plan;
 
 /* The tiers a config puts each state class in. Gradients accumulate in host memory, or on NVMe when the
@@ -77,6 +81,12 @@ void plan_compute(const plan_input *in, plan *out);
 /* With gradients_on_nvme auto and the optimizer state on NVMe: keeps in->grad_tier on the host when the plan's
  * host bytes fit host_budget, else moves it to NVMe; then computes the plan into out. */
 void plan_choose_grad_tier(const strata_config *cfg, plan_input *in, size_t host_budget, plan *out);
+
+/* The host cache (strata.host_cache): once p fits host_budget, what is left of it mirrors NVMe-homed state, first
+ * the parameters (read at every fetch: twice per micro-batch), at most param_max_in_cpu elements of each copy,
+ * then the optimizer state (read once per step). Adds its lines to p's host tier; nothing when the cache is off,
+ * nothing is on NVMe, or p already exceeds host_budget. */
+void plan_host_cache(const strata_config *cfg, const plan_input *in, size_t host_budget, plan *p);
 
 /* STRATA_EBUDGET naming the tier, what the plan needs line by line, what is allowed and the knob
  * to change; STRATA_OK when every tier fits. device_budget/host_budget in bytes, per rank. */

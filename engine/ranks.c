@@ -182,8 +182,6 @@ static strata_status write_back(strata_engine *e, tier_array *a, size_t off, siz
 {
     if (tarr_host_ptr(a, &e->tiers.env, off) == buf)
         return STRATA_OK;
-    if (a->tier == STRATA_TIER_NVME)
-        atomic_fetch_add(&e->ctr.host_to_nvme, tarr_bytes(a, count));
     return tarr_write_sync(a, &e->tiers.env, off, count, buf);
 }
 
@@ -216,7 +214,6 @@ static strata_status module_grads(strata_engine *e, tier_array *store, const reg
     *out = tarr_host_ptr(store, &e->tiers.env, m->offset);
     if (*out)
         return STRATA_OK;
-    atomic_fetch_add(&e->ctr.nvme_to_host, m->numel * 4);
     *out = e->ranks->full;
     return tarr_read_sync(store, &e->tiers.env, m->offset, m->numel, e->ranks->full);
 }

@@ -31,6 +31,7 @@ typedef struct resident {
     void *staging;                 /* pinned buffer of an NVMe fetch */
     io_wait io;                    /* the NVMe read of a fetch; its completion queues the copy */
     bool copy_queued;              /* the read landed and the copy was queued (under the window's lock) */
+    bool from_cache;               /* this fetch copies from the host cache's mirror: no read, no staging */
     strata_status fetch_status;    /* a failed read or copy queueing (under the window's lock) */
     char fetch_msg[ERR_MSG_BYTES];
     dev_event *ready;              /* recorded after the host->device copy */
@@ -160,7 +161,11 @@ static strata_status start(strata_engine *e, resident *m, bool demand)
     const tier_array *src = &e->tiers.param[e->tiers.param_front];
     size_t bytes = m->move_bytes, first = registry_view_offset(m->desc, e->views.param);
     m->state = MOD_LOADING;
-    if (params_on(e, STRATA_TIER_NVME)) {
+    /* A module the host cache mirrors comes from there, as from the host tier: no drive read, no staging. */
+    size_t count = registry_view_count(m->desc, e->views.param);
+    const void *mirrored = params_on(e, STRATA_TIER_NVME) ? tarr_cached(src, &e->tiers.env, first, count) : NULL;
+    m->from_cache = mirrored != NULL;
+    if (params_on(e, STRATA_TIER_NVME) && !mirrored) {
         m->copy_queued = false;
         m->fetch_status = STRATA_OK;
         st = pool_acquire(e->tiers.pool, POOL_FETCH, bytes, "NVMe fetch staging", &m->staging);
@@ -178,17 +183,22 @@ static strata_status start(strata_engine *e, resident *m, bool demand)
              * keeps on_fetch_read from running on a half-read buffer. */
             io_wait_set_notify(&m->io, on_fetch_read, m);
             io_wait_add(&m->io, 1);
-            st = tarr_read(src, &e->tiers.env, first, registry_view_count(m->desc, e->views.param), m->staging,
-                           &m->io);
+            st = tarr_read(src, &e->tiers.env, first, count, m->staging, &m->io);
             char why[ERR_MSG_BYTES];
             snprintf(why, sizeof why, "%s", st != STRATA_OK ? err_last() : "");
             io_wait_finish(&m->io, st, why); /* drops the guard; a failure reaches on_fetch_read */
             st = STRATA_OK;                  /* reported through the fetch's status from now on */
         }
-        atomic_fetch_add(&e->ctr.nvme_to_host, bytes);
     } else {
-        const char *from = params_on(e, STRATA_TIER_DEVICE) ? (const char *)src->mem + first * e->tiers.param_bytes
-                                                            : tarr_host_ptr(src, &e->tiers.env, first);
+        if (mirrored) { /* nothing to read: the copy is queued right here */
+            pthread_mutex_lock(&r->lock);
+            m->copy_queued = true;
+            m->fetch_status = STRATA_OK;
+            pthread_mutex_unlock(&r->lock);
+        }
+        const char *from = mirrored                            ? mirrored
+                           : params_on(e, STRATA_TIER_DEVICE) ? (const char *)src->mem + first * e->tiers.param_bytes
+                                                              : tarr_host_ptr(src, &e->tiers.env, first);
         st = dev_memcpy_async(e->h2d, (char *)m->dev + m->slot_bytes, from, bytes);
         if (st == STRATA_OK && e->trace)
             st = dev_host_fn(e->h2d, mark_loaded, m);
@@ -227,7 +237,10 @@ static strata_status settle(strata_engine *e, resident *m, bool wait)
     }
     r->inflight_bytes -= m->fetch_bytes;
     m->state = MOD_RESIDENT;
-    trace_event(e->trace, TRACK_H2D, params_on(e, STRATA_TIER_NVME) ? "fetch nvme->device" : "fetch host->device",
+    trace_event(e->trace, TRACK_H2D,
+                m->from_cache                      ? "fetch host cache->device"
+                : params_on(e, STRATA_TIER_NVME) ? "fetch nvme->device"
+                                                   : "fetch host->device",
                 m->desc->name, m->issue_ns, m->loaded_ns);
     return st;
 }

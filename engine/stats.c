@@ -1,14 +1,23 @@
 /* strata_stats_get: what each part of the engine counted, in one snapshot. */
+#include <stddef.h>
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/host_cache.h"
 #include "engine/ranks.h"
 #include "engine/train_step.h"
 
-STRATA_API strata_status strata_stats_get(strata_engine *e, strata_stats *out)
+/* The struct as the first release had it: ends after comm_bytes. */
+#define STATS_MIN_BYTES (offsetof(strata_stats, comm_bytes) + sizeof(uint64_t))
+
+STRATA_API strata_status strata_stats_get_sized(strata_engine *e, strata_stats *caller, size_t size)
 {
-    if (!e || !out)
+    if (!e || !caller)
         return err_set(STRATA_EINVAL, "strata_stats_get: engine and out must not be NULL");
+    if (size < STATS_MIN_BYTES)
+        return err_set(STRATA_EINVAL, "strata_stats_get_sized: size %zu is smaller than any strata_stats (%zu bytes); "
+                       "pass sizeof(strata_stats)", size, (size_t)STATS_MIN_BYTES);
+    strata_stats all, *out = &all;
     memset(out, 0, sizeof *out);
     if (e->driver) {
         train_progress p;
@@ -20,10 +29,13 @@ STRATA_API strata_status strata_stats_get(strata_engine *e, strata_stats *out)
     residency_stats(e->res, &out->fetches, &out->prefetch_hits, &out->stall_ns);
     out->adam_ns = atomic_load(&e->ctr.adam_ns);
     out->step_io_wait_ns = atomic_load(&e->ctr.step_io_wait_ns);
-    out->nvme_to_host_bytes = atomic_load(&e->ctr.nvme_to_host);
+    out->nvme_to_host_bytes = atomic_load(&e->tiers.ctr.nvme_read_bytes);
     out->host_to_device_bytes = atomic_load(&e->ctr.host_to_device);
     out->device_to_host_bytes = atomic_load(&e->ctr.device_to_host);
-    out->host_to_nvme_bytes = atomic_load(&e->ctr.host_to_nvme);
+    out->host_to_nvme_bytes = atomic_load(&e->tiers.ctr.nvme_write_bytes);
+    out->host_cache_hits = atomic_load(&e->tiers.ctr.cache_hits);
+    out->host_cache_read_bytes = atomic_load(&e->tiers.ctr.cache_read_bytes);
+    out->host_cache_bytes = host_cache_bytes(e);
     if (e->dev) {
         dev_mem_stats ds;
         dev_mem_stats_get(e->dev, &ds);
@@ -37,5 +49,6 @@ STRATA_API strata_status strata_stats_get(strata_engine *e, strata_stats *out)
     out->comm_bytes = ranks_comm_bytes(e->ranks);
     if (e->tiers.swap)
         out->nvme_peak_bytes = swap_capacity(e->tiers.swap) - swap_free_bytes(e->tiers.swap);
+    memcpy(caller, out, size < sizeof *out ? size : sizeof *out);
     return STRATA_OK;
 }

@@ -23,6 +23,7 @@
 #include "cpu_adam/driver.h"
 #include "engine/config/config_validate.h"
 #include "engine/engine.h"
+#include "engine/host_cache.h"
 #include "engine/ranks.h"
 #include "engine/step.h"
 
@@ -105,7 +106,6 @@ static strata_status load_grads(step_ctx *c, size_t first, size_t count, float *
         size_t lo = MAX(off, first), hi = MIN(off + registry_view_count(m, v), end);
         if (c->touched[i]) {
             ERR_CHECK(tarr_read(c->grads, &e->tiers.env, lo, hi - lo, buf + (lo - first), w));
-            atomic_fetch_add(&e->ctr.nvme_to_host, (hi - lo) * 4);
         } else {
             memset(buf + (lo - first), 0, (hi - lo) * 4);
         }
@@ -149,7 +149,6 @@ static strata_status issue_read(step_ctx *c, size_t k)
         ERR_CHECK(tarr_read(&e->tiers.master, &e->tiers.env, first, n, s->master, &s->rd));
         ERR_CHECK(tarr_read(&e->tiers.exp_avg, &e->tiers.env, first, n, s->m, &s->rd));
         ERR_CHECK(tarr_read(&e->tiers.exp_avg_sq, &e->tiers.env, first, n, s->v, &s->rd));
-        atomic_fetch_add(&e->ctr.nvme_to_host, 12 * n);
     }
     if (c->grad_nvme)
         ERR_CHECK(load_grads(c, first, n, s->grad, &s->rd));
@@ -165,7 +164,6 @@ static strata_status issue_write(step_ctx *c, size_t k)
     ERR_CHECK(tarr_write(&e->tiers.master, &e->tiers.env, first, n, s->master, &s->wr));
     ERR_CHECK(tarr_write(&e->tiers.exp_avg, &e->tiers.env, first, n, s->m, &s->wr));
     ERR_CHECK(tarr_write(&e->tiers.exp_avg_sq, &e->tiers.env, first, n, s->v, &s->wr));
-    atomic_fetch_add(&e->ctr.host_to_nvme, 12 * n);
     c->holds[k % STEP_SLOTS] = k; /* what it writes is the state now */
     return STRATA_OK;
 }
@@ -374,7 +372,6 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
         ERR_CHECK(dev_event_record(p->copied, e->upd));
     if (c->pout->tier == STRATA_TIER_NVME) {
         ERR_CHECK(tarr_write(c->pout, &e->tiers.env, first, n, p->staging, &p->wr));
-        atomic_fetch_add(&e->ctr.host_to_nvme, n * e->tiers.param_bytes);
     }
     if (c->opt_nvme)
         ERR_CHECK(issue_write(c, k));
@@ -470,6 +467,7 @@ strata_status step_run(strata_engine *e, const step_job *job, strata_step_result
         st = rst;
     if (st != STRATA_OK) {
         step_forget(c.sp); /* a slot may hold a half-done update */
+        host_cache_forget(e); /* a mirror may hold a write the drive did not take */
         return st;
     }
     grads_consumed(e->grads, job->grad_index);

@@ -27,7 +27,7 @@ strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev,
     if (pl->tier_bytes[STRATA_TIER_NVME])
         ERR_CHECK(open_nvme(t, cfg, pl->tier_bytes[STRATA_TIER_NVME]));
     t->env = (tier_env){.dev = dev, .copy_stream = copy_stream, .swap = t->swap,
-                        .host_addressable_device = host_addressable_device};
+                        .host_addressable_device = host_addressable_device, .ctr = &t->ctr};
     t->host_tier_bytes = pl->tier_bytes[STRATA_TIER_HOST];
     ERR_CHECK(pool_create(dev, t->io, pl->pool_part_bytes, &t->pool));
     size_t n = opt_numel;

@@ -20,10 +20,13 @@ typedef struct engine_tiers {
     nvme_swap *swap;
     pinned_pool *pool;
     tier_env env;
+    tier_counters ctr;              /* env.ctr: what moved to and from NVMe, what the host cache served */
     tier_array param[2];            /* [front, back] with the delayed update, else param[0] only */
     int param_front;                /* the copy the trainer's fetches read */
     tier_array master, exp_avg, exp_avg_sq;
     size_t host_tier_bytes;         /* what the plan puts in host memory */
+    size_t cache_param_bytes;       /* the plan's host cache for parameters (host_cache.c) */
+    bool cache_follows_order;       /* its modules were chosen from a valid fetch order */
 } engine_tiers;
 
 /* Opens what the plan needs (the swap space over the config's NVMe paths when it places bytes there, the

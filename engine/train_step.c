@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/engine.h"
+#include "engine/host_cache.h"
 #include "engine/ranks.h"
 #include "engine/step.h"
 
@@ -95,6 +96,8 @@ static strata_status publish_update(strata_engine *e, const strata_step_result *
     }
     update_loss_scale(d, &e->cfg, r->skipped);
     residency_invalidate_all(e);
+    if (st == STRATA_OK) /* no fetch is in flight now: the host cache may change what it mirrors */
+        st = host_cache_follow_order(e);
     return st;
 }
 

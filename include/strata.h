@@ -222,6 +222,11 @@ typedef struct strata_config {
      * fp32 fields above round them. Where a float field above no longer agrees with its double (a caller set the
      * float from C, or its struct predates these fields), the float's value is used. */
     double lr_exact, beta1_exact, beta2_exact, eps_exact, weight_decay_exact;
+    /* The host cache of NVMe-homed state: what the host budget leaves once the plan fits mirrors parameters (up
+     * to param_max_in_cpu elements, DeepSpeed's offload_param.max_in_cpu) and then optimizer state, written
+     * through, so fetches and the step read host memory instead of the drive. */
+    bool host_cache;                         /* strata.host_cache; default true */
+    size_t param_max_in_cpu;                 /* default 1e9 elements, as DeepSpeed's */
 } strata_config;
 
 /* Sets every field to its default (see `strata config check` for the values) and struct_size.
@@ -541,10 +546,17 @@ typedef struct strata_stats {
     int rank, world_size;           /* this engine's place in its data-parallel world */
     uint64_t comm_bytes;            /* collective payload: all-gathered outputs + reduce-scattered inputs
                                        (an all-reduce counts twice its buffer), this rank */
+    /* The host cache of NVMe-homed state (strata.host_cache): the reads it served instead of the drive, their
+     * bytes (nvme_to_host_bytes counts only what the drive served), and the bytes it mirrors. */
+    uint64_t host_cache_hits, host_cache_read_bytes;
+    size_t host_cache_bytes;
 } strata_stats;
 
-/* Fills out with the counters since the engine was created. */
-STRATA_API strata_status strata_stats_get(strata_engine *engine, strata_stats *out);
+/* Fills out with the counters since the engine was created. strata_stats only ever grows at its end: a caller
+ * built against an older header passes its own sizeof (strata_stats_get does) and gets the fields it knows;
+ * STRATA_EINVAL when size is smaller than the first release's struct. */
+STRATA_API strata_status strata_stats_get_sized(strata_engine *engine, strata_stats *out, size_t size);
+#define strata_stats_get(engine, out) strata_stats_get_sized((engine), (out), sizeof(strata_stats))
 
 /* ================================================================== NVMe: strata_aio */
 /*

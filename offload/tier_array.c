@@ -1,5 +1,6 @@
 #include "offload/tier_array.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,9 +42,59 @@ strata_status tarr_alloc(tier_array *a, const tier_env *env, strata_tier tier, s
     return STRATA_OK;
 }
 
+strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range *ranges, size_t n)
+{
+    tcache_destroy(a->cache, env->dev);
+    a->cache = NULL;
+    if (n == 0)
+        return STRATA_OK;
+    if (a->tier != STRATA_TIER_NVME)
+        return err_set(STRATA_EINTERNAL, "%s: a host cache over the %s tier", a->what, strata_tier_name(a->tier));
+    return tcache_create(env->dev, ranges, n, a->elem_bytes, a->what, &a->cache);
+}
+
+/* Adds v to one of env's counters (a tier_env may have none). */
+#define COUNT(env, field, v)                                                                            \
+    do {                                                                                                \
+        if ((env)->ctr)                                                                                 \
+            atomic_fetch_add(&(env)->ctr->field, (uint64_t)(v));                                        \
+    } while (0)
+
+const void *tarr_cached(const tier_array *a, const tier_env *env, size_t first, size_t count)
+{
+    const void *p = a->tier == STRATA_TIER_NVME ? tcache_lookup(a->cache, first, count) : NULL;
+    if (p) {
+        COUNT(env, cache_hits, 1);
+        COUNT(env, cache_read_bytes, tarr_bytes(a, count));
+    }
+    return p;
+}
+
+strata_status tarr_cache_fill(tier_array *a, const tier_env *env, size_t first, size_t count)
+{
+    void *mem = tcache_fill_target(a->cache, first, count);
+    if (!mem)
+        return err_set(STRATA_EINTERNAL, "%s: no host cache mirror is [%zu, %zu)", a->what, first, first + count);
+    io_wait w;
+    io_wait_init(&w);
+    COUNT(env, nvme_read_bytes, tarr_bytes(a, count));
+    strata_status st = swap_read(env->swap, &a->ext, tarr_bytes(a, first), mem, tarr_bytes(a, count), &w);
+    strata_status wst = io_wait_wait(&w);
+    io_wait_destroy(&w);
+    if (st == STRATA_OK)
+        st = wst;
+    if (st == STRATA_OK)
+        tcache_mark_valid(a->cache, first, count);
+    return st;
+}
+
 void tarr_free(tier_array *a, const tier_env *env)
 {
-    if (!a || (!a->mem && a->ext.bytes == 0))
+    if (!a)
+        return;
+    tcache_destroy(a->cache, env->dev);
+    a->cache = NULL;
+    if (!a->mem && a->ext.bytes == 0)
         return;
     if (a->tier == STRATA_TIER_DEVICE)
         dev_free(env->dev, a->mem);
@@ -81,8 +132,15 @@ strata_status tarr_read(const tier_array *a, const tier_env *env, size_t first, 
 {
     ERR_CHECK(check_range(a, first, count));
     size_t off = tarr_bytes(a, first), len = tarr_bytes(a, count);
-    if (a->tier == STRATA_TIER_NVME)
+    if (a->tier == STRATA_TIER_NVME) {
+        const void *mirrored = tarr_cached(a, env, first, count);
+        if (mirrored) {
+            memcpy(buf, mirrored, len);
+            return STRATA_OK;
+        }
+        COUNT(env, nvme_read_bytes, len);
         return swap_read(env->swap, &a->ext, off, buf, len, w);
+    }
     void *src = tarr_host_ptr(a, env, first);
     if (src) {
         memcpy(buf, src, len);
@@ -96,8 +154,11 @@ strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_
 {
     ERR_CHECK(check_range(a, first, count));
     size_t off = tarr_bytes(a, first), len = tarr_bytes(a, count);
-    if (a->tier == STRATA_TIER_NVME)
+    if (a->tier == STRATA_TIER_NVME) {
+        tcache_write(a->cache, first, count, buf);
+        COUNT(env, nvme_write_bytes, len);
         return swap_write(env->swap, &a->ext, off, buf, len, w);
+    }
     void *dst = tarr_host_ptr(a, env, first);
     if (dst) {
         memcpy(dst, buf, len);

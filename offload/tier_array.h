@@ -8,10 +8,20 @@
 #define STRATA_OFFLOAD_TIER_ARRAY_H
 
 #include <stdbool.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gpu/device.h"
 #include "nvme/swap.h"
+#include "offload/tier_cache.h"
+
+/* What the NVMe tier moved, counted where it moves (any thread): bytes read from and written to the drive, and
+ * reads the host cache served instead (count and bytes). */
+typedef struct tier_counters {
+    _Atomic uint64_t nvme_read_bytes, nvme_write_bytes;
+    _Atomic uint64_t cache_hits, cache_read_bytes;
+} tier_counters;
 
 /* What a tier array needs from the engine to allocate and move its bytes. */
 typedef struct tier_env {
@@ -19,6 +29,7 @@ typedef struct tier_env {
     dev_stream *copy_stream;  /* for synchronous device<->host copies outside the hot path */
     nvme_swap *swap;          /* NULL when nothing lives on NVMe */
     bool host_addressable_device; /* device memory is host memory (host backend) */
+    tier_counters *ctr;       /* may be NULL */
 } tier_env;
 
 typedef struct tier_array {
@@ -26,6 +37,7 @@ typedef struct tier_array {
     size_t numel, elem_bytes;
     void *mem;        /* DEVICE: device memory; HOST: pinned host memory */
     swap_extent ext;  /* NVME */
+    tier_cache *cache; /* NVME: the ranges mirrored in host memory (tarr_cache), or NULL */
     const char *what; /* "parameters", "master weights", ... for messages */
 } tier_array;
 
@@ -34,7 +46,19 @@ typedef struct tier_array {
 strata_status tarr_alloc(tier_array *a, const tier_env *env, strata_tier tier, size_t numel, size_t elem_bytes,
                          const char *what);
 
-/* Frees it; nothing may be in flight on it. Safe on a zeroed array. */
+/* Gives an NVMe array a host cache of the given ranges (tier_cache.h; sorted, disjoint), replacing any it had:
+ * reads of a whole mirrored valid range come from host memory, writes go to both. The allocator's status naming
+ * the array when the memory is not there (the array keeps no cache then). n 0 drops the cache. */
+strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range *ranges, size_t n);
+
+/* Fills the cache's mirror of exactly [first, first + count) from the drive (waits) and makes it valid. */
+strata_status tarr_cache_fill(tier_array *a, const tier_env *env, size_t first, size_t count);
+
+/* The host copy of elements [first, first + count) when the array's cache holds them valid (counted as a cache
+ * read), else NULL: a fetch copies straight from there instead of staging a drive read. */
+const void *tarr_cached(const tier_array *a, const tier_env *env, size_t first, size_t count);
+
+/* Frees it (and its cache); nothing may be in flight on it. Safe on a zeroed array. */
 void tarr_free(tier_array *a, const tier_env *env);
 
 /* The host pointer of element index, or NULL when the host cannot address the array's tier
@@ -48,11 +72,12 @@ static inline size_t tarr_bytes(const tier_array *a, size_t count)
 }
 
 /* Reads elements [first, first + count) into buf (host memory; pinned and 4 KiB-aligned when the
- * tier is NVMe). NVMe reads are queued on w (wait with io_wait_wait); other tiers copy before
- * returning. The range must be 4 KiB-aligned in bytes for NVMe. */
+ * tier is NVMe). NVMe reads are queued on w (wait with io_wait_wait), unless the host cache holds the range:
+ * then, as for the other tiers, the copy is done on return. The range must be 4 KiB-aligned in bytes for NVMe. */
 strata_status tarr_read(const tier_array *a, const tier_env *env, size_t first, size_t count, void *buf, io_wait *w);
 
-/* Writes buf into elements [first, first + count), as tarr_read. */
+/* Writes buf into elements [first, first + count), as tarr_read; on NVMe also into what the host cache mirrors
+ * of them (done on return). */
 strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf,
                          io_wait *w);
 

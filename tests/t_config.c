@@ -126,12 +126,6 @@ static void test_error_classes(void)
                  "does not implement: strata always pins its host buffers (host-tier state and its staging pool, "
                  "both counted in strata.host_budget_bytes); write true (what strata does) or remove the key; or set "
                  "strata.ignore_unimplemented = true to only warn");
-    expect_error("{\"zero_optimization\": {\"offload_param\": {\"max_in_cpu\": 1e9}}}",
-                 "config: zero_optimization.offload_param.max_in_cpu = 1000000000.0 is a DeepSpeed setting that "
-                 "strata does not implement: host caching of NVMe parameters is not implemented yet: a module that "
-                 "is not on the device is read from NVMe at every fetch (offload_param.device = \"cpu\" keeps all "
-                 "parameters in host memory); write 0 (what strata does) or remove the key; or set "
-                 "strata.ignore_unimplemented = true to only warn");
     expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 0.3}}}",
                  "config: zero_optimization.offload_optimizer.ratio = 0.3 is a DeepSpeed setting that strata does "
                  "not implement: the whole optimizer step runs on the CPU (partial offload is not implemented); "
@@ -166,7 +160,7 @@ static void test_deepspeed_config_resolves(void)
         "  \"zero_optimization\": {\n"
         "    \"stage\": 3,\n"
         "    \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/local_nvme\", \"pin_memory\": true,\n"
-        "                      \"max_in_cpu\": 0},\n"
+        "                      \"max_in_cpu\": 2e8},\n"
         "    \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": [\"/nvme0\", \"/nvme1\"],\n"
         "                          \"pin_memory\": true, \"pipeline_read\": true, \"pipeline_write\": false, \"ratio\": 1.0},\n"
         "    \"sub_group_size\": 5e7,\n"
@@ -201,6 +195,7 @@ static void test_deepspeed_config_resolves(void)
     T_EQ_INT(c.prefetch_bucket_size, defaults().prefetch_bucket_size); /* "auto" keeps the default */
     T_EQ_INT(c.max_live_parameters, 300000000);
     T_EQ_INT(c.param_persistence_threshold, 10000);
+    T_EQ_INT(c.param_max_in_cpu, 200000000);
     T_EQ_INT(c.aio.block_size, 262144);
     T_EQ_INT(c.aio.queue_depth, 16);
     T_EQ_INT(c.aio.intra_op_parallelism, 2); /* from the old spelling thread_count */
@@ -261,12 +256,10 @@ static void test_what_strata_does_passes(void)
     strata_config c = defaults(), before = c;
     log_capture_start();
     T_OK(strata_config_load_json_string(&c,
-                                        "{\"zero_optimization\": {\"offload_param\": {\"pin_memory\": true, "
-                                        "\"max_in_cpu\": 0}, \"offload_optimizer\": {\"pin_memory\": true, "
-                                        "\"ratio\": 1}}}",
+                                        "{\"zero_optimization\": {\"offload_param\": {\"pin_memory\": true}, "
+                                        "\"offload_optimizer\": {\"pin_memory\": true, \"ratio\": 1}}}",
                                         NULL, NULL, 0));
-    T_OK(strata_config_load_json_string(&c, "{\"zero_optimization\": {\"offload_param\": {\"max_in_cpu\": 0.0}, "
-                                            "\"offload_optimizer\": {\"ratio\": 1.0}}}",
+    T_OK(strata_config_load_json_string(&c, "{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 1.0}}}",
                                         NULL, NULL, 0));
     log_capture_stop();
     T_EQ_STR(captured, "");

@@ -473,6 +473,12 @@ typedef struct probe {
 #define PARAM_ON_HOST_NO_PERSISTENCE                                                                       \
     "{\"" ZO "\": {\"offload_param\": {\"device\": \"cpu\"}, \"stage3_param_persistence_threshold\": 0}}"
 #define FP16 "{\"fp16\": {\"enabled\": true"
+/* Parameters and optimizer state on NVMe (with what the host budget leaves mirroring them), and the same with the
+ * host cache off: what the drive holds is what is read. */
+#define BOTH_ON_NVME                                                                                     \
+    "{\"" ZO "\": {\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"$DIR\"}, \"offload_optimizer\": " \
+    "{\"device\": \"nvme\", \"nvme_path\": \"$DIR\"}}}"
+#define OPT_ON_NVME_UNCACHED OPT_ON_NVME ", \"strata\": {\"host_cache\": false}}"
 
 static const probe probes[] = {
     {ZO ".stage", "2", "{\"" ZO "\": {\"offload_param\": {\"device\": \"cpu\"}}}", obs_create, NULL},
@@ -530,7 +536,9 @@ static const probe probes[] = {
     {"strata.delayed_update", "true", NULL, obs_finalize, NULL},
     {"strata.delayed_warmup_steps", "0", "{\"strata\": {\"delayed_update\": true}}", obs_train, NULL},
     {"strata.trace_path", "\"$DIR/trace-probe.json\"", NULL, obs_trace_file, NULL},
-    {"strata.swap_checksum", "false", OPT_ON_NVME "}", obs_corrupt, NULL},
+    {"strata.swap_checksum", "false", OPT_ON_NVME_UNCACHED, obs_corrupt, NULL},
+    {"strata.host_cache", "false", BOTH_ON_NVME, obs_train, NULL},
+    {ZO ".offload_param.max_in_cpu", "0", BOTH_ON_NVME, obs_train, NULL},
     {"strata.gradients_on_nvme", "true", OPT_ON_NVME "}", obs_finalize, NULL},
     {"strata.ignore_unimplemented", "true", "{\"train_batch_size\": 8}", obs_load_only, NULL},
     {"strata.aio.direct", NULL, OPT_ON_NVME "}", obs_files, pick_direct},

@@ -141,6 +141,7 @@ int cmd_estimate(int argc, char **argv)
     }
     plan p;
     plan_choose_grad_tier(&cfg, &in, plan_host_budget(&cfg), &p);
+    plan_host_cache(&cfg, &in, plan_host_budget(&cfg), &p);
     size_t psi = ranks.params ? ranks.params : gpt_param_count(shape);
     int seq = shape == &custom || ranks.params ? custom.seq : shape->seq;
     if (ranks.json) {
@@ -148,7 +149,7 @@ int cmd_estimate(int argc, char **argv)
         return CLI_EXIT_OK;
     }
 
-    char b1[32], b2[32], b3[32];
+    char b1[32], b2[32], b3[32], b4[32];
     double count = (double)psi;
     if (ranks.active)
         printf("world   %d rank%s at ZeRO stage %d: every number below is per rank; no ranks are started\n",
@@ -174,6 +175,12 @@ int cmd_estimate(int argc, char **argv)
                known ? size_format(budgets[t], b3, sizeof b3) : t == 0 ? "all free" : "unknown",
                !known ? "-" : p.tier_bytes[t] <= budgets[t] ? "yes" : "NO");
     }
+    if (p.nvme_param_bytes || p.nvme_opt_bytes)
+        printf("\nhost cache (strata.host_cache%s): mirrors %s of %s of NVMe parameters (read at every fetch) and %s of "
+               "%s of NVMe optimizer state (read once per step), from what the host budget leaves\n",
+               cfg.host_cache ? "" : " = false", size_format(p.cache_param_bytes, b1, sizeof b1),
+               size_format(p.nvme_param_bytes, b2, sizeof b2), size_format(p.cache_opt_bytes, b3, sizeof b3),
+               size_format(p.nvme_opt_bytes, b4, sizeof b4));
     if (ranks.active)
         estimate_ranks_print(&ranks, &cfg, &in, &p, psi, seq);
     if (cfg.device_budget_bytes) {

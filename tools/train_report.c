@@ -81,7 +81,7 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
                 "\"optimizer_s\":%.6f,\"skipped\":%s,\"loss_scale\":%.1f,\"nvme_to_host_bytes\":%llu,"
                 "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,\"host_to_nvme_bytes\":%llu,"
                 "\"rank\":%d,\"world_size\":%d,\"comm_bytes\":%llu,\"device_peak_bytes\":%zu,"
-                "\"host_peak_bytes\":%zu,\"nvme_peak_bytes\":%zu}\n",
+                "\"host_peak_bytes\":%zu,\"nvme_peak_bytes\":%zu,\"fetches\":%llu,\"host_cache_read_bytes\":%llu}\n",
                 (long long)step + 1, loss, lr, tokens_per_s, tokens_per_s * r->flops_per_token / 1e12,
                 step_wall_s, ns_s(now->stall_ns - prev.stall_ns), ns_s(now->step_ns - prev.step_ns),
                 res->skipped ? "true" : "false", res->loss_scale,
@@ -90,7 +90,8 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
                 (unsigned long long)(now->device_to_host_bytes - prev.device_to_host_bytes),
                 (unsigned long long)(now->host_to_nvme_bytes - prev.host_to_nvme_bytes), now->rank, now->world_size,
                 (unsigned long long)(now->comm_bytes - prev.comm_bytes), now->device_peak_bytes, now->host_peak_bytes,
-                now->nvme_peak_bytes);
+                now->nvme_peak_bytes, (unsigned long long)(now->fetches - prev.fetches),
+                (unsigned long long)(now->host_cache_read_bytes - prev.host_cache_read_bytes));
         fflush(r->jsonl);
     }
     /* Plain lines also come at least every 10 s, so a long run in a log shows it is alive. */
@@ -152,6 +153,14 @@ void report_summary(train_report *r, const char *trace_path)
            report_bytes((double)(b->host_to_device_bytes - a->host_to_device_bytes), y, sizeof y),
            report_bytes((double)(b->device_to_host_bytes - a->device_to_host_bytes), z, sizeof z),
            report_bytes((double)(b->host_to_nvme_bytes - a->host_to_nvme_bytes), w, sizeof w));
+    if (b->host_cache_bytes)
+        printf("  host cache  %s mirrored of NVMe-homed state; it served %s in %llu reads the drive did not have to\n",
+               report_bytes((double)b->host_cache_bytes, x, sizeof x),
+               report_bytes((double)(b->host_cache_read_bytes - a->host_cache_read_bytes), y, sizeof y),
+               (unsigned long long)(b->host_cache_hits - a->host_cache_hits));
+    uint64_t fetches = b->fetches - a->fetches;
+    printf("  fetches     %llu (%.1f per step), %llu found resident or in flight\n", (unsigned long long)fetches,
+           steps > 0 ? (double)fetches / (double)steps : 0.0, (unsigned long long)(b->prefetch_hits - a->prefetch_hits));
     char budget_dev[48] = "", budget_host[48] = "";
     if (b->device_budget_bytes)
         snprintf(budget_dev, sizeof budget_dev, " of %s", report_bytes((double)b->device_budget_bytes, x, sizeof x));

@@ -20,6 +20,7 @@
 #include "base/util.h"
 #include "engine/ckpt/ckpt_files.h"
 #include "engine/ckpt/ckpt_stream.h"
+#include "engine/host_cache.h"
 #include "engine/ranks.h"
 #include "engine/step.h"
 #include "engine/train_step.h"
@@ -276,6 +277,7 @@ static strata_status drop_in_flight(strata_engine *e)
     ERR_CHECK(dev_stream_sync(e->h2d));
     residency_invalidate_all(e);
     step_forget(e->step); /* the optimizer state on NVMe is about to change */
+    host_cache_forget(e); /* and so is every mirror of it: the load's writes refill them */
     return STRATA_OK;
 }
 

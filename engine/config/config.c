@@ -57,6 +57,8 @@ static void set_defaults(strata_config *cfg)
     cfg->delayed_warmup_steps = 10;
     cfg->swap_checksum = true;
     cfg->gradients_on_nvme = STRATA_SWITCH_AUTO;
+    cfg->host_cache = true;
+    cfg->param_max_in_cpu = 1000000000;
 }
 
 /* Range check of one numeric field against its table entry; the message mirrors the JSON loader's. */

@@ -29,7 +29,6 @@ static const cfg_choice switch_choices[] = {
 /* DeepSpeed keys whose one value below is what strata always does: that value is accepted silently, any
  * other is not implemented (see CFG_UNIMPLEMENTED). Written as JSON; numbers compare by value. */
 static const cfg_choice only_true[] = {{"true", 0}, {NULL, 0}};
-static const cfg_choice only_zero[] = {{"0", 0}, {NULL, 0}};
 static const cfg_choice only_one[] = {{"1", 0}, {NULL, 0}};
 
 /* Paths of the two offload blocks share their key names; these macros keep the table readable. */
@@ -51,9 +50,7 @@ const cfg_key cfg_keys[] = {
     OFFLOAD_COMMON("zero_optimization.offload_param", offload_param),
     {"zero_optimization.offload_param.buffer_count", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL, PARAM_BUFFERS_HELP},
     {"zero_optimization.offload_param.buffer_size", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL, PARAM_BUFFERS_HELP},
-    {"zero_optimization.offload_param.max_in_cpu", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_zero,
-     "host caching of NVMe parameters is not implemented yet: a module that is not on the device is read from "
-     "NVMe at every fetch (offload_param.device = \"cpu\" keeps all parameters in host memory)"},
+    {"zero_optimization.offload_param.max_in_cpu", CFG_COUNT, OFF(param_max_in_cpu), 0, SIZE_MAX_D, NULL, NULL},
     {"zero_optimization.offload_optimizer", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
     OFFLOAD_COMMON("zero_optimization.offload_optimizer", offload_optimizer),
     {"zero_optimization.offload_optimizer.buffer_count", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
@@ -159,6 +156,7 @@ const cfg_key cfg_keys[] = {
     {"strata.trace_path", CFG_STRING, OFF(trace_path), 0, 0, NULL, NULL},
     {"strata.swap_checksum", CFG_BOOL, OFF(swap_checksum), 0, 0, NULL, NULL},
     {"strata.gradients_on_nvme", CFG_ENUM, OFF(gradients_on_nvme), 0, 0, switch_choices, NULL},
+    {"strata.host_cache", CFG_BOOL, OFF(host_cache), 0, 0, NULL, NULL},
     {"strata.ignore_unimplemented", CFG_BOOL, OFF(ignore_unimplemented), 0, 0, NULL, NULL},
     {"strata.aio", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
     {"strata.aio.direct", CFG_ENUM, OFF(aio.direct), 0, 0, switch_choices, NULL},

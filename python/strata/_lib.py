@@ -105,7 +105,8 @@ class Stats(ctypes.Structure):
         "nvme_to_host_bytes", "host_to_device_bytes", "device_to_host_bytes", "host_to_nvme_bytes")] + \
         [(name, c_size) for name in ("device_peak_bytes", "host_peak_bytes", "nvme_peak_bytes",
                                      "device_budget_bytes", "host_budget_bytes")] + \
-        [("rank", c_int), ("world_size", c_int), ("comm_bytes", ctypes.c_uint64)]
+        [("rank", c_int), ("world_size", c_int), ("comm_bytes", ctypes.c_uint64)] + \
+        [("host_cache_hits", ctypes.c_uint64), ("host_cache_read_bytes", ctypes.c_uint64), ("host_cache_bytes", c_size)]
 
 
 class CheckpointInfo(ctypes.Structure):
@@ -158,7 +159,7 @@ _SIGNATURES = {
     "strata_checkpoint_verify": (c_status, [c_char_p]),
     "strata_checkpoint_latest": (c_status, [c_char_p, c_char_p, c_size]),
     "strata_checkpoint_prune": (c_status, [c_char_p, c_int, ctypes.POINTER(c_int)]),
-    "strata_stats_get": (c_status, [c_voidp, ctypes.POINTER(Stats)]),
+    "strata_stats_get_sized": (c_status, [c_voidp, ctypes.POINTER(Stats), c_size]),
 }
 
 

@@ -259,5 +259,6 @@ class Engine:
 
     def stats(self):
         s = _lib.Stats()
-        self._check(self._lib.strata_stats_get(self._p(), ctypes.byref(s)), "strata_stats_get")
+        self._check(self._lib.strata_stats_get_sized(self._p(), ctypes.byref(s), ctypes.sizeof(s)),
+                    "strata_stats_get")
         return {name: getattr(s, name) for name, _ in _lib.Stats._fields_}

@@ -128,9 +128,11 @@ void synth_use_nvme(strata_config *c, const char *dir, bool params, bool optimiz
         snprintf(blocks[i]->nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
         blocks[i]->nvme_path_count = 1;
     }
-    /* The fault and integrity tests that use this mean every swapped state class, the gradient store included. */
+    /* The fault and integrity tests that use this mean every swapped state class, the gradient store included,
+     * read from the drive: no host cache in front of it. */
     if (optimizer)
         c->gradients_on_nvme = STRATA_SWITCH_ON;
+    c->host_cache = false;
 }
 
 static void all_device(strata_config *c, const char *dir) { (void)c, (void)dir; }
@@ -150,6 +152,16 @@ static void all_nvme(strata_config *c, const char *dir)
     synth_use_nvme(c, dir, true, true);
     c->gradients_on_nvme = STRATA_SWITCH_AUTO; /* the gradient store fits the host: it stays there */
 }
+static void all_nvme_cached(strata_config *c, const char *dir)
+{
+    all_nvme(c, dir);
+    c->host_cache = true; /* the host budget holds it all: every read is the mirror's */
+}
+static void all_nvme_part_cached(strata_config *c, const char *dir)
+{
+    all_nvme_cached(c, dir);
+    c->param_max_in_cpu = 12288; /* some modules mirrored, the rest read from the drive */
+}
 static void nvme_tiny_budget(strata_config *c, const char *dir)
 {
     synth_use_nvme(c, dir, true, true); /* the gradient store on NVMe too */
@@ -166,6 +178,8 @@ const synth_placement synth_placements[] = {
     {"optimizer on host", opt_host},
     {"parameters and optimizer on host", param_host},
     {"parameters and optimizer on NVMe", all_nvme},
+    {"NVMe, all of it mirrored by the host cache", all_nvme_cached},
+    {"NVMe, the host cache mirroring some parameter modules", all_nvme_part_cached},
     {"NVMe with a device budget of two modules", nvme_tiny_budget},
 };
 const size_t synth_placement_count = sizeof synth_placements / sizeof synth_placements[0];

@@ -54,13 +54,14 @@ strata_status synth_engine(const synth_opts *o, const strata_config *cfg, strata
 strata_config synth_config(strata_dtype dtype);
 
 /* Places the parameters and/or the optimizer state on NVMe, with dir as their one nvme_path; with the optimizer
- * state, the gradient store too (strata.gradients_on_nvme = true). */
+ * state, the gradient store too (strata.gradients_on_nvme = true); the host cache off (reads reach the drive). */
 void synth_use_nvme(strata_config *c, const char *dir, bool params, bool optimizer);
 
 /* The placements the equivalence-style tests sweep: everything on the device tier, optimizer on host,
  * parameters and optimizer on host, both on NVMe under nvme_dir (the gradient store in host memory, where it
- * fits), and NVMe with a device budget of two modules (the gradient store on NVMe too; nothing stays resident,
- * nothing is prefetched: every fetch is a demand fetch from NVMe). */
+ * fits) with the host cache off, mirroring all of it, and mirroring some parameter modules, and NVMe with a
+ * device budget of two modules (the gradient store on NVMe too, no host cache; nothing stays resident, nothing
+ * is prefetched: every fetch is a demand fetch from NVMe). */
 typedef struct synth_placement {
     const char *name;
     void (*apply)(strata_config *c, const char *nvme_dir);
