@@ -14,9 +14,10 @@ passed=0 failed=0
 
 cat >"$scratch/nvme.json" <<JSON
 {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "$scratch"},
-                       "offload_optimizer": {"device": "nvme", "nvme_path": "$scratch"}}}
+                       "offload_optimizer": {"device": "nvme", "nvme_path": "$scratch"}},
+ "strata": {"host_cache": false}}
 JSON
-# Only rank 1 arms the fault (mpirun gives each rank its OMPI_COMM_WORLD_RANK).
+# (No host cache: the reads must reach the drive, where the fault is.) Only rank 1 arms the fault (mpirun gives each rank its OMPI_COMM_WORLD_RANK).
 cat >"$scratch/rank1_fails.sh" <<'SH'
 #!/bin/bash
 [ "$OMPI_COMM_WORLD_RANK" = 1 ] && export STRATA_NVME_FAULT=eio@200

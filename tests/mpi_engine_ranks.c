@@ -114,7 +114,8 @@ static void check_memory(const char *what, int stage, const strata_config *cfg, 
                 st->host_peak_bytes, st1.host_peak_bytes);
     /* With one micro-batch per step both runs fetch every module twice; with more (or with the delayed update's
      * prefetch across the step), which modules stay resident depends on their (padded, larger) size. */
-    if (stage == 3 && cfg->offload_param.device == STRATA_TIER_NVME && k == 1 && !cfg->delayed_update) {
+    if (stage == 3 && cfg->offload_param.device == STRATA_TIER_NVME && k == 1 && !cfg->delayed_update &&
+        !cfg->host_cache) { /* with the host cache the drive serves (next to) nothing: no ratio to take */
         double ratio = (double)st->nvme_to_host_bytes / (double)st1.nvme_to_host_bytes;
         /* At most the shard's part of the model (padding makes it a little more than 1/N; the optimizer's own
          * reads shrink the ratio below it). And each rank copies a module to the device as often as the one rank

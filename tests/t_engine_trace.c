@@ -26,6 +26,7 @@ int main(void)
         snprintf(blocks[i]->nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
         blocks[i]->nvme_path_count = 1;
     }
+    c.host_cache = false; /* every link moves bytes: fetches and the step read the drive */
     snprintf(c.trace_path, sizeof c.trace_path, "%s/trace.json", dir);
     float *w = NULL;
     size_t n = 0;

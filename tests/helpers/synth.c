@@ -430,6 +430,8 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
         if (losses)
             losses[s - o->first_step] = loss / o->micro_batches;
     }
+    if (stats) /* the training's counters: reading the weights back below is the test's, not training */
+        CHECK(strata_stats_get(e, stats));
     size_t total = 0;
     for (int l = 0; l < L; l++)
         total += (size_t)o->width[l + 1] * o->width[l] + o->width[l + 1];
@@ -446,8 +448,7 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
     *n_out = total;
     if (o->final_loss_scale)
         *o->final_loss_scale = strata_loss_scale(e);
-    if (stats)
-        CHECK(strata_stats_get(e, stats));
+
 out:
     if (st != STRATA_OK) {
         fprintf(stderr, "synth_train: %s: %s\n", strata_status_name(st), e ? strata_last_error(e) : strata_last_error(NULL));
