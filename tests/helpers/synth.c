@@ -430,8 +430,11 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
         if (losses)
             losses[s - o->first_step] = loss / o->micro_batches;
     }
-    if (stats) /* the training's counters: reading the weights back below is the test's, not training */
+    if (stats) { /* the training's counters, its last (delayed) update published: reading the weights back below
+                  * is the test's, not training */
+        CHECK(strata_sync(e));
         CHECK(strata_stats_get(e, stats));
+    }
     size_t total = 0;
     for (int l = 0; l < L; l++)
         total += (size_t)o->width[l + 1] * o->width[l] + o->width[l + 1];
