@@ -83,9 +83,13 @@ uint64_t gpt_mix64(uint64_t z);
 
 /* Where the network gets a module's parameters. acquire fills params[k] (and grads[k] when backward is true;
  * the network adds its gradient into them) for every parameter k of module; finish says the network is done
- * with them (in backward: the gradients are complete). */
+ * with them (in backward: the gradients are complete). hand_over, only between a backward acquire and its finish,
+ * hands the gradients written into grads so far over as one contribution and points grads[k] at fresh zeroed
+ * buffers: one acquisition then serves several micro-batches (the layer-wise schedule, gpt_pass.h) whose
+ * gradients reach the source one contribution at a time, exactly as separate acquisitions would hand them over. */
 typedef struct gpt_source {
     strata_status (*acquire)(void *ctx, int module, bool backward, float **params, float **grads);
+    strata_status (*hand_over)(void *ctx, int module, float **grads);
     strata_status (*finish)(void *ctx, int module, bool backward);
     void *ctx;
 } gpt_source;
@@ -100,12 +104,30 @@ size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq);
 strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, const gpt_ops *ops, void *mem, size_t mem_bytes,
                              gpt_net **out);
 void gpt_net_destroy(gpt_net *net);
+/* The net's model shape, and its tokens per micro-batch (batch x seq). */
+const gpt_dims *gpt_net_dims(const gpt_net *net);
+size_t gpt_net_tokens(const gpt_net *net);
 
 /* One micro-batch: tokens and targets are batch*seq byte tokens (host memory). Computes the mean cross-entropy
  * into *loss; with backward, adds grad_scale * d(mean loss)/d(param) into the source's gradient buffers.
- * Module order: forward 0..L+1, the head (module 0 again, forward and backward), then L+1..0 backward. */
+ * Module order: forward 0..L+1, the head (module 0 again, forward and backward), then L+1..0 backward.
+ * (A pass of one micro-batch, gpt_pass_step.) */
 strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *tokens, const int32_t *targets,
                            bool backward, float grad_scale, double *loss);
+
+/* The network's pieces for one micro-batch, which a schedule (gpt_pass.h) calls in module order while it holds
+ * the module's parameters w (and, in backward, gradient buffers g):
+ *   gpt_net_load      checks and uploads the micro-batch (STRATA_EINVAL for a token or target out of the vocabulary);
+ *   gpt_net_forward   module 0 (the embeddings), 1..layers (the blocks) or layers + 1 (the final LayerNorm);
+ *   gpt_net_head      the tied head and the loss; with dwte != NULL also its backward, adding grad_scale times the
+ *                     mean loss's gradient into dwte (w are the embeddings' parameters);
+ *   gpt_net_backward  module layers + 1 down to 0, adding into g; needs the head's backward first;
+ *   gpt_net_loss      waits for the queued work and reads the micro-batch's mean loss. */
+strata_status gpt_net_load(gpt_net *net, const int32_t *tokens, const int32_t *targets);
+void gpt_net_forward(gpt_net *net, int module, float **w);
+void gpt_net_head(gpt_net *net, float **w, float *dwte, float grad_scale);
+void gpt_net_backward(gpt_net *net, int module, float **w, float **g);
+strata_status gpt_net_loss(gpt_net *net, double *loss);
 
 /* Every parameter in one flat fp32 array, in module order, with a flat gradient array of the same layout that
  * accumulates across steps (zero it to start over). */

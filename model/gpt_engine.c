@@ -20,16 +20,15 @@ struct gpt_model {
     strata_param_id (*param)[GPT_MAX_MODULE_PARAMS];
     param_ctx (*ctx)[GPT_MAX_MODULE_PARAMS];
     size_t *flat_offset;       /* the module's first element in gpt_flat's layout */
-    void *mem;                 /* strata_device_alloc'd: activations, then the fp32 conversion buffers */
+    void *mem;                 /* strata_device_alloc'd: the pass's activations, then the fp32 conversion buffers */
     const gpt_ops *ops;        /* the kernels of the engine's backend */
     gpt_ops *cuda_ops;         /* owned when the backend is CUDA */
-    gpt_net *net;
+    gpt_pass *pass;            /* the nets of the micro-batches that go through the modules together */
     strata_dtype dtype;
     float *conv_w, *conv_g;    /* fp32 copies of one module when param_dtype is not fp32 */
     float *capture;
     void *capture_raw;         /* host copies of one module's gradients for capture */
     float *capture_f32;
-    int cur_module;
     const char *start_error;   /* why the kernels could not start (gpt_model_prepare), or NULL */
 };
 
@@ -43,9 +42,9 @@ static size_t max_module_numel(const gpt_dims *d)
     return best;
 }
 
-size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, strata_dtype param_dtype)
+size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, strata_dtype param_dtype)
 {
-    size_t bytes = gpt_activation_bytes(d, batch, seq);
+    size_t bytes = gpt_pass_bytes(d, batch, seq, micro_batches).total;
     if (param_dtype != STRATA_DTYPE_FP32)
         bytes += 2 * max_module_numel(d) * sizeof(float);
     return bytes;
@@ -111,35 +110,48 @@ fail:
 
 /* ---------------------------------------------------------------- the engine source */
 
+/* Points grads[k] at module's gradient buffers for the network: strata's own when param_dtype is fp32, else the
+ * fp32 conversion buffers, zeroed as strata zeroes its own. */
+static strata_status take_grads(gpt_model *m, int module, float **grads)
+{
+    size_t sizes[GPT_MAX_MODULE_PARAMS], pos = 0;
+    int np = gpt_module_param_sizes(&m->d, module, sizes);
+    for (int k = 0; k < np; k++) {
+        void *g = strata_grad_data(m->e, m->param[module][k]);
+        if (!g)
+            return STRATA_ESTATE; /* strata_last_error(engine) has the reason */
+        if (m->dtype == STRATA_DTYPE_FP32) {
+            grads[k] = g;
+        } else {
+            grads[k] = m->conv_g + pos;
+            m->ops->zero(m->ops->ctx, grads[k], sizes[k]);
+        }
+        pos += sizes[k];
+    }
+    return STRATA_OK;
+}
+
 static strata_status engine_acquire(void *vm, int module, bool backward, float **params, float **grads)
 {
     gpt_model *m = vm;
     strata_status st = strata_fetch(m->e, m->mod[module]);
     if (st != STRATA_OK)
         return st;
-    m->cur_module = module;
     size_t sizes[GPT_MAX_MODULE_PARAMS], pos = 0;
     int np = gpt_module_param_sizes(&m->d, module, sizes);
     for (int k = 0; k < np; k++) {
         void *p = strata_param_data(m->e, m->param[module][k]);
-        void *g = backward ? strata_grad_data(m->e, m->param[module][k]) : NULL;
-        if (!p || (backward && !g))
-            return STRATA_ESTATE; /* strata_last_error(engine) has the reason */
+        if (!p)
+            return STRATA_ESTATE;
         if (m->dtype == STRATA_DTYPE_FP32) {
             params[k] = p;
-            if (backward)
-                grads[k] = g;
         } else {
             params[k] = m->conv_w + pos;
             m->ops->to_f32(m->ops->ctx, params[k], p, sizes[k], m->dtype);
-            if (backward) {
-                grads[k] = m->conv_g + pos;
-                m->ops->zero(m->ops->ctx, grads[k], sizes[k]);
-            }
         }
         pos += sizes[k];
     }
-    return STRATA_OK;
+    return backward ? take_grads(m, module, grads) : STRATA_OK;
 }
 
 /* Adds the gradient g (param_dtype, device) as the engine will receive it into cap (fp32, host). */
@@ -155,26 +167,42 @@ static strata_status capture_add(gpt_model *m, float *cap, const void *g, size_t
     return STRATA_OK;
 }
 
+/* Hands the gradients written since take_grads to strata as one contribution (converted to param_dtype first, and
+ * added into the capture when a test asked for it). strata frees the buffers; the module stays held. */
+static strata_status give_grads(gpt_model *m, int module)
+{
+    size_t sizes[GPT_MAX_MODULE_PARAMS], pos = 0;
+    int np = gpt_module_param_sizes(&m->d, module, sizes);
+    for (int k = 0; k < np; k++) {
+        void *g = strata_grad_data(m->e, m->param[module][k]);
+        if (!g)
+            return STRATA_ESTATE;
+        if (m->dtype != STRATA_DTYPE_FP32)
+            m->ops->from_f32(m->ops->ctx, g, m->conv_g + pos, sizes[k], m->dtype);
+        if (m->capture) {
+            strata_status st = capture_add(m, m->capture + m->flat_offset[module] + pos, g, sizes[k]);
+            if (st != STRATA_OK)
+                return st;
+        }
+        pos += sizes[k];
+    }
+    return strata_grads_ready(m->e, m->mod[module]);
+}
+
+/* strata_grads_ready frees the module's gradient buffers and the next strata_grad_data, while the module is still
+ * held, hands out new zeroed ones: each hand-over is accumulated on its own, as a fetch of its own would be. */
+static strata_status engine_hand_over(void *vm, int module, float **grads)
+{
+    gpt_model *m = vm;
+    strata_status st = give_grads(m, module);
+    return st == STRATA_OK ? take_grads(m, module, grads) : st;
+}
+
 static strata_status engine_finish(void *vm, int module, bool backward)
 {
     gpt_model *m = vm;
     if (backward) {
-        size_t sizes[GPT_MAX_MODULE_PARAMS], pos = 0;
-        int np = gpt_module_param_sizes(&m->d, module, sizes);
-        for (int k = 0; k < np; k++) {
-            void *g = strata_grad_data(m->e, m->param[module][k]);
-            if (!g)
-                return STRATA_ESTATE;
-            if (m->dtype != STRATA_DTYPE_FP32)
-                m->ops->from_f32(m->ops->ctx, g, m->conv_g + pos, sizes[k], m->dtype);
-            if (m->capture) {
-                strata_status st = capture_add(m, m->capture + m->flat_offset[module] + pos, g, sizes[k]);
-                if (st != STRATA_OK)
-                    return st;
-            }
-            pos += sizes[k];
-        }
-        strata_status st = strata_grads_ready(m->e, m->mod[module]);
+        strata_status st = give_grads(m, module);
         if (st != STRATA_OK)
             return st;
     }
@@ -203,13 +231,15 @@ static strata_status choose_ops(gpt_model *m, strata_dtype dtype)
 #endif
 }
 
-strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, strata_dtype dtype)
+strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, int micro_batches, strata_dtype dtype)
 {
+    if (micro_batches < 1)
+        return STRATA_EINVAL;
     strata_status st = choose_ops(m, dtype);
     if (st != STRATA_OK)
         return st;
-    size_t act = gpt_activation_bytes(&m->d, batch, seq);
-    size_t bytes = gpt_engine_activation_bytes(&m->d, batch, seq, dtype);
+    size_t act = gpt_pass_bytes(&m->d, batch, seq, micro_batches).total;
+    size_t bytes = gpt_engine_activation_bytes(&m->d, batch, seq, micro_batches, dtype);
     if ((st = strata_device_alloc(m->e, bytes, &m->mem)) != STRATA_OK)
         return st;
     m->dtype = dtype;
@@ -217,14 +247,20 @@ strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, strata_dtype d
         m->conv_w = (float *)((char *)m->mem + act);
         m->conv_g = m->conv_w + max_module_numel(&m->d);
     }
-    return gpt_net_create(&m->d, batch, seq, m->ops, m->mem, act, &m->net);
+    return gpt_pass_create(&m->d, batch, seq, micro_batches, m->ops, m->mem, act, &m->pass);
 }
 
 strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const int32_t *targets, bool backward,
                                    float grad_scale, double *loss)
 {
-    gpt_source src = {engine_acquire, engine_finish, m};
-    return gpt_net_step(m->net, &src, tokens, targets, backward, grad_scale, loss);
+    return gpt_model_pass(m, 1, tokens, targets, backward, grad_scale, loss);
+}
+
+strata_status gpt_model_pass(gpt_model *m, int count, const int32_t *tokens, const int32_t *targets, bool backward,
+                             float grad_scale, double *losses)
+{
+    gpt_source src = {.acquire = engine_acquire, .hand_over = engine_hand_over, .finish = engine_finish, .ctx = m};
+    return gpt_pass_step(m->pass, count, &src, tokens, targets, backward, grad_scale, losses);
 }
 
 const char *gpt_model_error(gpt_model *m)
@@ -265,7 +301,7 @@ void gpt_model_destroy(gpt_model *m)
 {
     if (!m)
         return;
-    gpt_net_destroy(m->net);
+    gpt_pass_destroy(m->pass);
     if (m->mem)
         strata_device_free(m->e, m->mem);
 #ifdef STRATA_MODEL_CUDA

@@ -10,24 +10,32 @@
 #define STRATA_MODEL_GPT_ENGINE_H
 
 #include "model/gpt.h"
+#include "model/gpt_pass.h"
 
 typedef struct gpt_model gpt_model;
 
-/* Device bytes the model takes with strata_device_alloc for micro-batches of batch x seq tokens. */
-size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, strata_dtype param_dtype);
+/* Device bytes the model takes with strata_device_alloc for micro-batches of batch x seq tokens, micro_batches of
+ * them held at once (1 for the ordinary schedule; k for the layer-wise one, see gpt_pass.h). */
+size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, strata_dtype param_dtype);
 
 /* Adds the model's modules and parameters (with GPT-2 initial values from seed) to an engine that is not
  * finalized yet. On failure *out is NULL and strata_last_error(engine) says why. */
 strata_status gpt_model_register(strata_engine *engine, const gpt_dims *d, uint64_t seed, gpt_model **out);
 
-/* After strata_engine_finalize: takes the activation memory for micro-batches of batch x seq tokens.
- * STRATA_EUNSUPPORTED on the CUDA backend in a build without CUDA kernels; STRATA_EBUDGET when the reserve is too
- * small. */
-strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, strata_dtype param_dtype);
+/* After strata_engine_finalize: takes the activation memory for up to micro_batches micro-batches of batch x seq
+ * tokens at once. STRATA_EUNSUPPORTED on the CUDA backend in a build without CUDA kernels; STRATA_EBUDGET when the
+ * reserve is too small. */
+strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, int micro_batches, strata_dtype param_dtype);
 
 /* One micro-batch (see gpt_net_step): tokens/targets are batch*seq host tokens. */
 strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const int32_t *targets, bool backward,
                                    float grad_scale, double *loss);
+
+/* count micro-batches (at most gpt_model_prepare's micro_batches) layer by layer, each module fetched once for all
+ * of them (see gpt_pass_step): tokens/targets are count x batch*seq host tokens, losses[j] micro-batch j's loss.
+ * The engine accumulates the same gradients in the same order as count gpt_model_micro_step calls. */
+strata_status gpt_model_pass(gpt_model *m, int count, const int32_t *tokens, const int32_t *targets, bool backward,
+                             float grad_scale, double *losses);
 
 /* Why the model's kernels last failed or could not start (a cuBLAS or CUDA error), or "" when the failure, if
  * any, was strata's (strata_last_error then says why). */

@@ -185,6 +185,18 @@ void gpt_flat_destroy(gpt_flat *f)
 
 /* Like strata's grad_data / grads_ready: each backward use of a module writes into zeroed buffers that are then
  * added to the accumulated gradients, so the sums are grouped exactly as the engine groups them. */
+static void zero_scratch(gpt_flat *f, int module)
+{
+    memset(f->scratch, 0, (f->module_offset[module + 1] - f->module_offset[module]) * sizeof(float));
+}
+
+static void add_scratch(gpt_flat *f, int module)
+{
+    size_t lo = f->module_offset[module], hi = f->module_offset[module + 1];
+    for (size_t i = lo; i < hi; i++)
+        f->grads[i] += f->scratch[i - lo];
+}
+
 static strata_status flat_acquire(void *ctx, int module, bool backward, float **params, float **grads)
 {
     gpt_flat *f = ctx;
@@ -197,22 +209,29 @@ static strata_status flat_acquire(void *ctx, int module, bool backward, float **
         pos += sizes[k];
     }
     if (backward)
-        memset(f->scratch, 0, (pos - base) * sizeof(float));
+        zero_scratch(f, module);
+    return STRATA_OK;
+}
+
+/* The buffers stay where they are: the scratch is added, then zeroed. */
+static strata_status flat_hand_over(void *ctx, int module, float **grads)
+{
+    (void)grads;
+    add_scratch(ctx, module);
+    zero_scratch(ctx, module);
     return STRATA_OK;
 }
 
 static strata_status flat_finish(void *ctx, int module, bool backward)
 {
-    gpt_flat *f = ctx;
-    size_t lo = f->module_offset[module], hi = f->module_offset[module + 1];
-    for (size_t i = lo; backward && i < hi; i++)
-        f->grads[i] += f->scratch[i - lo];
+    if (backward)
+        add_scratch(ctx, module);
     return STRATA_OK;
 }
 
 gpt_source gpt_flat_source(gpt_flat *f)
 {
-    return (gpt_source){flat_acquire, flat_finish, f};
+    return (gpt_source){.acquire = flat_acquire, .hand_over = flat_hand_over, .finish = flat_finish, .ctx = f};
 }
 
 double gpt_flops_per_token(const gpt_dims *d, int seq)

@@ -1,5 +1,5 @@
-/* The GPT network: carves its activations out of the caller's block and runs forward and backward module
- * by module, asking the source for each module's parameters right before use (see gpt.h). */
+/* The GPT network of one micro-batch: carves its activations out of the caller's block and runs each module's
+ * forward and backward with the parameters a schedule (gpt_pass.c) hands it (see gpt.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,12 +117,15 @@ void gpt_net_destroy(gpt_net *net)
     free(net);
 }
 
-#define TRY(call)                        \
-    do {                                 \
-        strata_status st_ = (call);      \
-        if (st_ != STRATA_OK)            \
-            return st_;                  \
-    } while (0)
+const gpt_dims *gpt_net_dims(const gpt_net *net)
+{
+    return &net->d;
+}
+
+size_t gpt_net_tokens(const gpt_net *net)
+{
+    return (size_t)net->B * (size_t)net->T;
+}
 
 static void block_forward(gpt_net *net, int l, float **w, const float *inp)
 {
@@ -171,10 +174,12 @@ static void block_backward(gpt_net *net, int l, float **w, float **g, const floa
 
 /* Waits for the queued work (its failures come back here) and sums the row losses in row order, so the loss is the
  * same for any thread count and on every backend's table. Once per micro-batch: the only wait in a step. */
-static strata_status read_loss(gpt_net *net, double *loss)
+strata_status gpt_net_loss(gpt_net *net, double *loss)
 {
     int N = net->B * net->T;
-    TRY(net->ops->to_host(net->ops->ctx, net->host_row_loss, net->row_loss, (size_t)N * sizeof(double)));
+    strata_status st = net->ops->to_host(net->ops->ctx, net->host_row_loss, net->row_loss, (size_t)N * sizeof(double));
+    if (st != STRATA_OK)
+        return st;
     double sum = 0;
     for (int n = 0; n < N; n++)
         sum += net->host_row_loss[n];
@@ -182,55 +187,57 @@ static strata_status read_loss(gpt_net *net, double *loss)
     return STRATA_OK;
 }
 
-strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *tokens, const int32_t *targets,
-                           bool backward, float grad_scale, double *loss)
+strata_status gpt_net_load(gpt_net *net, const int32_t *tokens, const int32_t *targets)
 {
-    const gpt_dims *d = &net->d;
     const gpt_ops *o = net->ops;
-    void *x = o->ctx;
-    int L = d->layers, N = net->B * net->T, C = d->hidden;
-    float *w[GPT_MAX_MODULE_PARAMS], *g[GPT_MAX_MODULE_PARAMS];
+    int N = net->B * net->T, V = net->d.vocab;
     for (int t = 0; t < N; t++)
-        if (tokens[t] < 0 || tokens[t] >= d->vocab || targets[t] < 0 || targets[t] >= d->vocab)
+        if (tokens[t] < 0 || tokens[t] >= V || targets[t] < 0 || targets[t] >= V)
             return STRATA_EINVAL;
-    o->upload(x, net->tokens, tokens, (size_t)N * sizeof *tokens);
-    o->upload(x, net->targets, targets, (size_t)N * sizeof *targets);
+    o->upload(o->ctx, net->tokens, tokens, (size_t)N * sizeof *tokens);
+    o->upload(o->ctx, net->targets, targets, (size_t)N * sizeof *targets);
+    return STRATA_OK;
+}
 
-    /* forward */
-    TRY(src->acquire(src->ctx, 0, false, w, g));
-    o->embed_forward(x, net->encoded, net->tokens, w[GPT_WTE], w[GPT_WPE], N, net->T, C);
-    TRY(src->finish(src->ctx, 0, false));
-    for (int l = 0; l < L; l++) {
-        TRY(src->acquire(src->ctx, l + 1, false, w, g));
-        block_forward(net, l, w, l == 0 ? net->encoded : net->layer[l - 1].res3);
-        TRY(src->finish(src->ctx, l + 1, false));
+/* The input of block l (0-based) and of the final LayerNorm (l = layers). */
+static const float *block_input(const gpt_net *net, int l)
+{
+    return l == 0 ? net->encoded : net->layer[l - 1].res3;
+}
+
+void gpt_net_forward(gpt_net *net, int module, float **w)
+{
+    const gpt_ops *o = net->ops;
+    int L = net->d.layers, N = net->B * net->T, C = net->d.hidden;
+    if (module == 0)
+        o->embed_forward(o->ctx, net->encoded, net->tokens, w[GPT_WTE], w[GPT_WPE], N, net->T, C);
+    else if (module <= L)
+        block_forward(net, module - 1, w, block_input(net, module - 1));
+    else
+        o->layernorm_forward(o->ctx, net->lnf, net->lnf_mean, net->lnf_rstd, block_input(net, L), w[GPT_LNF_W],
+                             w[GPT_LNF_B], N, C);
+}
+
+void gpt_net_head(gpt_net *net, float **w, float *dwte, float grad_scale)
+{
+    const gpt_ops *o = net->ops;
+    int N = net->B * net->T;
+    /* dsmall carries the head's input gradient to the final LayerNorm's backward. */
+    o->head_loss(o->ctx, dwte ? net->dsmall : NULL, dwte, net->logits, net->row_loss, net->lnf, w[GPT_WTE],
+                 net->targets, N, net->d.hidden, net->d.vocab, N < HEAD_CHUNK ? N : HEAD_CHUNK, grad_scale / (float)N);
+}
+
+void gpt_net_backward(gpt_net *net, int module, float **w, float **g)
+{
+    const gpt_ops *o = net->ops;
+    int L = net->d.layers, N = net->B * net->T, C = net->d.hidden;
+    if (module == L + 1) {
+        o->zero(o->ctx, net->dres, (size_t)N * C);
+        o->layernorm_backward(o->ctx, net->dres, g[GPT_LNF_W], g[GPT_LNF_B], net->dsmall, block_input(net, L),
+                              w[GPT_LNF_W], net->lnf_mean, net->lnf_rstd, N, C);
+    } else if (module >= 1) {
+        block_backward(net, module - 1, w, g, block_input(net, module - 1));
+    } else {
+        o->embed_backward(o->ctx, g[GPT_WTE], g[GPT_WPE], net->dres, net->tokens, N, net->T, C);
     }
-    float *last = L > 0 ? net->layer[L - 1].res3 : net->encoded;
-    TRY(src->acquire(src->ctx, L + 1, false, w, g));
-    o->layernorm_forward(x, net->lnf, net->lnf_mean, net->lnf_rstd, last, w[GPT_LNF_W], w[GPT_LNF_B], N, C);
-    TRY(src->finish(src->ctx, L + 1, false));
-
-    /* the tied head: its forward and backward while the embedding is held */
-    TRY(src->acquire(src->ctx, 0, backward, w, g));
-    o->head_loss(x, backward ? net->dsmall : NULL, backward ? g[GPT_WTE] : NULL, net->logits, net->row_loss, net->lnf,
-                 w[GPT_WTE], net->targets, N, C, d->vocab, N < HEAD_CHUNK ? N : HEAD_CHUNK, grad_scale / (float)N);
-    TRY(src->finish(src->ctx, 0, backward));
-    if (!backward)
-        return read_loss(net, loss);
-
-    /* backward */
-    TRY(src->acquire(src->ctx, L + 1, true, w, g));
-    o->zero(x, net->dres, (size_t)N * C);
-    o->layernorm_backward(x, net->dres, g[GPT_LNF_W], g[GPT_LNF_B], net->dsmall, last, w[GPT_LNF_W], net->lnf_mean,
-                          net->lnf_rstd, N, C);
-    TRY(src->finish(src->ctx, L + 1, true));
-    for (int l = L - 1; l >= 0; l--) {
-        TRY(src->acquire(src->ctx, l + 1, true, w, g));
-        block_backward(net, l, w, g, l == 0 ? net->encoded : net->layer[l - 1].res3);
-        TRY(src->finish(src->ctx, l + 1, true));
-    }
-    TRY(src->acquire(src->ctx, 0, true, w, g));
-    o->embed_backward(x, g[GPT_WTE], g[GPT_WPE], net->dres, net->tokens, N, net->T, C);
-    TRY(src->finish(src->ctx, 0, true));
-    return read_loss(net, loss);
 }

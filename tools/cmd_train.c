@@ -11,6 +11,7 @@
 #include "base/size.h"
 #include "gpu/device.h"
 #include "model/data.h"
+#include "model/gpt_pass.h"
 #include "strata.h"
 #include "tools/cli.h"
 #include "tools/gpt_shape.h"
@@ -24,6 +25,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: strata train [--model PRESET] [--layers N] [--heads N] [--hidden N] [--vocab N] [--context N]\n"
             "                    [--config FILE] [--data FILE] [--steps N] [--batch N] [--grad-accum N] [--seq N]\n"
+            "                    [--schedule ordinary|layerwise]\n"
             "                    [--lr X] [--min-lr X] [--warmup N] [--seed N] [--device auto|host|cuda]\n"
             "                    [--dtype fp32|bf16|fp16]\n"
             "                    [--offload device|host|nvme] [--nvme-dir DIR] [--device-budget SIZE]\n"
@@ -42,6 +44,11 @@ static void usage(FILE *out)
             "  --steps N          optimizer steps (default 100); --batch sequences per micro-batch (default 8);\n"
             "                     --grad-accum micro-batches per step and rank (default 1); --seq tokens per sequence\n"
             "                     (default: the model's context)\n"
+            "  --schedule S       ordinary (default): each micro-batch goes through all modules before the next;\n"
+            "                     layerwise: the step's --grad-accum micro-batches go through each module together,\n"
+            "                     so a step fetches every module once forward, once for the head and once backward\n"
+            "                     instead of grad-accum times each, for grad-accum times the activation memory; the\n"
+            "                     weights are the ordinary schedule's bit for bit\n"
             "  --lr X             peak learning rate (default 1e-3 or the config's); linear warmup over --warmup\n"
             "                     steps (default steps/10), then cosine down to --min-lr (default lr/10)\n"
             "  --device KIND      where the model computes: cuda, host, or auto (default: cuda when a GPU answers)\n"
@@ -54,8 +61,8 @@ static void usage(FILE *out)
             "  --delayed-update   ZeRO-Offload's one-step-delayed optimizer step, after --delayed-warmup N steps\n"
             "  --trace FILE       Chrome trace-event JSON of every transfer and step (open in ui.perfetto.dev)\n"
             "  --log-jsonl FILE   one JSON object per step (loss, lr, tokens/s, stall, bytes per link, comm bytes, peak\n"
-            "                     bytes per tier); with N ranks each rank logs its own: rank 0 to FILE, rank r to\n"
-            "                     FILE.rank<r> (bytes are the rank's; loss and tokens/s the world's)\n"
+            "                     bytes per tier, fetches); with N ranks each rank logs its own: rank 0 to FILE,\n"
+            "                     rank r to FILE.rank<r> (bytes are the rank's; loss and tokens/s the world's)\n"
             "  --dump-weights F   write the final fp32 master weights (raw, model order) to F (rank 0 writes)\n"
             "  --save DIR         checkpoints to DIR/step-N at the end, every --save-every K steps and on\n"
             "                     SIGINT/SIGTERM, keeping the last --keep (default 2); --resume DIR continues\n"
@@ -64,7 +71,7 @@ static void usage(FILE *out)
 }
 
 typedef struct args {
-    const char *model, *config, *data, *offload, *nvme_dir, *trace, *dtype, *device;
+    const char *model, *config, *data, *offload, *nvme_dir, *trace, *dtype, *device, *schedule;
     const char *device_budget, *host_budget, *prefetch;
     int layers, heads, hidden, vocab, context, batch, grad_accum, seq, threads, keep, delayed_warmup;
     long long steps, warmup, save_every;
@@ -169,6 +176,8 @@ static int parse(int argc, char **argv, args *a)
             a->dtype = v;
         } else if (strcmp(f, "--device") == 0) {
             a->device = v;
+        } else if (strcmp(f, "--schedule") == 0) {
+            a->schedule = v;
         } else if (strcmp(f, "--device-budget") == 0) {
             a->device_budget = v;
         } else if (strcmp(f, "--host-budget") == 0) {
@@ -278,6 +287,23 @@ static int build_config(args *a, strata_config *cfg)
     return 0;
 }
 
+/* What the schedule costs in activation memory (the model's reserve adds fp32 conversion buffers for bf16/fp16). */
+static void print_schedule(const trainer_opts *t)
+{
+    int held = trainer_pass_micro_batches(t);
+    gpt_pass_size size = gpt_pass_bytes(&t->dims, t->batch, t->seq, held);
+    double mib = 1048576;
+    if (held == 1) {
+        printf("  schedule %s: one micro-batch at a time through all modules; activations %.2f MiB\n",
+               t->layerwise ? "layerwise (grad-accum 1, so the ordinary one)" : "ordinary",
+               (double)size.per_micro_batch / mib);
+        return;
+    }
+    printf("  schedule layerwise: %d micro-batches through each module together; activations %d x %.2f MiB + %d kept "
+           "head gradients x %.2f MiB = %.2f MiB\n", held, held, (double)size.per_micro_batch / mib, held - 1,
+           (double)size.head_grad / mib, (double)size.total / mib);
+}
+
 static void print_setup(const args *a, const strata_config *cfg, const trainer_opts *t, const char *data_name)
 {
     int world = strata_comm_size(t->comm);
@@ -304,6 +330,7 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
            strata_dtype_name(cfg->param_dtype), strata_tier_name(cfg->offload_param.device),
            strata_tier_name(cfg->offload_optimizer.device),
            cfg->delayed_update ? "on" : "off");
+    print_schedule(t);
     /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master and moments. */
     size_t pbytes = strata_dtype_bytes(cfg->param_dtype);
     double states = (double)gpt_numel(d) * (double)(2 * pbytes + 12);
@@ -324,6 +351,9 @@ static int train(int argc, char **argv, strata_comm *comm, bool *training)
     int rc = parse(argc, argv, &a);
     if (rc)
         return rc;
+    if (a.schedule && strcmp(a.schedule, "ordinary") != 0 && strcmp(a.schedule, "layerwise") != 0)
+        return bad("--schedule", a.schedule, "allowed: ordinary, layerwise (layerwise runs the --grad-accum "
+                   "micro-batches through each module together: fewer fetches, more activation memory)");
     const gpt_shape *preset = gpt_preset(a.model ? a.model : "tiny");
     if (!preset) {
         train_err("--model \"%s\" is not a preset; allowed: %s", a.model, gpt_preset_names());
@@ -367,6 +397,7 @@ static int train(int argc, char **argv, strata_comm *comm, bool *training)
     t->comm = comm;
     t->batch = a.batch;
     t->grad_accum = a.grad_accum;
+    t->layerwise = a.schedule && strcmp(a.schedule, "layerwise") == 0;
     t->steps = a.steps;
     t->warmup = a.warmup >= 0 ? a.warmup : a.steps / 10;
     t->lr = cfg.lr;

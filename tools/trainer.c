@@ -29,6 +29,11 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+int trainer_pass_micro_batches(const trainer_opts *o)
+{
+    return o->layerwise ? o->grad_accum : 1;
+}
+
 double trainer_lr(const trainer_opts *o, int64_t s)
 {
     if (s < o->warmup)
@@ -103,7 +108,8 @@ typedef struct run {
     strata_engine *e;
     gpt_model *m;
     FILE *jsonl;
-    int32_t *tokens, *targets;
+    int32_t *tokens, *targets;     /* the micro-batches of one pass, one after the other */
+    double *losses;                /* their losses */
 } run;
 
 /* --log-jsonl FILE: rank 0 writes FILE (what world 1 writes, so readers of FILE keep working), rank r > 0
@@ -128,13 +134,15 @@ static int open_jsonl(run *r, const trainer_opts *o)
 /* Engine, model and activations; 0, or the exit code. */
 static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
 {
-    size_t ntok = (size_t)o->batch * o->seq;
+    int held = trainer_pass_micro_batches(o);
+    size_t ntok = (size_t)o->batch * o->seq * held;
     r->tokens = malloc(ntok * sizeof(int32_t));
     r->targets = malloc(ntok * sizeof(int32_t));
-    size_t act = gpt_engine_activation_bytes(&o->dims, o->batch, o->seq, cfg->param_dtype);
+    r->losses = malloc((size_t)held * sizeof(double));
+    size_t act = gpt_engine_activation_bytes(&o->dims, o->batch, o->seq, held, cfg->param_dtype);
     if (cfg->activation_bytes < act)
         cfg->activation_bytes = act;
-    if (!r->tokens || !r->targets) {
+    if (!r->tokens || !r->targets || !r->losses) {
         train_err("out of memory");
         return 1;
     }
@@ -144,7 +152,7 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
         return fail(r->e, "registering the model");
     if (strata_engine_finalize(r->e) != STRATA_OK)
         return fail(r->e, "planning the memory (strata_engine_finalize)");
-    strata_status st = gpt_model_prepare(r->m, o->batch, o->seq, cfg->param_dtype);
+    strata_status st = gpt_model_prepare(r->m, o->batch, o->seq, held, cfg->param_dtype);
     if (st == STRATA_EUNSUPPORTED) {
         train_err("this build has no CUDA kernels for the model (nvcc was not found when it "
                         "was configured); use --device host");
@@ -167,6 +175,7 @@ static void run_close(run *r)
     strata_engine_destroy(r->e);
     free(r->tokens);
     free(r->targets);
+    free(r->losses);
 }
 
 /* --resume: loads the checkpoint and sets *start to where its data continues; 0, or the exit code. */
@@ -191,25 +200,29 @@ static int resume(run *r, const trainer_opts *o, int64_t *start)
     return 0;
 }
 
-/* One step: the micro-batches' forward and backward, then strata_step; 0, or the exit code. */
+/* One step: the micro-batches' forward and backward, a pass of trainer_pass_micro_batches at a time, then
+ * strata_step; 0, or the exit code. */
 static int train_step(run *r, const trainer_opts *o, int64_t s, train_report *rep)
 {
     double t0 = now_s(), loss = 0;
-    int world = strata_comm_size(o->comm), rank = strata_comm_rank(o->comm);
-    for (int mb = 0; mb < o->grad_accum; mb++) {
+    int world = strata_comm_size(o->comm), rank = strata_comm_rank(o->comm), held = trainer_pass_micro_batches(o);
+    size_t ntok = (size_t)o->batch * o->seq;
+    for (int first = 0; first < o->grad_accum; first += held) {
         /* The ranks split the step's micro-batches round robin, so N ranks x k see what 1 rank x N*k sees. */
-        data_batch(o->data, o->seed, s, mb * world + rank, o->batch, o->seq, r->tokens, r->targets);
-        double l = 0;
+        for (int j = 0; j < held; j++)
+            data_batch(o->data, o->seed, s, (first + j) * world + rank, o->batch, o->seq, r->tokens + j * ntok,
+                       r->targets + j * ntok);
         /* The engine sums the ranks' gradients: each micro-batch weighs 1 / (all micro-batches of the step). */
         float scale = (float)(strata_loss_scale(r->e) / ((double)o->grad_accum * world));
-        if (gpt_model_micro_step(r->m, r->tokens, r->targets, true, scale, &l) != STRATA_OK) {
+        if (gpt_model_pass(r->m, held, r->tokens, r->targets, true, scale, r->losses) != STRATA_OK) {
             const char *kernel_error = gpt_model_error(r->m);
             if (!*kernel_error)
                 return fail(r->e, "the forward/backward pass");
             train_err("the forward/backward pass failed: %s", kernel_error);
             return 1;
         }
-        loss += l / o->grad_accum;
+        for (int j = 0; j < held; j++)
+            loss += r->losses[j] / o->grad_accum;
     }
     double t1 = now_s(), lr = trainer_lr(o, s);
     strata_step_args args = {.lr = lr};

@@ -5,7 +5,10 @@
  * rank r's micro-batch m of a step is the data stream's micro-batch m * N + r, and the engine sums the ranks'
  * gradients: N ranks with grad_accum k train as one rank with N * k. World 1: SIGINT/SIGTERM finish the current
  * step, save when a save directory is set, and stop; with more ranks a signal ends the rank at once (the ranks could
- * not agree on the step to stop after, and there is no checkpoint to save).
+ * not agree on the step to stop after, and there is no checkpoint to save). The ordinary schedule runs one
+ * micro-batch at a time through all modules; the layer-wise one runs a rank's grad_accum micro-batches through each
+ * module before the next is fetched (gpt_pass.h): the same weights bit for bit, grad_accum times fewer fetches,
+ * grad_accum times the activations.
  */
 #ifndef STRATA_MODEL_TRAINER_H
 #define STRATA_MODEL_TRAINER_H
@@ -19,6 +22,7 @@
 typedef struct trainer_opts {
     gpt_dims dims;
     int batch, grad_accum, seq;
+    bool layerwise;            /* --schedule layerwise: the step's micro-batches pass each module together */
     int64_t steps;
     double lr, min_lr;         /* peak and final learning rate */
     int64_t warmup;            /* steps of linear warmup */
@@ -33,6 +37,9 @@ typedef struct trainer_opts {
     const char *resume_dir;    /* a checkpoint, or a directory holding them (the latest is taken); NULL = fresh */
     bool quiet;                /* no progress line */
 } trainer_opts;
+
+/* Micro-batches that go through the modules together: grad_accum for the layer-wise schedule, else 1. */
+int trainer_pass_micro_batches(const trainer_opts *o);
 
 /* The learning rate of step s (0-based): linear warmup to lr, then cosine down to min_lr at the last step. */
 double trainer_lr(const trainer_opts *o, int64_t s);

@@ -1,0 +1,161 @@
+/* Passes of micro-batches through the GPT network (see gpt_pass.h): the walk over the modules that a step makes,
+ * for one micro-batch (the ordinary schedule) or for several at once (the layer-wise one). */
+#include "model/gpt_pass.h"
+
+#include <stdlib.h>
+
+/* The pieces of a pass's block start on 4 KiB boundaries, so every net's activations are aligned as a lone net's
+ * are: the kernels (cuBLAS chooses its algorithms by alignment too) then compute the same bits for each. */
+#define PIECE_ALIGN ((size_t)4096)
+
+struct gpt_pass {
+    int count;
+    gpt_net **nets;      /* one per micro-batch */
+    float **head_grads;  /* [j], j >= 1: micro-batch j's head gradient (vocab x hidden), kept for the embeddings */
+    const gpt_ops *ops;
+};
+
+#define TRY(call)                        \
+    do {                                 \
+        strata_status st_ = (call);      \
+        if (st_ != STRATA_OK)            \
+            return st_;                  \
+    } while (0)
+
+static size_t piece(size_t bytes)
+{
+    return (bytes + PIECE_ALIGN - 1) & ~(PIECE_ALIGN - 1);
+}
+
+static size_t head_grad_numel(const gpt_dims *d)
+{
+    return (size_t)d->vocab * (size_t)d->hidden;
+}
+
+gpt_pass_size gpt_pass_bytes(const gpt_dims *d, int batch, int seq, int count)
+{
+    gpt_pass_size s;
+    s.per_micro_batch = piece(gpt_activation_bytes(d, batch, seq));
+    s.head_grad = piece(head_grad_numel(d) * sizeof(float));
+    s.total = count < 1 ? 0 : (size_t)count * s.per_micro_batch + (size_t)(count - 1) * s.head_grad;
+    return s;
+}
+
+strata_status gpt_pass_create(const gpt_dims *d, int batch, int seq, int count, const gpt_ops *ops, void *mem,
+                              size_t mem_bytes, gpt_pass **out)
+{
+    *out = NULL;
+    if (count < 1 || !mem)
+        return STRATA_EINVAL;
+    gpt_pass_size size = gpt_pass_bytes(d, batch, seq, count);
+    if (mem_bytes < size.total)
+        return STRATA_EINVAL;
+    gpt_pass *p = calloc(1, sizeof *p);
+    if (!p)
+        return STRATA_ENOMEM;
+    p->ops = ops;
+    p->nets = calloc((size_t)count, sizeof *p->nets);
+    p->head_grads = calloc((size_t)count, sizeof *p->head_grads);
+    if (!p->nets || !p->head_grads) {
+        gpt_pass_destroy(p);
+        return STRATA_ENOMEM;
+    }
+    char *at = mem;
+    for (; p->count < count; p->count++, at += size.per_micro_batch) {
+        strata_status st = gpt_net_create(d, batch, seq, ops, at, size.per_micro_batch, &p->nets[p->count]);
+        if (st != STRATA_OK) {
+            gpt_pass_destroy(p);
+            return st;
+        }
+    }
+    for (int j = 1; j < count; j++, at += size.head_grad)
+        p->head_grads[j] = (float *)at;
+    *out = p;
+    return STRATA_OK;
+}
+
+void gpt_pass_destroy(gpt_pass *p)
+{
+    if (!p)
+        return;
+    for (int j = 0; j < p->count; j++)
+        gpt_net_destroy(p->nets[j]);
+    free(p->nets);
+    free(p->head_grads);
+    free(p);
+}
+
+static strata_status forward(gpt_pass *p, int count, const gpt_source *src, int module, float **w, float **g)
+{
+    TRY(src->acquire(src->ctx, module, false, w, g));
+    for (int j = 0; j < count; j++)
+        gpt_net_forward(p->nets[j], module, w);
+    return src->finish(src->ctx, module, false);
+}
+
+/* The head of every micro-batch while the embeddings are held. Micro-batch 0's gradient goes into the source's
+ * buffer and is handed over when this acquisition finishes, as in the ordinary schedule. The others wait in
+ * head_grads: handed over now, they would reach the embeddings' gradient store before micro-batch 0's embedding
+ * gradient, and the fp32 sums would be grouped differently from the ordinary schedule's. */
+static strata_status head(gpt_pass *p, int count, const gpt_source *src, bool backward, float grad_scale, float **w,
+                          float **g)
+{
+    TRY(src->acquire(src->ctx, 0, backward, w, g));
+    const gpt_dims *d = gpt_net_dims(p->nets[0]);
+    for (int j = 0; j < count; j++) {
+        float *dwte = !backward ? NULL : j == 0 ? g[GPT_WTE] : p->head_grads[j];
+        if (backward && j > 0)
+            p->ops->zero(p->ops->ctx, dwte, head_grad_numel(d)); /* the head adds into it */
+        gpt_net_head(p->nets[j], w, dwte, grad_scale);
+    }
+    return src->finish(src->ctx, 0, backward);
+}
+
+/* A module's backward for every micro-batch; each micro-batch's gradients are handed over before the next one adds
+ * its own. For the embeddings, micro-batch j > 0 first hands over its kept head gradient, where the ordinary
+ * schedule's head of micro-batch j would have. */
+static strata_status backward(gpt_pass *p, int count, const gpt_source *src, int module, float **w, float **g)
+{
+    TRY(src->acquire(src->ctx, module, true, w, g));
+    const gpt_dims *d = gpt_net_dims(p->nets[0]);
+    for (int j = 0; j < count; j++) {
+        if (j > 0)
+            TRY(src->hand_over(src->ctx, module, g));
+        if (j > 0 && module == 0) {
+            /* The fresh buffer is zero, and 0 + x is x for every x the head can write (never -0: it added into
+             * zero too), so the source receives the very bits the ordinary schedule's head handed over. */
+            p->ops->residual_forward(p->ops->ctx, g[GPT_WTE], g[GPT_WTE], p->head_grads[j], head_grad_numel(d));
+            TRY(src->hand_over(src->ctx, module, g));
+        }
+        gpt_net_backward(p->nets[j], module, w, g);
+    }
+    return src->finish(src->ctx, module, true);
+}
+
+strata_status gpt_pass_step(gpt_pass *p, int count, const gpt_source *src, const int32_t *tokens,
+                            const int32_t *targets, bool backward_too, float grad_scale, double *losses)
+{
+    if (count < 1 || count > p->count)
+        return STRATA_EINVAL;
+    int L = gpt_net_dims(p->nets[0])->layers;
+    size_t N = gpt_net_tokens(p->nets[0]);
+    float *w[GPT_MAX_MODULE_PARAMS], *g[GPT_MAX_MODULE_PARAMS];
+    for (int j = 0; j < count; j++)
+        TRY(gpt_net_load(p->nets[j], tokens + (size_t)j * N, targets + (size_t)j * N));
+    for (int m = 0; m <= L + 1; m++)
+        TRY(forward(p, count, src, m, w, g));
+    TRY(head(p, count, src, backward_too, grad_scale, w, g));
+    for (int m = L + 1; backward_too && m >= 0; m--)
+        TRY(backward(p, count, src, m, w, g));
+    for (int j = 0; j < count; j++)
+        TRY(gpt_net_loss(p->nets[j], &losses[j]));
+    return STRATA_OK;
+}
+
+strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *tokens, const int32_t *targets,
+                           bool backward_too, float grad_scale, double *loss)
+{
+    /* A pass of one micro-batch keeps no head gradient and needs no kernels of its own. */
+    gpt_pass one = {.count = 1, .nets = &net};
+    return gpt_pass_step(&one, 1, src, tokens, targets, backward_too, grad_scale, loss);
+}
