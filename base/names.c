@@ -29,6 +29,7 @@ STRATA_API const char *strata_tier_name(strata_tier tier)
     case STRATA_TIER_DEVICE: return "device";
     case STRATA_TIER_HOST: return "host";
     case STRATA_TIER_NVME: return "nvme";
+    case STRATA_TIER_AUTO: return "auto";
     }
     return "?";
 }

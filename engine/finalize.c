@@ -43,6 +43,15 @@ static strata_status make_plan(strata_engine *e, plan *pl)
 {
     engine_tiers *t = &e->tiers;
     t->param_bytes = strata_dtype_bytes(e->cfg.param_dtype);
+    /* PENDING (issue 13): refused until each is built, so that no key is accepted and ignored. */
+    if (e->cfg.offload_param.device == STRATA_TIER_AUTO || e->cfg.offload_optimizer.device == STRATA_TIER_AUTO)
+        return err_set(STRATA_EUNSUPPORTED, "offload device \"auto\" is not implemented yet; choose \"none\", "
+                       "\"cpu\" or \"nvme\"");
+    if (e->cfg.offload_optimizer_ratio < 1.0)
+        return err_set(STRATA_EUNSUPPORTED, "zero_optimization.offload_optimizer.ratio below 1 is not implemented "
+                       "yet; remove the key");
+    if (e->cfg.step_in_backward)
+        return err_set(STRATA_EUNSUPPORTED, "strata.step_in_backward is not implemented yet; remove the key");
     plan_tiers(&e->cfg, &t->param_tier, &t->opt_tier, &t->grad_tier);
     if (t->opt_tier == STRATA_TIER_DEVICE && e->backend != STRATA_BACKEND_HOST)
         return err_set(STRATA_EUNSUPPORTED, "zero_optimization.offload_optimizer.device = \"none\" keeps the "

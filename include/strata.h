@@ -106,6 +106,7 @@ typedef enum strata_tier {
     STRATA_TIER_DEVICE = 0,
     STRATA_TIER_HOST,
     STRATA_TIER_NVME,
+    STRATA_TIER_AUTO, /* only in a config ("auto"): the planner chooses the fastest placement that fits the budgets */
 } strata_tier;
 
 typedef enum strata_backend_kind {
@@ -125,7 +126,7 @@ typedef enum strata_dtype {
 STRATA_API const char *strata_dtype_name(strata_dtype dtype);
 /* Bytes of one element: 4, 2, 2, 0 (and 0 outside the enum). Thread-safe. */
 STRATA_API size_t strata_dtype_bytes(strata_dtype dtype);
-/* "device", "host", "nvme" ("?" outside the enum). Static storage; thread-safe. */
+/* "device", "host", "nvme", "auto" ("?" outside the enum). Static storage; thread-safe. */
 STRATA_API const char *strata_tier_name(strata_tier tier);
 
 typedef enum strata_optimizer_kind {
@@ -227,6 +228,13 @@ typedef struct strata_config {
      * through, so fetches and the step read host memory instead of the drive. */
     bool host_cache;                         /* strata.host_cache; default true */
     size_t param_max_in_cpu;                 /* default 1e9 elements, as DeepSpeed's */
+    /* Twin-Flow partial optimizer offload (offload_optimizer.ratio, DeepSpeed's meaning): the share of the optimizer's
+     * sub-groups the CPU updates; the others keep their optimizer state in device memory and are updated there by the
+     * device's Adam, concurrently. 1 = all on the CPU (default), 0 = all on the device. */
+    double offload_optimizer_ratio;
+    /* strata.step_in_backward: with gradient accumulation 1, a module's optimizer update starts as soon as its
+     * gradients are complete, and the fp32 gradient store is never written. Default false. */
+    bool step_in_backward;
 } strata_config;
 
 /* Sets every field to its default (see `strata config check` for the values) and struct_size.

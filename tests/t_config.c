@@ -78,7 +78,7 @@ static void test_error_classes(void)
     /* enum */
     expect_error("{\"zero_optimization\": {\"offload_param\": {\"device\": \"gpu\"}}}",
                  "config: zero_optimization.offload_param.device = \"gpu\" is not allowed; allowed: \"none\", "
-                 "\"cpu\", \"nvme\"");
+                 "\"cpu\", \"nvme\", \"auto\"");
     /* bad size strings */
     expect_error("{\"strata\": {\"host_budget_bytes\": \"8 gigs\"}}",
                  "config: strata.host_budget_bytes = \"8 gigs\" is not a size; expected bytes as a number or a string "
@@ -126,11 +126,8 @@ static void test_error_classes(void)
                  "does not implement: strata always pins its host buffers (host-tier state and its staging pool, "
                  "both counted in strata.host_budget_bytes); write true (what strata does) or remove the key; or set "
                  "strata.ignore_unimplemented = true to only warn");
-    expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 0.3}}}",
-                 "config: zero_optimization.offload_optimizer.ratio = 0.3 is a DeepSpeed setting that strata does "
-                 "not implement: the whole optimizer step runs on the CPU (partial offload is not implemented); "
-                 "write 1 (what strata does) or remove the key; or set strata.ignore_unimplemented = true to only "
-                 "warn");
+    expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 1.5}}}",
+                 "config: zero_optimization.offload_optimizer.ratio = 1.5 is out of range [0, 1]");
     /* a value of the wrong type is not what strata does either */
     expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"pin_memory\": \"yes\"}}}",
                  "config: zero_optimization.offload_optimizer.pin_memory = \"yes\" is a DeepSpeed setting that "
@@ -239,13 +236,14 @@ static void test_ignore_unimplemented_warns(void)
     strata_config d = defaults(), before = d;
     log_capture_start();
     T_OK(strata_config_load_json_string(&d,
-                                        "{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 0.5}}, "
+                                        "{\"zero_optimization\": {\"offload_param\": {\"pin_memory\": false}}, "
                                         "\"strata\": {\"ignore_unimplemented\": true}}",
                                         NULL, NULL, 0));
     log_capture_stop();
-    T_EQ_STR(captured, "config: zero_optimization.offload_optimizer.ratio = 0.5 is a DeepSpeed setting that strata "
-                       "does not implement (the whole optimizer step runs on the CPU (partial offload is not "
-                       "implemented)); ignored because strata.ignore_unimplemented = true\n");
+    T_EQ_STR(captured, "config: zero_optimization.offload_param.pin_memory = false is a DeepSpeed setting that strata "
+                       "does not implement (strata always pins its host buffers (host-tier state and its staging "
+                       "pool, both counted in strata.host_budget_bytes)); ignored because "
+                       "strata.ignore_unimplemented = true\n");
     before.ignore_unimplemented = true;
     T_CHECK(memcmp(&d, &before, sizeof d) == 0, "an ignored key changed something besides ignore_unimplemented");
 }
@@ -257,9 +255,7 @@ static void test_what_strata_does_passes(void)
     log_capture_start();
     T_OK(strata_config_load_json_string(&c,
                                         "{\"zero_optimization\": {\"offload_param\": {\"pin_memory\": true}, "
-                                        "\"offload_optimizer\": {\"pin_memory\": true, \"ratio\": 1}}}",
-                                        NULL, NULL, 0));
-    T_OK(strata_config_load_json_string(&c, "{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 1.0}}}",
+                                        "\"offload_optimizer\": {\"pin_memory\": true}}}",
                                         NULL, NULL, 0));
     log_capture_stop();
     T_EQ_STR(captured, "");

@@ -59,6 +59,8 @@ static void set_defaults(strata_config *cfg)
     cfg->gradients_on_nvme = STRATA_SWITCH_AUTO;
     cfg->host_cache = true;
     cfg->param_max_in_cpu = 1000000000;
+    cfg->offload_optimizer_ratio = 1.0;
+    cfg->step_in_backward = false;
 }
 
 /* Range check of one numeric field against its table entry; the message mirrors the JSON loader's. */

@@ -20,7 +20,8 @@
 #define SIZE_MAX_D 0x1.fffffffffffffp63
 
 static const cfg_choice tier_choices[] = {
-    {"none", STRATA_TIER_DEVICE}, {"cpu", STRATA_TIER_HOST}, {"nvme", STRATA_TIER_NVME}, {NULL, 0}};
+    {"none", STRATA_TIER_DEVICE}, {"cpu", STRATA_TIER_HOST}, {"nvme", STRATA_TIER_NVME}, {"auto", STRATA_TIER_AUTO},
+    {NULL, 0}};
 static const cfg_choice backend_choices[] = {
     {"auto", STRATA_BACKEND_AUTO}, {"host", STRATA_BACKEND_HOST}, {"cuda", STRATA_BACKEND_CUDA}, {NULL, 0}};
 static const cfg_choice switch_choices[] = {
@@ -29,7 +30,6 @@ static const cfg_choice switch_choices[] = {
 /* DeepSpeed keys whose one value below is what strata always does: that value is accepted silently, any
  * other is not implemented (see CFG_UNIMPLEMENTED). Written as JSON; numbers compare by value. */
 static const cfg_choice only_true[] = {{"true", 0}, {NULL, 0}};
-static const cfg_choice only_one[] = {{"1", 0}, {NULL, 0}};
 
 /* Paths of the two offload blocks share their key names; these macros keep the table readable. */
 #define OFFLOAD_COMMON(prefix, field)                                                                   \
@@ -58,8 +58,7 @@ const cfg_key cfg_keys[] = {
      "of master weights and both moments); size them with sub_group_size and remove the key"},
     {"zero_optimization.offload_optimizer.pipeline_read", CFG_BOOL, OFF(offload_optimizer.pipeline_read), 0, 0, NULL, NULL},
     {"zero_optimization.offload_optimizer.pipeline_write", CFG_BOOL, OFF(offload_optimizer.pipeline_write), 0, 0, NULL, NULL},
-    {"zero_optimization.offload_optimizer.ratio", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_one,
-     "the whole optimizer step runs on the CPU (partial offload is not implemented)"},
+    {"zero_optimization.offload_optimizer.ratio", CFG_DOUBLE, OFF(offload_optimizer_ratio), 0, 1, NULL, NULL},
     {"zero_optimization.offload_optimizer.fast_init", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
      "strata always initialises state straight into its tier; remove the key"},
     {"zero_optimization.sub_group_size", CFG_COUNT, OFF(sub_group_size), 1, SIZE_MAX_D, NULL, NULL},
@@ -157,6 +156,7 @@ const cfg_key cfg_keys[] = {
     {"strata.swap_checksum", CFG_BOOL, OFF(swap_checksum), 0, 0, NULL, NULL},
     {"strata.gradients_on_nvme", CFG_ENUM, OFF(gradients_on_nvme), 0, 0, switch_choices, NULL},
     {"strata.host_cache", CFG_BOOL, OFF(host_cache), 0, 0, NULL, NULL},
+    {"strata.step_in_backward", CFG_BOOL, OFF(step_in_backward), 0, 0, NULL, NULL},
     {"strata.ignore_unimplemented", CFG_BOOL, OFF(ignore_unimplemented), 0, 0, NULL, NULL},
     {"strata.aio", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
     {"strata.aio.direct", CFG_ENUM, OFF(aio.direct), 0, 0, switch_choices, NULL},
