@@ -14,14 +14,20 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t cvt_f32_bits(float f)
+/* How each function is declared: a CUDA file that includes this header defines CVT_FN as
+ * `__host__ __device__ static inline` first, so that its kernels narrow with these very lines. */
+#ifndef CVT_FN
+#define CVT_FN static inline
+#endif
+
+CVT_FN uint32_t cvt_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float cvt_bits_f32(uint32_t u)
+CVT_FN float cvt_bits_f32(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
@@ -29,7 +35,7 @@ static inline float cvt_bits_f32(uint32_t u)
 }
 
 /* fp32 -> bf16: add 0x7FFF plus the lowest kept bit, keep the high half (c10::round_to_nearest_even). */
-static inline uint16_t cvt_f32_to_bf16(float f)
+CVT_FN uint16_t cvt_f32_to_bf16(float f)
 {
     uint32_t x = cvt_f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u)
@@ -37,13 +43,13 @@ static inline uint16_t cvt_f32_to_bf16(float f)
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-static inline float cvt_bf16_to_f32(uint16_t h)
+CVT_FN float cvt_bf16_to_f32(uint16_t h)
 {
     return cvt_bits_f32((uint32_t)h << 16);
 }
 
 /* fp32 -> fp16 (IEEE binary16), round to nearest even at the kept bit in each range. */
-static inline uint16_t cvt_f32_to_fp16(float f)
+CVT_FN uint16_t cvt_f32_to_fp16(float f)
 {
     uint32_t x = cvt_f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
@@ -71,7 +77,7 @@ static inline uint16_t cvt_f32_to_fp16(float f)
     return sign | (uint16_t)q;
 }
 
-static inline float cvt_fp16_to_f32(uint16_t h)
+CVT_FN float cvt_fp16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;

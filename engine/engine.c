@@ -6,8 +6,10 @@
 #include "base/log.h"
 #include "engine/config/config_validate.h"
 #include "engine/ranks.h"
+#include "engine/sib.h"
 #include "engine/step.h"
 #include "engine/train_step.h"
+#include "engine/twin_flow.h"
 #include "gpu/device.h"
 
 /* Device collectives over NCCL: the embedder's communicator, or one made over MPI when every rank of this host
@@ -125,12 +127,15 @@ void engine_unbuild(strata_engine *e)
     bool had;
     opt_job_join(e->opt, &unused, &had);
     opt_thread_stop(e->opt);
+    sib_destroy(e, e->sib); /* before the gradient staging and the tiers it updates go */
+    e->sib = NULL;
     driver_destroy(e->driver);
     ranks_destroy(e, e->ranks);
     residency_destroy(e, e->res);
     grads_destroy(e, e->grads); /* drains the gradient hand-offs first */
     deferred_destroy(e->frees);
     step_destroy(e, e->step);
+    twin_flow_destroy(e, e->twin);
     tiers_close(&e->tiers);
     dev_stream *streams[] = {e->h2d, e->d2h, e->copy, e->upd, e->compute};
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
@@ -142,6 +147,7 @@ void engine_unbuild(strata_engine *e)
     e->grads = NULL;
     e->frees = NULL;
     e->step = NULL;
+    e->twin = NULL;
     e->h2d = e->d2h = e->copy = e->upd = e->compute = NULL;
     e->finalized = false;
 }

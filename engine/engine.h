@@ -12,6 +12,7 @@
  *   driver        train_step.c     strata_step: loss scale, delayed hand-offs, step counts
  *   ranks         ranks.c          the data-parallel world: the step's collectives and their buffers
  *   opt_thread    opt_thread.c     the delayed update's thread
+ *   sib           sib.c            step in backward: module updates during backward, and their thread
  *   checkpoint    ckpt/            save and load (and the flag a failed load leaves)
  *
  * The registry and the fetch order exist from strata_engine_create (the trainer adds modules and may
@@ -28,6 +29,7 @@
 #include "engine/fetch_order.h"
 #include "engine/grads.h"
 #include "engine/opt_thread.h"
+#include "engine/plan_auto.h"
 #include "engine/registry.h"
 #include "engine/residency.h"
 #include "engine/tiers.h"
@@ -39,6 +41,8 @@
 typedef struct step_pipeline step_pipeline;
 typedef struct step_driver step_driver;
 typedef struct rank_state rank_state;
+typedef struct sib sib;
+typedef struct twin_flow twin_flow;
 
 /* Bytes moved per link and time spent, counted by whichever thread moves them. */
 typedef struct eng_counters {
@@ -64,6 +68,7 @@ struct strata_engine {
     /* from strata_engine_finalize, in the order it builds them */
     dev_stream *h2d, *d2h, *copy, *upd; /* fetches, gradients, sync copies, parameter updates */
     dev_stream *compute;            /* the trainer's: a CUDA stream, or the caller's thread (host backend) */
+    plan_placement placement;       /* what the config asked and where finalize put each class, and why */
     engine_tiers tiers;
     deferred_frees *frees;
     grad_store *grads;
@@ -73,6 +78,8 @@ struct strata_engine {
     rank_state *ranks;
     engine_views views;
     opt_thread *opt;                /* only with the delayed update */
+    sib *sib;                       /* only with strata.step_in_backward (sib.c) */
+    twin_flow *twin;                /* the optimizer's device share (offload_optimizer.ratio < 1), or NULL */
 
     eng_counters ctr;
     bool ckpt_incomplete;           /* a strata_load failed half-way: the state is a mix; steps refuse */

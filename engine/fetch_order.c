@@ -99,6 +99,19 @@ bool fetch_order_step_has_more(const fetch_order *o)
     return o->valid && o->pos < o->len;
 }
 
+bool fetch_order_step_fetches_again(const fetch_order *o, strata_module_id id)
+{
+    for (size_t k = o->pos; o->valid && k < o->len; k++)
+        if (o->order[k] == id)
+            return true;
+    return false;
+}
+
+size_t fetch_order_step_left(const fetch_order *o)
+{
+    return o->valid && o->pos < o->len ? o->len - o->pos : 0;
+}
+
 size_t fetch_order_len(const fetch_order *o)
 {
     return o->len;

@@ -31,6 +31,10 @@ size_t fetch_order_len(const fetch_order *o);
 strata_module_id fetch_order_ahead(const fetch_order *o, size_t k);
 /* Whether the order expects another fetch in this step (the next one is not the next step's first). */
 bool fetch_order_step_has_more(const fetch_order *o);
+/* Whether the order expects another fetch of id in the rest of this step (false without a valid order). */
+bool fetch_order_step_fetches_again(const fetch_order *o, strata_module_id id);
+/* Fetches the order expects in the rest of this step (0 without a valid order). */
+size_t fetch_order_step_left(const fetch_order *o);
 /* How many fetches from now id is needed again (SIZE_MAX: not in the order, or no valid order). */
 size_t fetch_order_next_use(const fetch_order *o, strata_module_id id);
 

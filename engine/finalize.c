@@ -13,8 +13,10 @@
 #include "engine/host_cache.h"
 #include "engine/plan.h"
 #include "engine/ranks.h"
+#include "engine/sib.h"
 #include "engine/step.h"
 #include "engine/train_step.h"
+#include "engine/twin_flow.h"
 
 static void plan_input_of(const strata_engine *e, plan_input *in)
 {
@@ -36,37 +38,44 @@ static void plan_input_of(const strata_engine *e, plan_input *in)
         .zero_stage = e->cfg.zero_stage,
         .shard_numel = registry_view_numel(e->reg, REG_SHARD),
     };
+    size_t opt_numel = registry_view_numel(e->reg, e->views.opt);
+    in->opt_device_numel = opt_numel - twin_flow_split(opt_numel, MIN(in->sub_group_numel, opt_numel),
+                                                       e->cfg.offload_optimizer_ratio);
 }
 
-/* Places every state class and proves the plan fits the budgets; *pl receives the plan. */
+/* Places every state class (an offload device "auto" chosen by plan_place) and proves the plan fits the budgets;
+ * *pl receives the plan. The chosen tiers are written into the engine's copy of the config too, so that every
+ * reader of it (the swap space's paths, the ranks' fingerprint, a checkpoint's manifest) sees where state lives,
+ * never "auto"; a retried finalize places again from what the caller asked. */
 static strata_status make_plan(strata_engine *e, plan *pl)
 {
     engine_tiers *t = &e->tiers;
     t->param_bytes = strata_dtype_bytes(e->cfg.param_dtype);
-    /* PENDING (issue 13): refused until each is built, so that no key is accepted and ignored. */
-    if (e->cfg.offload_param.device == STRATA_TIER_AUTO || e->cfg.offload_optimizer.device == STRATA_TIER_AUTO)
-        return err_set(STRATA_EUNSUPPORTED, "offload device \"auto\" is not implemented yet; choose \"none\", "
-                       "\"cpu\" or \"nvme\"");
-    if (e->cfg.offload_optimizer_ratio < 1.0)
-        return err_set(STRATA_EUNSUPPORTED, "zero_optimization.offload_optimizer.ratio below 1 is not implemented "
-                       "yet; remove the key");
+    if (e->placement.placed) {
+        e->cfg.offload_param.device = e->placement.asked_param;
+        e->cfg.offload_optimizer.device = e->placement.asked_opt;
+        e->placement.placed = false;
+    }
+    /* Step in backward names the settings it cannot run with, whatever else is pending. */
     if (e->cfg.step_in_backward)
-        return err_set(STRATA_EUNSUPPORTED, "strata.step_in_backward is not implemented yet; remove the key");
-    plan_tiers(&e->cfg, &t->param_tier, &t->opt_tier, &t->grad_tier);
-    if (t->opt_tier == STRATA_TIER_DEVICE && e->backend != STRATA_BACKEND_HOST)
-        return err_set(STRATA_EUNSUPPORTED, "zero_optimization.offload_optimizer.device = \"none\" keeps the "
-                       "optimizer state on the GPU, but strata's optimizer runs on the CPU; set it to \"cpu\" or "
-                       "\"nvme\"");
+        ERR_CHECK(sib_check_config(e));
     ranks_views(e->cfg.zero_stage, &e->views.param, &e->views.opt, &e->views.grad);
     ERR_CHECK(registry_layout(e->reg, e->cfg.param_persistence_threshold, e->world));
     plan_input in;
     plan_input_of(e, &in);
-    plan_choose_grad_tier(&e->cfg, &in, plan_host_budget(&e->cfg), pl);
-    t->grad_tier = in.grad_tier;
-    plan_host_cache(&e->cfg, &in, plan_host_budget(&e->cfg), pl);
     dev_mem_stats ds;
     dev_mem_stats_get(e->dev, &ds);
-    return plan_check(pl, &in, ds.budget_bytes, plan_host_budget(&e->cfg));
+    plan_placement *pp = &e->placement;
+    ERR_CHECK(plan_place(&e->cfg, e->backend == STRATA_BACKEND_HOST, &in, ds.budget_bytes, plan_host_budget(&e->cfg),
+                         pp, pl));
+    t->param_tier = pp->param_tier;
+    t->opt_tier = pp->opt_tier;
+    t->grad_tier = pp->grad_tier;
+    e->cfg.offload_param.device = pp->param_tier;
+    e->cfg.offload_optimizer.device = pp->opt_tier;
+    if (pp->reason[0])
+        LOG_INFO(LOG_CORE, "rank %d: placement %s", e->rank, pp->reason);
+    return STRATA_OK;
 }
 
 static strata_status open_streams(strata_engine *e)
@@ -94,11 +103,14 @@ static strata_status build(strata_engine *e)
     ERR_CHECK(ranks_create(e, &e->ranks));
     ERR_CHECK(host_cache_open(e, &pl)); /* before the initial state, whose writes fill it */
     ERR_CHECK(tiers_write_initial(&e->tiers, e->reg, e->cfg.param_dtype, &e->views, e->rank));
+    ERR_CHECK(twin_flow_create(e, &e->twin)); /* after the initial state, which it copies */
     ERR_CHECK(residency_create(e, &e->res));
     ERR_CHECK(step_create(&e->cfg, &e->step));
     ERR_CHECK(driver_create(&e->cfg, &e->driver));
     if (e->cfg.delayed_update)
         ERR_CHECK(opt_thread_start(e, &e->opt));
+    if (e->cfg.step_in_backward)
+        ERR_CHECK(sib_create(e, &e->sib));
     return STRATA_OK;
 }
 
@@ -127,6 +139,25 @@ static strata_status finalize(strata_engine *e)
              size_format(total * e->tiers.param_bytes, tot, sizeof tot), strata_tier_name(e->tiers.param_tier),
              strata_tier_name(e->tiers.opt_tier), strata_tier_name(e->tiers.grad_tier));
     e->finalized = true;
+    return STRATA_OK;
+}
+
+STRATA_API strata_status strata_engine_placement(strata_engine *e, strata_tier *param, strata_tier *optimizer,
+                                                 strata_tier *gradients, char *reason, size_t reason_len)
+{
+    if (!e)
+        return err_set(STRATA_EINVAL, "strata_engine_placement: engine is NULL");
+    strata_status st = engine_require_finalized(e, "strata_engine_placement");
+    if (st != STRATA_OK)
+        return err_copy(&e->err, st);
+    if (param)
+        *param = e->tiers.param_tier;
+    if (optimizer)
+        *optimizer = e->tiers.opt_tier;
+    if (gradients)
+        *gradients = e->tiers.grad_tier;
+    if (reason && reason_len)
+        snprintf(reason, reason_len, "%s", e->placement.reason);
     return STRATA_OK;
 }
 

@@ -3,7 +3,8 @@
  * gradients are copied off the device on the d2h stream into pinned staging, then a host function
  * in the same stream order accumulates them (fp32) into the gradient store — host memory, or NVMe
  * (read, add, write) when the optimizer state lives there. The device buffer is freed once the
- * copy is done. Accumulation failures are kept and reported by the next engine call.
+ * copy is done. Accumulation failures are kept and reported by the next engine call. With
+ * strata.step_in_backward there is no store: the staging goes to the module's update (sib.c).
  */
 #include "engine/grads.h"
 
@@ -16,6 +17,7 @@
 #include "base/util.h"
 #include "engine/engine.h"
 #include "engine/ranks.h"
+#include "engine/sib.h"
 #include "offload/accum.h"
 
 /* One module's device gradients while the trainer fills them. */
@@ -75,6 +77,9 @@ strata_status grads_create(strata_engine *e, grad_store **out)
     for (; g->nmods < n; g->nmods++)
         ERR_CHECK(dev_event_create(e->dev, &g->bufs[g->nmods].written));
     strata_tier tier = e->tiers.grad_tier;
+    /* Step in backward updates each module from its staging: there is no store to accumulate into. */
+    if (e->cfg.step_in_backward)
+        return STRATA_OK;
     ERR_CHECK(tarr_alloc(&g->store[0], &e->tiers.env, tier, numel, 4, "gradient store"));
     if (e->cfg.delayed_update)
         ERR_CHECK(tarr_alloc(&g->store[1], &e->tiers.env, tier, numel, 4, "gradient store (second)"));
@@ -352,15 +357,19 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
     if (!b->dev)
         return err_set(STRATA_ESTATE, "strata_grads_ready(\"%s\"): the module has no gradient buffers this step; "
                        "take them with strata_grad_data and write the gradients first", m->name);
+    if (e->sib)
+        ERR_CHECK(sib_check_hand_over(e, id));
     size_t bytes = m->numel * e->tiers.param_bytes;
     grad_job *job = calloc(1, sizeof *job);
     if (!job)
         return err_set(STRATA_ENOMEM, "strata_grads_ready: out of memory");
     strata_status st = pool_acquire(e->tiers.pool, POOL_GRAD, bytes, "gradient staging", &job->staging);
     if (st == STRATA_EBUDGET) {
-        /* Earlier hand-offs hold the staging: wait for them, then try again. */
+        /* Earlier hand-offs (or their updates in backward) hold the staging: wait for them, then try again. */
         err_clear();
         st = grads_drain(e);
+        if (st == STRATA_OK)
+            st = sib_wait(e);
         if (st == STRATA_OK)
             st = pool_acquire(e->tiers.pool, POOL_GRAD, bytes, "gradient staging", &job->staging);
     }
@@ -385,6 +394,18 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
         deferred_free_after(e->frees, b->dev, e->d2h);
         b->dev = NULL;
         return hand_off_sharded(e, job);
+    }
+    if (st == STRATA_OK && e->sib) {
+        /* The update takes the staging over; it starts once the trainer releases the module. */
+        st = sib_hand_over(e, id, job->staging);
+        if (st == STRATA_OK) {
+            free(job);
+            g->touched[g->front][id] = 1; /* a checkpoint refuses until strata_step */
+            atomic_fetch_add(&e->ctr.device_to_host, bytes);
+            deferred_free_after(e->frees, b->dev, e->d2h);
+            b->dev = NULL;
+            return STRATA_OK;
+        }
     }
     if (st == STRATA_OK)
         st = dev_host_fn(e->d2h, accumulate, job);

@@ -13,12 +13,10 @@
 #define PLAN_STR_(x) #x
 #define PLAN_STR(x) PLAN_STR_(x) /* the value of a macro as a string literal */
 
-void plan_tiers(const strata_config *cfg, strata_tier *param, strata_tier *opt, strata_tier *grad)
+strata_tier plan_grad_tier(const strata_config *cfg, strata_tier opt_tier)
 {
-    *param = cfg->offload_param.device;
-    *opt = cfg->offload_optimizer.device;
-    *grad = *opt == STRATA_TIER_NVME && cfg->gradients_on_nvme == STRATA_SWITCH_ON ? STRATA_TIER_NVME
-                                                                                     : STRATA_TIER_HOST;
+    return opt_tier == STRATA_TIER_NVME && cfg->gradients_on_nvme == STRATA_SWITCH_ON ? STRATA_TIER_NVME
+                                                                                        : STRATA_TIER_HOST;
 }
 
 void plan_choose_grad_tier(const strata_config *cfg, plan_input *in, size_t host_budget, plan *out)
@@ -36,7 +34,7 @@ int plan_swap_paths(const strata_config *cfg, const char *paths[PLAN_MAX_SWAP_PA
     int n = 0;
     const strata_offload_config *blocks[2] = {&cfg->offload_optimizer, &cfg->offload_param};
     for (int b = 0; b < 2; b++) {
-        if (blocks[b]->device != STRATA_TIER_NVME)
+        if (blocks[b]->device != STRATA_TIER_NVME && blocks[b]->device != STRATA_TIER_AUTO)
             continue;
         for (int i = 0; i < blocks[b]->nvme_path_count; i++) {
             bool seen = false;
@@ -111,6 +109,12 @@ void plan_compute(const plan_input *in, plan *p)
     add(p, in->delayed ? "parameters (2 copies: delayed update)" : "parameters", in->param_tier,
         np * in->param_bytes * nparam, false);
     add(p, "master weights + Adam moments (fp32)", in->opt_tier, no * 12, false);
+    /* The device share's state (unless it is the device-tier arrays), its gradients, and a parameter scratch unless
+     * the step writes parameters straight into device-tier ones (not a rank's host shard of them: np != no). */
+    size_t share_elem = (in->opt_tier == STRATA_TIER_DEVICE ? 4 : 16) +
+                        (in->param_tier == STRATA_TIER_DEVICE && np == no ? 0 : in->param_bytes);
+    add(p, "Twin-Flow share (ratio): master, m, v, grads",
+        STRATA_TIER_DEVICE, in->opt_device_numel * share_elem, false);
     add(p, in->delayed ? "gradient stores (2, fp32)" : "gradient store (fp32)", in->grad_tier, ng * 4 * ngrad, false);
     if (in->world_size > 1) {
         /* The collectives' own memory (engine/ranks.c): stage 1 reduce-scatters the full gradient store into a

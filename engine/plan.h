@@ -30,6 +30,10 @@ typedef struct plan_input {
     int world_size;
     int zero_stage;
     size_t shard_numel;
+    /* The optimizer's device share (offload_optimizer.ratio < 1, engine/twin_flow.h): elements whose master weights
+     * and moments (unless opt_tier is the device already), gradients and, when parameters live elsewhere, a
+     * parameter scratch are in device memory. The host arrays keep their full size. */
+    size_t opt_device_numel;
 } plan_input;
 
 typedef struct plan_line {
@@ -52,13 +56,14 @@ typedef struct plan {
     size_t nvme_param_bytes, nvme_opt_bytes;
 } plan;
 
-/* The tiers a config puts each state class in. Gradients accumulate in host memory, or on NVMe when the
- * optimizer state is there and strata.gradients_on_nvme says so; with auto this first answer is host, and
- * plan_choose_grad_tier settles it once the sizes are known. */
-void plan_tiers(const strata_config *cfg, strata_tier *param, strata_tier *opt, strata_tier *grad);
+/* The gradient store's tier once the optimizer state's is known (plan_place chooses both homes): host memory, or
+ * NVMe when the optimizer state is there and strata.gradients_on_nvme is true; with gradients_on_nvme auto this
+ * first answer is host, and plan_choose_grad_tier settles it once the sizes are known. */
+strata_tier plan_grad_tier(const strata_config *cfg, strata_tier opt_tier);
 
-/* The nvme_paths the swap space spans: those of every block placed on NVMe, each path once. Fills paths
- * (pointers into cfg) and returns how many. */
+/* The nvme_paths the swap space spans: those of every block placed on NVMe, or that "auto" may place there, each
+ * path once. Fills paths (pointers into cfg) and returns how many. (A finalized engine's config holds the tiers
+ * auto chose, never "auto".) */
 #define PLAN_MAX_SWAP_PATHS (2 * STRATA_MAX_NVME_PATHS)
 int plan_swap_paths(const strata_config *cfg, const char *paths[PLAN_MAX_SWAP_PATHS]);
 

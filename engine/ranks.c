@@ -164,7 +164,8 @@ strata_status ranks_agree_finalize(strata_engine *e, strata_status local)
         else if (f->config != all[0].config)
             st = err_set(STRATA_ECONFIG, "strata_engine_finalize: rank %d's config differs from rank 0's (ZeRO "
                          "stage, offload devices, precision, optimizer, clipping or delayed update); every rank must "
-                         "train with the same config", r);
+                         "train with the same config (with offload device \"auto\", each rank places from its own "
+                         "budgets: give them the same budgets, or name the tiers)", r);
         else if (f->model != all[0].model)
             st = err_set(STRATA_ECONFIG, "strata_engine_finalize: rank %d's model differs from rank 0's (%llu modules "
                          "and %llu parameters vs %llu and %llu, or a name or size differs); every rank must add the "

@@ -12,6 +12,8 @@
  *     (device tier), or which is written to NVMe after the sub-group (NVMe tier).
  * Gradient clipping and the fp16 overflow check need the global gradient norm first: a read-only
  * pre-pass over the same sub-groups, so the sum is the same whatever the placement.
+ * With offload_optimizer.ratio < 1 the last sub-groups are the device's (twin_flow.h): their update is queued on
+ * the device before the CPU walks its own, with the same constants, and waited for after.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@
 #include "engine/host_cache.h"
 #include "engine/ranks.h"
 #include "engine/step.h"
+#include "engine/twin_flow.h"
 
 typedef struct opt_slot {
     float *master, *m, *v, *grad;  /* pinned, when that state is on NVMe */
@@ -55,7 +58,8 @@ typedef struct step_ctx {
     strata_engine *e;
     tier_array *grads;
     const uint8_t *touched;
-    size_t sg, nsub;
+    size_t sg, nsub;   /* nsub: every sub-group (the gradient statistics) */
+    size_t ncpu;       /* the first ncpu of them: the CPU's share (the rest are the device's) */
     bool opt_nvme, grad_nvme;
     step_pipeline *sp;
     opt_slot *slot; /* sp->slot */
@@ -316,6 +320,20 @@ static strata_status grad_stats(step_ctx *c, double *sumsq, bool *nonfinite)
     return STRATA_OK;
 }
 
+strata_status step_adam_timed(strata_engine *e, adam_job *job, const char *what, const char *place)
+{
+    int team = 0;
+    job->team_out = &team;
+    uint64_t t0 = now_ns();
+    strata_status st = adam_run_step(job);
+    uint64_t t1 = now_ns();
+    atomic_fetch_add(&e->ctr.adam_ns, t1 - t0);
+    char label[ENGINE_NAME_BYTES + 96];
+    snprintf(label, sizeof label, "%s, %d thread%s", place, team, team == 1 ? "" : "s");
+    trace_event(e->trace, TRACK_OPTIMIZER, what, label, t0, t1);
+    return st;
+}
+
 static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *consts)
 {
     strata_engine *e = c->e;
@@ -355,16 +373,9 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
         }
     }
     job.arrays = a;
-    int team = 0;
-    job.team_out = &team;
-    uint64_t t0 = now_ns();
-    strata_status st = adam_run_step(&job);
-    uint64_t t1 = now_ns();
-    atomic_fetch_add(&e->ctr.adam_ns, t1 - t0);
-    char label[64];
-    snprintf(label, sizeof label, "sub-group %zu, %d thread%s", k, team, team == 1 ? "" : "s");
-    trace_event(e->trace, TRACK_OPTIMIZER, "adam", label, t0, t1);
-    ERR_CHECK(st);
+    char place[32];
+    snprintf(place, sizeof place, "sub-group %zu", k);
+    ERR_CHECK(step_adam_timed(e, &job, "adam", place));
     if (atomic_load(&tiles.failed))
         return err_set(STRATA_EDEVICE, "optimizer step: copying updated parameters of sub-group %zu to the device "
                        "failed: %s", k, err_last());
@@ -381,18 +392,18 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
 /* Sub-groups in the step's direction: position j of nsub. */
 static size_t sub_at(const step_ctx *c, size_t j, bool descending)
 {
-    return descending ? c->nsub - 1 - j : j;
+    return descending ? c->ncpu - 1 - j : j;
 }
 
 static strata_status run_pipeline(step_ctx *c, const adam_consts *consts)
 {
     const strata_offload_config *o = &c->e->cfg.offload_optimizer;
     bool desc = c->sp->descending;
-    if (c->opt_nvme)
+    if (c->opt_nvme && c->ncpu)
         ERR_CHECK(issue_read(c, sub_at(c, 0, desc)));
-    for (size_t j = 0; j < c->nsub; j++) {
+    for (size_t j = 0; j < c->ncpu; j++) {
         size_t k = sub_at(c, j, desc);
-        bool more = j + 1 < c->nsub;
+        bool more = j + 1 < c->ncpu;
         if (c->opt_nvme && more && o->pipeline_read)
             ERR_CHECK(issue_read(c, sub_at(c, j + 1, desc)));
         ERR_CHECK(update_sub_group(c, k, consts));
@@ -419,6 +430,7 @@ static step_ctx ctx_of(strata_engine *e, int grad_index, int param_out)
         .pout = param_out >= 0 ? ranks_step_params(e, param_out) : NULL,
     };
     c.nsub = (numel + c.sg - 1) / c.sg;
+    c.ncpu = (twin_flow_cpu_numel(e->twin, numel) + c.sg - 1) / c.sg;
     return c;
 }
 
@@ -460,7 +472,12 @@ strata_status step_run(strata_engine *e, const step_job *job, strata_step_result
         strata_adam_hparams hp = cfg_adam_hparams(&e->cfg, job->lr);
         adam_consts consts;
         adam_consts_init(&consts, &hp, c.sp->count + 1, grad_scale);
-        st = run_pipeline(&c, &consts);
+        st = twin_flow_launch(e, e->twin, c.grads, c.pout, &consts);
+        if (st == STRATA_OK)
+            st = run_pipeline(&c, &consts);
+        strata_status tst = twin_flow_finish(e, e->twin, c.pout); /* waits even after a failure */
+        if (st == STRATA_OK)
+            st = tst;
     }
     strata_status rst = release_buffers(&c);
     if (st == STRATA_OK)

@@ -1,7 +1,7 @@
 /*
  * The optimizer step pipeline: Adam over the flat partition in sub-groups, with the optimizer state
  * streamed through pinned slots when it lives on NVMe (see step.c for the schedule). The slots outlive a
- * step; the pipeline also counts the updates applied. Private to step.c.
+ * step; the pipeline also counts the updates applied. The engine's optimizer code (step.c, sib.c) uses it.
  */
 #ifndef STRATA_ENGINE_STEP_H
 #define STRATA_ENGINE_STEP_H
@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cpu_adam/driver.h"
 #include "strata.h"
 
 /* Slots of optimizer state in pinned memory: one being computed, one being read ahead, and two being
@@ -44,6 +45,9 @@ strata_status step_grad_stats(struct strata_engine *e, int grad_index, double *s
 /* The slots keep the state of the last sub-groups a step wrote; after anything else writes the optimizer
  * state (strata_load), step_forget makes the next step read it again. */
 void step_forget(step_pipeline *sp);
+/* Runs one Adam job on the CPU (job->team_out is set here), counts its time in the engine's Adam time and
+ * traces it on the optimizer track as `what`, labelled with `place` and the threads that ran it. */
+strata_status step_adam_timed(struct strata_engine *e, adam_job *job, const char *what, const char *place);
 /* Updates applied (or in flight); a checkpoint saves and restores it. */
 int64_t step_count(const step_pipeline *sp);
 void step_set_count(step_pipeline *sp, int64_t count);

@@ -20,6 +20,7 @@ typedef enum trace_track {
     TRACK_OPTIMIZER,   /* CPU Adam per sub-group */
     TRACK_NVME,        /* NVMe reads and writes of the optimizer pipeline */
     TRACK_UPDATE,      /* updated parameters copied to the device */
+    TRACK_DEVICE_ADAM, /* the optimizer's device share (offload_optimizer.ratio < 1) */
     TRACK_COUNT
 } trace_track;
 

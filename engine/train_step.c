@@ -11,7 +11,9 @@
 #include "engine/engine.h"
 #include "engine/host_cache.h"
 #include "engine/ranks.h"
+#include "engine/sib.h"
 #include "engine/step.h"
+#include "engine/twin_flow.h"
 
 struct step_driver {
     double loss_scale;
@@ -128,6 +130,33 @@ static strata_status prepare_job(strata_engine *e, step_job *job)
     return STRATA_OK;
 }
 
+/* strata_step with step in backward: the updates ran (or run) during backward; wait for them, then publish. */
+static strata_status step_in_backward(strata_engine *e, const strata_step_args *args, strata_step_result *out)
+{
+    step_driver *d = e->driver;
+    uint64_t t0 = now_ns();
+    ERR_CHECK(grads_drain(e));
+    strata_status st = sib_finish(e, args);
+    if (st != STRATA_OK) {
+        residency_invalidate_all(e);
+        return st;
+    }
+    ERR_CHECK(deferred_process(e->frees, true));
+    fetch_order_step_boundary(e->order);
+    d->iterations++;
+    grads_consumed(e->grads, grads_front(e->grads));
+    strata_step_result r = {.grad_norm = -1};
+    ERR_CHECK(publish_update(e, &r, e->tiers.param_front));
+    r.step = step_count(e->step);
+    r.loss_scale = d->loss_scale;
+    if (out)
+        *out = r;
+    st = residency_prefetch(e);
+    d->step_ns += now_ns() - t0;
+    trace_event(e->trace, TRACK_TRAINER, "step (updates ran in backward)", NULL, t0, now_ns());
+    return st;
+}
+
 static strata_status step(strata_engine *e, const strata_step_args *args, strata_step_result *out)
 {
     ERR_CHECK(engine_require_finalized(e, "strata_step"));
@@ -141,6 +170,8 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
     if (args && !(args->lr >= 0 && isfinite(args->lr)))
         return err_set(STRATA_EINVAL, "strata_step: lr = %g; a learning rate is finite and >= 0 (0 = the configured "
                        "optimizer.params.lr)", args->lr);
+    if (e->sib)
+        return step_in_backward(e, args, out);
     step_driver *d = e->driver;
     uint64_t t0 = now_ns();
     ERR_CHECK(grads_drain(e));
@@ -210,6 +241,7 @@ static strata_status sync(strata_engine *e)
     bool had;
     ERR_CHECK(join_delayed(e, NULL, &had));
     ERR_CHECK(grads_drain(e));
+    ERR_CHECK(sib_wait(e));
     ERR_CHECK(dev_stream_sync(e->h2d));
     return deferred_process(e->frees, true);
 }
@@ -231,6 +263,7 @@ static strata_status read_master(strata_engine *e, strata_param_id id, size_t of
         return err_set(STRATA_EINVAL, "strata_param_read_master(\"%s\"): range [%zu, %zu) is outside its %zu "
                        "elements (or out is NULL)", p->name, offset, offset + count, p->numel);
     ERR_CHECK(sync(e));
+    ERR_CHECK(twin_flow_store(e, e->twin)); /* the device share's master weights are read from the host array */
     if (e->world > 1 && e->views.opt == REG_SHARD)
         return ranks_read_master(e, registry_module(e->reg, p->module), p->offset + offset, count, out);
     if (e->tiers.master.tier != STRATA_TIER_NVME)

@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "base/size.h"
+#include "cpu_adam/adam.h"
 #include "gpu/device.h"
 
 struct dev_impl {
@@ -270,6 +271,40 @@ static strata_status host_host_fn(dev_impl *d, dev_impl_stream *s, void (*fn)(vo
     return push(s, &(item){.kind = ITEM_CALL, .fn = fn, .arg = arg});
 }
 
+/* A device Adam: the CPU kernel chosen for this machine (cpu_adam/dispatch.c; STRATA_ISA=ref forces the scalar
+ * reference), one thread, run on the stream's thread (device memory is host memory). Every kernel gives the bits
+ * of adam_step_ref (tests/t_adam_kernels.c), so this is the contract's arithmetic, at the speed of one core. */
+typedef struct host_adam {
+    adam_step_fn step;
+    adam_consts c;
+    adam_arrays a;
+    size_t n;
+} host_adam;
+
+static void run_adam(void *arg)
+{
+    host_adam *h = arg;
+    h->step(&h->c, &h->a, 0, h->n);
+    free(h);
+}
+
+static strata_status host_adam_step(dev_impl *d, dev_impl_stream *s, const adam_consts *c, const dev_adam_arrays *a,
+                                    size_t n)
+{
+    const adam_ops *ops;
+    ERR_CHECK(adam_ops_default(&ops));
+    host_adam *h = malloc(sizeof *h);
+    if (!h)
+        return err_set(STRATA_ENOMEM, "dev_adam_step: out of host memory for a queue item");
+    *h = (host_adam){.step = ops->step, .c = *c, .n = n,
+                     .a = {.master = a->master, .exp_avg = a->exp_avg, .exp_avg_sq = a->exp_avg_sq, .grad = a->grad,
+                           .param = a->param, .grad_dtype = STRATA_DTYPE_FP32, .param_dtype = a->param_dtype}};
+    strata_status st = push(s, &(item){.kind = ITEM_CALL, .fn = run_adam, .arg = h});
+    if (st != STRATA_OK)
+        free(h);
+    return st;
+}
+
 static strata_status host_stream_sync(dev_impl *d, dev_impl_stream *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -419,6 +454,7 @@ const dev_ops dev_ops_host = {
     .memset_async = host_memset_async,
     .host_fn = host_host_fn,
     .stream_sync = host_stream_sync,
+    .adam_step = host_adam_step,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,

@@ -45,6 +45,7 @@
 typedef struct device device;
 typedef struct dev_stream dev_stream;
 typedef struct dev_event dev_event;
+struct adam_consts; /* cpu_adam/adam.h: the scalars of one Adam step */
 
 /* Every device allocation starts on this boundary (and sizes are rounded up to it). */
 #define DEV_ALIGN_BYTES 256
@@ -191,6 +192,26 @@ strata_status dev_event_query(dev_event *ev, bool *done);
 /* Blocks until ev's latest recording has completed. */
 strata_status dev_event_sync(dev_event *ev);
 
+/* ---------------------------------------------------------------- device Adam */
+
+/* The arrays of one device Adam update, all in device memory; element i of each belongs to element i. */
+typedef struct dev_adam_arrays {
+    float *master, *exp_avg, *exp_avg_sq; /* fp32, updated in place */
+    const float *grad;                    /* fp32 gradients, read */
+    void *param;                          /* the low-precision copy, written; NULL with STRATA_DTYPE_NONE */
+    strata_dtype param_dtype;             /* FP32, BF16, FP16 or NONE */
+} dev_adam_arrays;
+
+/* Queues one Adam update of n elements on s, after the work queued before it (the optimizer's share that lives
+ * on the device: offload_optimizer.ratio). c (copied at the call) holds the step's constants as
+ * adam_consts_init() makes them. Every backend gives exactly the bits of adam_step_ref() (cpu_adam/adam_ref.c,
+ * the specification) with fp32 gradients: the host backend runs this machine's CPU kernel (bit-identical to it;
+ * STRATA_ISA=ref: that very function) on the stream's thread, one core; CUDA runs a kernel doing the same IEEE
+ * operations in the same order, each rounded as written (no contraction), with the narrowing of
+ * cpu_adam/convert.h. STRATA_EINVAL for NULL arrays or an unknown param_dtype; a failure
+ * of the queued work is the stream's error (see Errors above). n 0 queues nothing. */
+strata_status dev_adam_step(dev_stream *s, const struct adam_consts *c, const dev_adam_arrays *a, size_t n);
+
 /* The backend's own handles, for a trainer that orders its compute itself (e.g. cudaStreamWaitEvent
  * on its compute stream instead of a blocking dev_event_sync): the cudaStream_t / cudaEvent_t on CUDA,
  * NULL on the host backend, whose streams are threads. The device keeps ownership. */
@@ -245,6 +266,9 @@ typedef struct dev_ops {
     /* fn(arg) in stream order; fn never fails (device.c wraps the caller's function). */
     strata_status (*host_fn)(dev_impl *d, dev_impl_stream *s, void (*fn)(void *arg), void *arg);
     strata_status (*stream_sync)(dev_impl *d, dev_impl_stream *s);
+    /* dev_adam_step in stream order; device.c checked the arguments and n > 0. */
+    strata_status (*adam_step)(dev_impl *d, dev_impl_stream *s, const struct adam_consts *c,
+                               const dev_adam_arrays *a, size_t n);
 
     strata_status (*event_create)(dev_impl *d, dev_impl_event **out);
     /* Work queued earlier that records or waits on e must still behave. */

@@ -164,6 +164,25 @@ strata_status dev_host_fn(dev_stream *s, dev_host_fn_t fn, void *arg)
     return st;
 }
 
+strata_status dev_adam_step(dev_stream *s, const struct adam_consts *c, const dev_adam_arrays *a, size_t n)
+{
+    if (n == 0)
+        return STRATA_OK;
+    if (!c || !a || !a->master || !a->exp_avg || !a->exp_avg_sq || !a->grad)
+        return err_set(STRATA_EINVAL, "dev_adam_step on stream \"%s\": NULL constants or array", s->name);
+    bool narrow = a->param_dtype == STRATA_DTYPE_BF16 || a->param_dtype == STRATA_DTYPE_FP16;
+    if (!narrow && a->param_dtype != STRATA_DTYPE_FP32 && a->param_dtype != STRATA_DTYPE_NONE)
+        return err_set(STRATA_EINVAL, "dev_adam_step on stream \"%s\": param_dtype %d is not one of fp32, bf16, "
+                       "fp16 or none", s->name, (int)a->param_dtype);
+    if (a->param_dtype != STRATA_DTYPE_NONE && !a->param)
+        return err_set(STRATA_EINVAL, "dev_adam_step on stream \"%s\": NULL param with a param_dtype", s->name);
+    pthread_mutex_lock(&s->lock);
+    s->seq++;
+    strata_status st = s->dev->ops->adam_step(s->dev->impl, s->impl, c, a, n);
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
 /* Reports the stream's kept error when it happened at or before position upto; clear forgets it. */
 static strata_status report_stream_error(dev_stream *s, uint64_t upto, bool clear)
 {

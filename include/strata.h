@@ -145,7 +145,7 @@ typedef enum strata_switch {
 
 /* Where offloaded state of one kind goes (DeepSpeed's offload_param / offload_optimizer). */
 typedef struct strata_offload_config {
-    strata_tier device;                                         /* none | cpu | nvme */
+    strata_tier device;                                         /* none | cpu | nvme | auto */
     char nvme_path[STRATA_MAX_NVME_PATHS][STRATA_PATH_BYTES];   /* several paths are striped (RAID-0) */
     int nvme_path_count;
     bool pipeline_read;                                         /* overlap NVMe reads with Adam (optimizer only) */
@@ -377,6 +377,13 @@ STRATA_API strata_status strata_param_add(strata_engine *engine, strata_module_i
  * Once it succeeded, STRATA_ESTATE. */
 STRATA_API strata_status strata_engine_finalize(strata_engine *engine);
 
+/* Where finalize put each state class: the home tier of the parameters, of the optimizer state and of the
+ * gradient store (an offload device of "auto" resolved, so never STRATA_TIER_AUTO), and, when a device was
+ * "auto", one line for a person saying what the planner chose and why each faster placement was not
+ * ("" otherwise), cut to reason_len. Any out-parameter may be NULL. STRATA_ESTATE before finalize. */
+STRATA_API strata_status strata_engine_placement(strata_engine *engine, strata_tier *param, strata_tier *optimizer,
+                                                 strata_tier *gradients, char *reason, size_t reason_len);
+
 /* Declares the order in which one step fetches modules (forward then backward, repeats allowed).
  * Optional: without it the order of the first step is recorded and used from the second on. */
 STRATA_API strata_status strata_module_order(strata_engine *engine, const strata_module_id *order, size_t count);
@@ -405,6 +412,8 @@ STRATA_API strata_status strata_release(strata_engine *engine, strata_module_id 
 
 /* Hands module's gradients to strata: they are copied off the device on their own stream and
  * accumulated (fp32) into the gradient store across micro-batches; the device buffers are freed.
+ * With strata.step_in_backward they are not accumulated: the module's optimizer update starts from them once
+ * the module is released (see strata_step_begin).
  * The module must be held and its gradient buffers taken with strata_grad_data (STRATA_ESTATE otherwise). */
 STRATA_API strata_status strata_grads_ready(strata_engine *engine, strata_module_id module);
 
@@ -423,9 +432,22 @@ typedef struct strata_step_result {
     double loss_scale;         /* the loss scale to use for the next step (1 without fp16) */
 } strata_step_result;
 
+/* Begins a step: fixes its learning rate (args->lr as in strata_step; args may be NULL) and its step count before
+ * the backward that computes its gradients. Required with strata.step_in_backward, where each module's update runs
+ * during backward, as soon as its one strata_grads_ready is followed by its strata_release: call it before the
+ * first strata_grads_ready of every step (a hand-over without it, or a second hand-over of a module in one step,
+ * is STRATA_ESTATE naming the module; gradient accumulation must be 1). Without step_in_backward it only checks
+ * args and does nothing, so a trainer may always call it. STRATA_ESTATE before finalize or when a begun step was
+ * not yet finished by strata_step; STRATA_EINVAL for a negative or non-finite lr. */
+STRATA_API strata_status strata_step_begin(strata_engine *engine, const strata_step_args *args);
+
 /* Runs the optimizer over all accumulated gradients and zeroes them. With delayed_update (after the
  * warm-up steps) the update runs on strata's optimizer thread and this returns at once; the result of
  * a delayed step describes the previous step's update. args and result may be NULL.
+ * With strata.step_in_backward the updates already ran during backward: this waits for them, updates the modules
+ * that got no gradients with zero gradients (as the ordinary step does) and publishes the new parameters; args
+ * must then be NULL or carry strata_step_begin's lr (or 0): another lr is STRATA_EINVAL, and a step not begun
+ * is STRATA_ESTATE. A failed update in backward is reported here and leaves the step's modules partly updated.
  * STRATA_ESTATE while the trainer still holds modules. */
 STRATA_API strata_status strata_step(strata_engine *engine, const strata_step_args *args, strata_step_result *result);
 

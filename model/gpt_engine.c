@@ -108,6 +108,23 @@ fail:
     return st;
 }
 
+strata_status gpt_model_declare_order(gpt_model *m)
+{
+    int n = m->nmodules; /* L + 2 */
+    strata_module_id *order = malloc((size_t)(2 * n + 1) * sizeof *order);
+    if (!order)
+        return STRATA_ENOMEM;
+    size_t k = 0;
+    for (int i = 0; i < n; i++)
+        order[k++] = m->mod[i];
+    order[k++] = m->mod[0];
+    for (int i = n - 1; i >= 0; i--)
+        order[k++] = m->mod[i];
+    strata_status st = strata_module_order(m->e, order, k);
+    free(order);
+    return st;
+}
+
 /* ---------------------------------------------------------------- the engine source */
 
 /* Points grads[k] at module's gradient buffers for the network: strata's own when param_dtype is fp32, else the

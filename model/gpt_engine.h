@@ -22,6 +22,11 @@ size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int mi
  * finalized yet. On failure *out is NULL and strata_last_error(engine) says why. */
 strata_status gpt_model_register(strata_engine *engine, const gpt_dims *d, uint64_t seed, gpt_model **out);
 
+/* Declares the order in which one pass fetches the modules (strata_module_order): forward 0..L+1, the head (the
+ * embeddings again, tied), backward L+1..0; both schedules fetch so. strata.step_in_backward needs it from the
+ * first step, to know that the head's hand-over of the embeddings is not their last. */
+strata_status gpt_model_declare_order(gpt_model *m);
+
 /* After strata_engine_finalize: takes the activation memory for up to micro_batches micro-batches of batch x seq
  * tokens at once. STRATA_EUNSUPPORTED on the CUDA backend in a build without CUDA kernels; STRATA_EBUDGET when the
  * reserve is too small. */

@@ -33,6 +33,7 @@
 #include "nvme/fault.h"
 #include "synth.h"
 #include "testlib.h"
+#include "world.h"
 #ifdef STRATA_TEST_MPI
 #include <mpi.h>
 #endif
@@ -359,16 +360,12 @@ static void failures(void)
 
 int main(void)
 {
-    T_CHECK(strata_comm_create(&world) == STRATA_OK, "strata_comm_create: %s", strata_last_error(NULL));
-    rank = strata_comm_rank(world);
-    size = strata_comm_size(world);
-    seed = t_rng_seed();
-    T_OK(comm_broadcast(world, &seed, 1, COMM_U64, 0));
-    char name[64];
-    snprintf(name, sizeof name, "mpi_ckpt_ranks_%d_r%d", size, rank);
-    mine = t_scratch_dir(name);
-    snprintf(shared, sizeof shared, "%s", mine);
-    T_OK(comm_broadcast(world, shared, sizeof shared, COMM_BYTE, 0));
+    t_world w = t_world_open();
+    world = w.comm;
+    rank = w.rank;
+    size = w.size;
+    seed = w.seed;
+    mine = t_world_scratch(world, "mpi_ckpt_ranks", shared, sizeof shared);
     const ckpt_case cases[] = {
         {"stage 0, optimizer on host", "s0", 0, false, false},
         {"stage 1, optimizer on NVMe", "s1", 1, true, false},

@@ -29,6 +29,7 @@
 #include "engine/plan.h"
 #include "synth.h"
 #include "testlib.h"
+#include "world.h"
 
 static strata_comm *world;
 static int rank, size;
@@ -71,21 +72,6 @@ static uint64_t want_comm_bytes(int stage, size_t psi, size_t pb, int k)
     case 2: return (uint64_t)k * psi * 4 + psi * pb;
     default: return (uint64_t)k * psi * 4 + 2 * (uint64_t)k * psi * pb;
     }
-}
-
-/* Every rank's weights are bitwise the same: compares a checksum over the world. */
-static void check_ranks_agree(const char *what, const float *w, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    const unsigned char *p = (const unsigned char *)w;
-    for (size_t i = 0; i < n * 4; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    uint64_t *all = calloc((size_t)size, sizeof *all);
-    T_CHECK(comm_allgather(world, &h, all, 1, COMM_U64) == STRATA_OK, "allgather: %s", strata_last_error(NULL));
-    for (int r = 1; r < size; r++)
-        T_CHECK(all[r] == all[0], "%s: rank %d's weights differ from rank 0's (checksums %016llx vs %016llx)", what,
-                r, (unsigned long long)all[r], (unsigned long long)all[0]);
-    free(all);
 }
 
 /* Each rank's tiers shrink as the stage says, against one rank with the same micro-batches per step: the host
@@ -193,7 +179,7 @@ static void run_case(int stage, const synth_placement *pl, int k, const variant 
     T_CHECK(differ == 0, "%s: %zu of %zu weights differ from one rank accumulating; the first, weight %zu, is %.9g "
             "with %d ranks and %.9g with one rank", what, differ, n, first, differ ? (double)w[first] : 0.0, size,
             differ ? (double)ref[first] : 0.0);
-    check_ranks_agree(what, w, n);
+    t_world_agree(world, what, w, n);
 
     uint64_t want = want_comm_bytes(stage, padded_psi(&o, size), strata_dtype_bytes(cfg.param_dtype), k) *
                     (uint64_t)o.steps;
@@ -208,11 +194,11 @@ static void run_case(int stage, const synth_placement *pl, int k, const variant 
 int main(void)
 {
     static const variant none = {"", plain};
-    T_CHECK(strata_comm_create(&world) == STRATA_OK, "strata_comm_create: %s", strata_last_error(NULL));
-    rank = strata_comm_rank(world);
-    size = strata_comm_size(world);
-    seed = t_rng_seed();
-    T_OK(comm_broadcast(world, &seed, 1, COMM_U64, 0));
+    t_world w = t_world_open();
+    world = w.comm;
+    rank = w.rank;
+    size = w.size;
+    seed = w.seed;
     for (int stage = 0; stage <= 3; stage++) {
         for (size_t p = 0; p < synth_placement_count; p++) {
             strata_config probe = synth_config(STRATA_DTYPE_FP32);

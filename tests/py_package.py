@@ -217,6 +217,23 @@ def check_engine_round_trip(rng):
     engine.close()
 
 
+def check_placement():
+    """Engine.placement(): the tiers finalize chose for offload device "auto", and why."""
+    engine = strata.Engine({"zero_optimization": {"offload_param": {"device": "auto"},
+                                                  "offload_optimizer": {"device": "auto"}},
+                            "strata": {"backend": "host", "device_budget_bytes": 200000}})
+    module = engine.add_module("layer0")
+    engine.add_param(module, "w", 10000)
+    engine.finalize()
+    got = engine.placement()
+    want = {"param": "device", "optimizer": "host", "gradients": "host"}
+    T.check({k: got[k] for k in want} == want, "auto keeps the parameters on a device too small for the optimizer "
+            "state", got, want)
+    T.check(got["reason"].startswith("auto: parameters device + optimizer host"), "the placement says why",
+            got["reason"], "auto: parameters device + optimizer host ...")
+    engine.close()
+
+
 class InitFailed(Exception):
     pass
 
@@ -350,6 +367,7 @@ def main():
     check_batch_sizes()
     check_engine_round_trip(rng)
     check_init_error()
+    check_placement()
     check_not_found(scratch)
     check_cli(scratch)
     skipped = check_install(scratch)

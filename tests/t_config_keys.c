@@ -170,6 +170,15 @@ static void obs_train(const strata_config *cfg, char *out, size_t len)
     train_summary(&o, cfg, out, len);
 }
 
+/* As obs_train with one micro-batch per step (gradient accumulation 1, which step in backward needs). */
+static void obs_train_one_micro_batch(const strata_config *cfg, char *out, size_t len)
+{
+    synth_opts o;
+    synth_defaults(&o, SEED);
+    o.micro_batches = 1;
+    train_summary(&o, cfg, out, len);
+}
+
 /* One step with a trace: how the optimizer went through the sub-groups (emission order and timestamps). */
 static void obs_trace(const strata_config *cfg, char *out, size_t len)
 {
@@ -493,6 +502,9 @@ static const probe probes[] = {
     {ZO ".offload_optimizer.pipeline_write", "false",
      "{\"" ZO "\": {\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$DIR\"}, \"sub_group_size\": 4096}}",
      obs_trace, NULL},
+    /* Half the sub-groups' state moves to the device (bit-identical weights: t_engine_twin_flow proves that). */
+    {ZO ".offload_optimizer.ratio", "0.5",
+     "{\"" ZO "\": {\"offload_optimizer\": {\"device\": \"cpu\"}, \"sub_group_size\": 4096}}", obs_finalize, NULL},
     {ZO ".sub_group_size", "4096", NULL, obs_trace, NULL},
     {ZO ".stage3_prefetch_bucket_size", "0", PARAM_ON_HOST_NO_PERSISTENCE, obs_train, NULL},
     {ZO ".stage3_max_live_parameters", "8192", PARAM_ON_HOST_NO_PERSISTENCE, obs_train, NULL},
@@ -540,6 +552,9 @@ static const probe probes[] = {
     {"strata.host_cache", "false", BOTH_ON_NVME, obs_train, NULL},
     {ZO ".offload_param.max_in_cpu", "0", BOTH_ON_NVME, obs_train, NULL},
     {"strata.gradients_on_nvme", "true", OPT_ON_NVME "}", obs_finalize, NULL},
+    /* The same weights, without the gradient store's NVMe writes (t_engine_step_in_backward proves both). */
+    {"strata.step_in_backward", "true", OPT_ON_NVME ", \"strata\": {\"host_cache\": false, \"gradients_on_nvme\": true}}",
+     obs_train_one_micro_batch, NULL},
     {"strata.ignore_unimplemented", "true", "{\"train_batch_size\": 8}", obs_load_only, NULL},
     {"strata.aio.direct", NULL, OPT_ON_NVME "}", obs_files, pick_direct},
     {"strata.aio.sqpoll", "true", OPT_ON_NVME "}", obs_files, NULL},

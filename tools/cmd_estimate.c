@@ -7,7 +7,10 @@
 #include "base/size.h"
 #include "base/util.h"
 #include "engine/plan.h"
+#include "engine/plan_auto.h"
 #include "engine/plan_ranks.h"
+#include "engine/twin_flow.h"
+#include "gpu/device.h"
 #include "strata.h"
 #include "tools/cli.h"
 #include "tools/estimate_ranks.h"
@@ -20,6 +23,8 @@ static void usage(FILE *out)
             "                       [--config FILE] [--device-budget SIZE] [--host-budget SIZE]\n\n"
             "Prints how many bytes each tier (device, host, NVMe) needs to train a GPT-style model with the\n"
             "config, with the largest module and the prefetch window in flight, and whether the budgets hold it.\n"
+            "With zero_optimization.offload_param.device or offload_optimizer.device \"auto\" in the config it\n"
+            "places them as training would (the fastest placement that fits the budgets) and says why.\n"
             "Nothing is allocated. Presets: %s (default 1.5B).\n"
             "SIZE takes bytes or strings like 2GiB.\n\n%s", gpt_preset_names(), estimate_ranks_usage);
 }
@@ -126,7 +131,6 @@ int cmd_estimate(int argc, char **argv)
                      .sub_group_numel = align_up(cfg.sub_group_size, PLAN_MODULE_ALIGN),
                      .activation_bytes = cfg.activation_bytes, .world_size = ranks.world_size,
                      .zero_stage = ranks.zero_stage};
-    plan_tiers(&cfg, &in.param_tier, &in.opt_tier, &in.grad_tier);
     plan_windows(&cfg, in.param_bytes, &in.prefetch_bytes, &in.max_live_bytes);
     /* Each module is partitioned on its own (a rank owns a slice of every module, so a fetch gathers one
      * module), so this rank's shard is the sum of its module slices; a bare count is one module. */
@@ -139,9 +143,24 @@ int cmd_estimate(int argc, char **argv)
         in.shard_numel += align_up(plan_rank_slice_numel(numel, ranks.world_size), PLAN_MODULE_ALIGN);
         in.largest_module_numel = MAX(in.largest_module_numel, numel);
     }
+    size_t param_numel, grad_numel, opt_numel;
+    plan_class_numel(&in, &param_numel, &grad_numel, &opt_numel);
+    in.opt_device_numel = opt_numel - twin_flow_split(opt_numel, MIN(in.sub_group_numel, opt_numel),
+                                                      cfg.offload_optimizer_ratio); /* as finalize's plan_input_of */
+    /* Placed as finalize places (plan_place): an unknown device budget holds anything, and "auto" keeps the
+     * optimizer state on the device only where the device is the host backend's RAM (a config that fixes it there
+     * is estimated as it says). */
+    bool is_auto = cfg.offload_param.device == STRATA_TIER_AUTO || cfg.offload_optimizer.device == STRATA_TIER_AUTO;
+    bool opt_on_device = cfg.offload_optimizer.device == STRATA_TIER_DEVICE || cfg.backend == STRATA_BACKEND_HOST;
+    if (cfg.offload_optimizer.device == STRATA_TIER_AUTO && cfg.backend == STRATA_BACKEND_AUTO)
+        opt_on_device = dev_probe(STRATA_BACKEND_CUDA, NULL, 0) != STRATA_OK; /* as training resolves the backend */
     plan p;
-    plan_choose_grad_tier(&cfg, &in, plan_host_budget(&cfg), &p);
-    plan_host_cache(&cfg, &in, plan_host_budget(&cfg), &p);
+    plan_placement place;
+    strata_status placed = plan_place(&cfg, opt_on_device, &in,
+                                      cfg.device_budget_bytes ? cfg.device_budget_bytes : SIZE_MAX,
+                                      plan_host_budget(&cfg), &place, &p);
+    char placed_msg[1024];
+    snprintf(placed_msg, sizeof placed_msg, "%s", placed == STRATA_OK ? "" : strata_last_error(NULL));
     size_t psi = ranks.params ? ranks.params : gpt_param_count(shape);
     int seq = shape == &custom || ranks.params ? custom.seq : shape->seq;
     if (ranks.json) {
@@ -160,9 +179,15 @@ int cmd_estimate(int argc, char **argv)
         printf("model   gpt %s: %d layers, hidden %d, vocab %d, seq %d: %.3g%s parameters (%zu elements padded)\n",
                shape->name, shape->layers, shape->hidden, shape->vocab, shape->seq,
                count >= 1e9 ? count / 1e9 : count / 1e6, count >= 1e9 ? " billion" : " million", in.total_numel);
-    printf("tiers   parameters %s (%s), optimizer state %s, gradients %s; largest module %zu elements\n\n",
+    printf("tiers   parameters %s (%s), optimizer state %s, gradients %s; largest module %zu elements\n",
            strata_tier_name(in.param_tier), strata_dtype_name(cfg.param_dtype),
            strata_tier_name(in.opt_tier), strata_tier_name(in.grad_tier), in.largest_module_numel);
+    if (is_auto && placed == STRATA_OK)
+        printf("        %s%s\n", place.reason, cfg.device_budget_bytes ? "" : " (no device budget given: "
+               "--device-budget or strata.device_budget_bytes; the device was taken to hold anything)");
+    else if (is_auto)
+        printf("        auto: no placement fits the budgets; below is the one closest to fitting\n");
+    printf("\n");
     printf("%-7s %-45s %14s\n", "TIER", "WHAT", "BYTES");
     for (int i = 0; i < p.nlines; i++)
         printf("%-7s %-45s %14s\n", strata_tier_name(p.lines[i].tier), p.lines[i].what,
@@ -183,12 +208,10 @@ int cmd_estimate(int argc, char **argv)
                size_format(p.nvme_opt_bytes, b4, sizeof b4));
     if (ranks.active)
         estimate_ranks_print(&ranks, &cfg, &in, &p, psi, seq);
-    if (cfg.device_budget_bytes) {
-        strata_status st = plan_check(&p, &in, cfg.device_budget_bytes, plan_host_budget(&cfg));
-        if (st != STRATA_OK) {
-            printf("\n%s\n", strata_last_error(NULL));
-            return CLI_EXIT_FAIL;
-        }
+    /* Without a device budget nothing is judged, unless auto had to choose by the host budget. */
+    if ((cfg.device_budget_bytes || is_auto) && placed != STRATA_OK) {
+        printf("\n%s\n", placed_msg);
+        return CLI_EXIT_FAIL;
     }
     return CLI_EXIT_OK;
 }

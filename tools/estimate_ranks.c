@@ -110,7 +110,8 @@ bool estimate_ranks_settle(estimate_ranks *r, const strata_config *cfg)
 {
     if (r->zero_stage < 0)
         r->zero_stage = cfg->zero_stage;
-    if (cfg->offload_param.device != STRATA_TIER_DEVICE && r->zero_stage != 3) {
+    if (cfg->offload_param.device != STRATA_TIER_DEVICE && cfg->offload_param.device != STRATA_TIER_AUTO &&
+        r->zero_stage != 3) {
         fprintf(stderr, "strata estimate: --stage %d with zero_optimization.offload_param.device = \"%s\": parameters "
                 "are only offloaded when they are partitioned (stage 3); use --stage 3 or keep parameters on the "
                 "device\n", r->zero_stage, cfg->offload_param.device == STRATA_TIER_NVME ? "nvme" : "cpu");

@@ -150,8 +150,17 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
         return fail(NULL, "creating the engine");
     if (gpt_model_register(r->e, &o->dims, o->seed, &r->m) != STRATA_OK)
         return fail(r->e, "registering the model");
+    /* Step in backward must know from the first step that the head's hand-over of the embeddings is not their last. */
+    if (cfg->step_in_backward && gpt_model_declare_order(r->m) != STRATA_OK)
+        return fail(r->e, "declaring the fetch order (strata_module_order)");
     if (strata_engine_finalize(r->e) != STRATA_OK)
         return fail(r->e, "planning the memory (strata_engine_finalize)");
+    /* The header named the offload devices as configured; "auto" is settled only now. */
+    char why[1024];
+    if (strata_engine_placement(r->e, NULL, NULL, NULL, why, sizeof why) == STRATA_OK && why[0] && train_msg_root()) {
+        printf("  placement %s\n", why);
+        fflush(stdout);
+    }
     strata_status st = gpt_model_prepare(r->m, o->batch, o->seq, held, cfg->param_dtype);
     if (st == STRATA_EUNSUPPORTED) {
         train_err("this build has no CUDA kernels for the model (nvcc was not found when it "
@@ -207,6 +216,10 @@ static int train_step(run *r, const trainer_opts *o, int64_t s, train_report *re
     double t0 = now_s(), loss = 0;
     int world = strata_comm_size(o->comm), rank = strata_comm_rank(o->comm), held = trainer_pass_micro_batches(o);
     size_t ntok = (size_t)o->batch * o->seq;
+    strata_step_args args = {.lr = trainer_lr(o, s)};
+    /* Fixes the step's lr before backward: with strata.step_in_backward the updates run during it. */
+    if (strata_step_begin(r->e, &args) != STRATA_OK)
+        return fail(r->e, "beginning the step (strata_step_begin)");
     for (int first = 0; first < o->grad_accum; first += held) {
         /* The ranks split the step's micro-batches round robin, so N ranks x k see what 1 rank x N*k sees. */
         for (int j = 0; j < held; j++)
@@ -224,8 +237,7 @@ static int train_step(run *r, const trainer_opts *o, int64_t s, train_report *re
         for (int j = 0; j < held; j++)
             loss += r->losses[j] / o->grad_accum;
     }
-    double t1 = now_s(), lr = trainer_lr(o, s);
-    strata_step_args args = {.lr = lr};
+    double t1 = now_s(), lr = args.lr;
     strata_step_result res;
     if (strata_step(r->e, &args, &res) != STRATA_OK)
         return fail(r->e, "the optimizer step (strata_step)");

@@ -28,6 +28,7 @@
 #include "engine/ranks.h"
 #include "engine/step.h"
 #include "engine/train_step.h"
+#include "engine/twin_flow.h"
 
 #define MAX_STREAMS 2 /* state classes per file */
 
@@ -283,7 +284,8 @@ static strata_status prepare(strata_engine *e, const char *dir, strata_step_resu
                        CKPT_MODULE(e, touched)->name);
     /* The delayed update in flight must finish (its master weights and moments are part of the state) but stay
      * unpublished: the trainer still computes with the older parameters until the next step. */
-    return opt_job_settle(e->opt, pending_res, pending);
+    ERR_CHECK(opt_job_settle(e->opt, pending_res, pending));
+    return twin_flow_store(e, e->twin); /* the optimizer's device share into the arrays saved */
 }
 
 static void plan_streams(strata_engine *e, bool has_next, save_plan *pl)

@@ -24,6 +24,7 @@
 #include "engine/ranks.h"
 #include "engine/step.h"
 #include "engine/train_step.h"
+#include "engine/twin_flow.h"
 
 #define SCRATCH_BYTES ((size_t)1 << 20)
 
@@ -302,6 +303,8 @@ static strata_status load(strata_engine *e, const char *dir)
         e->ckpt_incomplete = true;
         st = ckpt_agree(e, stream_all(&lc), "strata_load");
     }
+    if (st == STRATA_OK)
+        st = twin_flow_load(e, e->twin); /* the loaded state of the optimizer's device share */
     if (st == STRATA_OK)
         apply(e, &lc.m, dir);
     if (dropped)

@@ -215,7 +215,9 @@ void cfg_validate_into(const strata_config *cfg, cfg_report *report)
         cfg_report_add(report, "strata_config.offload_param.pipeline_read/pipeline_write are set, but they only "
                        "apply to the optimizer step (offload_optimizer.pipeline_read/pipeline_write); parameter "
                        "fetches are always prefetched ahead of use: leave them false");
-    if (cfg->offload_param.device != STRATA_TIER_DEVICE && cfg->zero_stage != 3)
+    /* "auto" at a lower stage keeps the parameters on the device (plan_auto.c). */
+    if (cfg->offload_param.device != STRATA_TIER_DEVICE && cfg->offload_param.device != STRATA_TIER_AUTO &&
+        cfg->zero_stage != 3)
         cfg_report_add(report, "zero_optimization.offload_param needs zero_optimization.stage = 3 (it is %d): "
                        "parameters are only offloaded when they are partitioned", cfg->zero_stage);
     if (cfg->aio.block_size % 4096 != 0)

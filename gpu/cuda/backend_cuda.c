@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "base/size.h"
+#include "gpu/cuda/adam.h"
 #include "gpu/cuda/poison.h"
 #include "gpu/device.h"
 
@@ -272,6 +273,15 @@ static strata_status cuda_host_fn(dev_impl *d, dev_impl_stream *s, void (*fn)(vo
     return STRATA_OK;
 }
 
+static strata_status cuda_adam_step_op(dev_impl *d, dev_impl_stream *s, const struct adam_consts *c,
+                                       const dev_adam_arrays *a, size_t n)
+{
+    ERR_CHECK(select_device(d));
+    CUDA_TRY(d, cuda_adam_step(c, a->master, a->exp_avg, a->exp_avg_sq, a->grad, a->param, (int)a->param_dtype, n,
+                               as_stream(s)));
+    return STRATA_OK;
+}
+
 static strata_status cuda_stream_sync(dev_impl *d, dev_impl_stream *s)
 {
     CUDA_TRY(d, cudaStreamSynchronize(as_stream(s)));
@@ -351,6 +361,7 @@ const dev_ops dev_ops_cuda = {
     .memset_async = cuda_memset_async,
     .host_fn = cuda_host_fn,
     .stream_sync = cuda_stream_sync,
+    .adam_step = cuda_adam_step_op,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,

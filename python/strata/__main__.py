@@ -32,7 +32,7 @@ def check(path, world_size):
                                                                                         world_size))
     for tier in ("offload_param", "offload_optimizer"):
         device = config.resolved["zero_optimization.%s.device" % tier]
-        paths = config.resolved["zero_optimization.%s.nvme_path" % tier] if device == "nvme" else []
+        paths = config.resolved["zero_optimization.%s.nvme_path" % tier] if device in ("nvme", "auto") else []
         where = ", ".join("%s (%s)" % (p, "exists" if os.path.isdir(p) else "created at start") for p in paths)
         print("%s: %s%s" % (tier, device, " at " + where if where else ""))
     for key in sorted(config.resolved):

@@ -14,6 +14,7 @@ from .config import Config
 from .errors import StateError, error_for
 
 BACKENDS = {1: "host", 2: "cuda"}
+TIERS = {0: "device", 1: "host", 2: "nvme"}
 # strata_step_args.lr = 0 means "the configured lr"; a step at lr 0 passes the smallest positive double, with which
 # every fp32 constant of the update rounds as at lr 0 (strata.h says so).
 _SMALLEST_LR = 5e-324
@@ -100,9 +101,9 @@ def world():
 
 def _make_nvme_dirs(config):
     """Creates the NVMe tiers' missing directories, as DeepSpeed creates its swap folders (libstrata itself wants
-    them to exist, and still checks what they are)."""
+    them to exist, and still checks what they are); with "auto" too, which may place the tier there."""
     for tier in ("offload_param", "offload_optimizer"):
-        if config.resolved.get("zero_optimization.%s.device" % tier) == "nvme":
+        if config.resolved.get("zero_optimization.%s.device" % tier) in ("nvme", "auto"):
             for path in config.resolved.get("zero_optimization.%s.nvme_path" % tier) or []:
                 os.makedirs(path, exist_ok=True)
 
@@ -149,6 +150,17 @@ class Engine:
     @property
     def backend(self):
         return BACKENDS.get(self._lib.strata_engine_backend(self._p()), "?")
+
+    def placement(self):
+        """Where finalize put each state class (an offload device "auto" resolved) and why: a dict with "param",
+        "optimizer", "gradients" ("device", "host" or "nvme") and "reason" ("" unless a device was "auto")."""
+        tiers = [ctypes.c_int() for _ in range(3)]
+        reason = ctypes.create_string_buffer(1024)
+        self._check(self._lib.strata_engine_placement(self._p(), *[ctypes.byref(t) for t in tiers], reason,
+                                                      len(reason)), "strata_engine_placement")
+        out = {k: TIERS.get(t.value, "?") for k, t in zip(("param", "optimizer", "gradients"), tiers)}
+        out["reason"] = reason.value.decode(errors="replace")
+        return out
 
     @property
     def param_dtype(self):
@@ -217,6 +229,16 @@ class Engine:
 
     def grads_ready(self, module):
         self._check(self._lib.strata_grads_ready(self._p(), module), "strata_grads_ready")
+
+    def step_begin(self, lr=None):
+        """Begins a step at lr (as step()) before its backward: required with strata.step_in_backward, where each
+        module's update runs during backward; a no-op otherwise. Pass step() the same lr (or None)."""
+        if lr is None:
+            lr = 0.0
+        elif lr == 0:
+            lr = _SMALLEST_LR
+        args = _lib.StepArgs(lr=float(lr))
+        self._check(self._lib.strata_step_begin(self._p(), ctypes.byref(args)), "strata_step_begin")
 
     def step(self, lr=None):
         """Runs the optimizer over the accumulated gradients at lr (None: the configured one; 0 is a step at lr 0,

@@ -376,6 +376,9 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
     for (int s = o->first_step; s < o->first_step + o->steps; s++) {
         double loss = 0;
         int world = o->comm ? strata_comm_size(o->comm) : 1, rank = o->comm ? strata_comm_rank(o->comm) : 0;
+        strata_step_args args = {.lr = o->lr_decay > 0 ? cfg->lr * pow(o->lr_decay, s) : 0};
+        /* Required with strata.step_in_backward (the updates run during backward), a no-op otherwise. */
+        CHECK(strata_step_begin(e, &args));
         for (int mb = 0; mb < o->micro_batches; mb++) {
             synth_batch(o, s, mb * world + rank, act[0], target);
             float scale = (float)strata_loss_scale(e);
@@ -423,7 +426,6 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
                 CHECK(strata_release(e, mod[l]));
             }
         }
-        strata_step_args args = {.lr = o->lr_decay > 0 ? cfg->lr * pow(o->lr_decay, s) : 0};
         CHECK(strata_step(e, &args, NULL));
         if (o->save_dir && s + 1 == o->save_after)
             CHECK(strata_save(e, o->save_dir));

@@ -1,0 +1,55 @@
+/*
+ * Step in backward (strata.step_in_backward): with gradient accumulation 1, a module's optimizer update runs as
+ * soon as its gradients are off the device and the trainer has released it, on a thread of its own, while the
+ * trainer goes on with the backward of the modules before it. Adam reads the gradients straight from the pinned
+ * staging of the hand-off (in the parameter dtype, which converts to fp32 exactly), so the fp32 gradient store is
+ * never written (finalize does not even allocate it) and with the optimizer state on NVMe the store's
+ * read-modify-write is gone. Bit-identical to the ordinary step: the same fp32 gradients, the same constants,
+ * the same per-element update. Private to sib.c.
+ *
+ * The order of one step:
+ *   strata_step_begin(lr)  the step's constants (step count, bias corrections, lr) are fixed here;
+ *   grads_ready(m)         the copy off the device is queued; m's update waits for its release;
+ *   release(m)             m's update is queued (its new parameters may now be written to their home);
+ *   strata_step            waits for the updates, updates the modules that got no gradients with zero gradients
+ *                          (as the ordinary step does), and publishes the new parameters.
+ * A module used twice in a step (the GPT embeddings, tied to the head) is handed over at each use: a hand-over
+ * after which the fetch order (declared, or recorded by an earlier step) fetches the module again is summed in
+ * fp32 into a buffer of the module's own, as the ordinary step's store would sum it, and the update starts from
+ * the sum at the last one. Without a valid order every hand-over is the last, and a second one is refused.
+ * What needs the whole backward first is refused at finalize (sib_check_config): gradient clipping and the fp16
+ * overflow check (a global norm), the delayed update, several ranks and a partial optimizer offload.
+ */
+#ifndef STRATA_ENGINE_SIB_H
+#define STRATA_ENGINE_SIB_H
+
+#include <stdbool.h>
+
+#include "engine/registry.h"
+#include "strata.h"
+
+typedef struct sib sib;
+struct strata_engine;
+
+/* STRATA_ECONFIG naming the key and value of a setting step in backward cannot run with; OK otherwise. */
+strata_status sib_check_config(const struct strata_engine *e);
+/* Built by finalize after the step pipeline (its step count) when strata.step_in_backward is on. */
+strata_status sib_create(struct strata_engine *e, sib **out);
+/* Waits for the update in flight, stops the thread and gives every buffer back. NULL is a no-op. */
+void sib_destroy(struct strata_engine *e, sib *s);
+
+/* Before a hand-over of module id: STRATA_ESTATE when no step was begun, or id's update has started already in
+ * this step (gradient accumulation must be 1). */
+strata_status sib_check_hand_over(struct strata_engine *e, strata_module_id id);
+/* Takes the hand-over: staging (pinned, from POOL_GRAD) receives id's gradients on the d2h stream, queued just
+ * before; sib gives it back to the pool once it is summed or the update is done. */
+strata_status sib_hand_over(struct strata_engine *e, strata_module_id id, void *staging);
+/* The trainer released id: a hand-over waiting for it is queued for its update. */
+strata_status sib_released(struct strata_engine *e, strata_module_id id);
+/* Waits until no update is queued or running; the first failure of one since the last call. */
+strata_status sib_wait(struct strata_engine *e);
+/* strata_step's part: checks args against the begun step, waits for the updates, updates the modules without
+ * gradients, counts the step. The step is over (begun again by the next strata_step_begin) even on failure. */
+strata_status sib_finish(struct strata_engine *e, const strata_step_args *args);
+
+#endif

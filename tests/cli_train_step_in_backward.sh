@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `strata train` with {"strata": {"step_in_backward": true}}: the GPT model (its embeddings handed over twice a step,
+# at the tied head and in backward) ends with weights bit-identical to the ordinary step's and the same losses, with
+# everything in host memory (fp32 and bf16) and with parameters, optimizer state and the gradient store on NVMe,
+# where a step writes 4 bytes per parameter less to the drive (the store is never written); --grad-accum 2 and fp16
+# are refused with their messages.
+set -u
+bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
+here=$(dirname "${BASH_SOURCE[0]}")
+scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_sib.XXXXXX" 2>/dev/null || mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+source "$here/helpers/cli.sh"
+
+seed=${STRATA_TEST_SEED:-$RANDOM}
+echo "seed $seed (set STRATA_TEST_SEED to reproduce)"
+printf '{}' >"$scratch/ordinary.json"
+printf '{"strata": {"step_in_backward": true}}' >"$scratch/sib.json"
+printf '{"strata": {"host_cache": false, "gradients_on_nvme": true}}' >"$scratch/ordinary-nvme.json"
+printf '{"strata": {"host_cache": false, "gradients_on_nvme": true, "step_in_backward": true}}' >"$scratch/sib-nvme.json"
+common=(train --model tiny --steps 4 --batch 2 --seq 32 --seed "$seed" --threads 2 --device host --quiet)
+
+check "grad-accum 2" 1 "the module's gradients were already handed over in this step and its update has started" -- \
+    "$bin" "${common[@]}" --grad-accum 2 --config "$scratch/sib.json"
+check "fp16" 1 "strata.step_in_backward = true with fp16.enabled = true" -- \
+    "$bin" "${common[@]}" --dtype fp16 --config "$scratch/sib.json"
+
+mkdir -p "$scratch/nvme-ordinary" "$scratch/nvme-sib"
+# NAME SUFFIX FLAGS...
+places=("fp32 '' --dtype fp32" "bf16 '' --dtype bf16" "nvme -nvme --dtype bf16 --offload nvme --nvme-dir $scratch/nvme-MODE")
+for place in "${places[@]}"; do
+    eval "set -- $place"
+    name=$1 suffix=$2
+    shift 2
+    for mode in ordinary sib; do
+        out="$scratch/$name-$mode"
+        flags=("${@//MODE/$mode}")
+        "$bin" "${common[@]}" "${flags[@]}" --config "$scratch/$mode$suffix.json" --dump-weights "$out.bin" \
+            --log-jsonl "$out.jsonl" >"$out.txt" 2>&1 || { fail "$name $mode: exit $?"; cat "$out.txt"; }
+    done
+    python3 - "$scratch/$name" "$name" <<'EOF' && passed=$((passed + 1)) || fail "$name: step in backward differs"
+import json, sys
+base, name = sys.argv[1], sys.argv[2]
+runs = ("ordinary", "sib")
+raw = {s: open(f"{base}-{s}.bin", "rb").read() for s in runs}
+log = {s: [json.loads(l) for l in open(f"{base}-{s}.jsonl")] for s in runs}
+loss = {s: [l["loss"] for l in log[s]] for s in runs}
+wr = {s: log[s][-1]["host_to_nvme_bytes"] for s in runs}
+print(f"{name}: weights {'bit-identical' if raw['ordinary'] == raw['sib'] else 'DIFFERENT'} ({len(raw['sib'])} "
+      f"bytes); losses {loss['ordinary']} vs {loss['sib']}; NVMe written in the last step {wr['ordinary']} vs "
+      f"{wr['sib']} B (ordinary vs step in backward)")
+assert len(raw["sib"]) > 0 and raw["ordinary"] == raw["sib"], "weights differ"
+assert loss["ordinary"] == loss["sib"], "losses differ"
+if name == "nvme":
+    params = len(raw["sib"]) // 4
+    # The store is padded per module: at least 4 bytes per parameter less.
+    assert wr["ordinary"] - wr["sib"] >= 4 * params, f"NVMe writes {wr['ordinary']} vs {wr['sib']}: the store's are left"
+EOF
+done
+
+cli_done cli_train_step_in_backward

@@ -1,0 +1,366 @@
+/*
+ * Step in backward (strata.step_in_backward): each module's update runs during backward from its hand-over's
+ * staging, and must give bit for bit what the ordinary step gives from the fp32 gradient store, in every placement
+ * and dtype where both apply, over several steps of fresh random data. The store is never written (NVMe writes of
+ * a run with the store on NVMe shrink by exactly the store's bytes). The combinations it refuses and the misuse of
+ * its calls each give their message.
+ */
+#include <string.h>
+
+#include "synth.h"
+#include "testlib.h"
+
+static const char *nvme_dir;
+
+/* The optimizer state and the gradient store on NVMe, the parameters in host memory, no host cache. */
+static void opt_nvme_grads_nvme(strata_config *c, const char *dir)
+{
+    synth_use_nvme(c, dir, false, true);
+    c->offload_param.device = STRATA_TIER_HOST;
+}
+
+static size_t padded(size_t n)
+{
+    return (n + 4095) / 4096 * 4096;
+}
+
+/* Elements of the flat partition of o's model: one module per layer, each padded to 4096 elements. */
+static size_t partition_numel(const synth_opts *o)
+{
+    size_t total = 0;
+    for (int l = 0; l < o->layers; l++)
+        total += padded((size_t)o->width[l + 1] * o->width[l] + o->width[l + 1]);
+    return total;
+}
+
+static void compare(const char *label, const synth_opts *o, strata_config c, strata_stats *ord_stats,
+                    strata_stats *sib_stats)
+{
+    float *ref = NULL, *w = NULL, *init = NULL;
+    size_t nref = 0, n = 0, ninit = 0;
+    strata_stats s0, s1;
+    c.step_in_backward = false;
+    T_OK(synth_train(o, &c, &ref, &nref, NULL, &s0));
+    c.step_in_backward = true;
+    T_OK(synth_train(o, &c, &w, &n, NULL, &s1));
+    synth_opts untrained = *o;
+    untrained.steps = 0;
+    T_OK(synth_train(&untrained, &c, &init, &ninit, NULL, NULL));
+    if (!ref || !w || !init)
+        goto out;
+    T_EQ_INT(n, nref);
+    size_t first, diffs = synth_count_diff(ref, w, n < nref ? n : nref, &first);
+    size_t moved_first, moved = n - synth_count_diff(init, w, n < ninit ? n : ninit, &moved_first);
+    printf("%s: %zu of %zu weights differ from the ordinary step (max-diff 0 expected); %zu did not move\n", label,
+           diffs, n, moved);
+    T_CHECK(diffs == 0, "%s: step in backward vs ordinary: %zu of %zu weights differ; first at %zu: %.9g vs %.9g",
+            label, diffs, n, first, first < n ? (double)ref[first] : 0.0, first < n ? (double)w[first] : 0.0);
+    T_CHECK(moved < n / 100, "%s: %zu of %zu weights did not train", label, moved, n);
+    T_CHECK(s1.steps == s0.steps && s1.steps == (uint64_t)o->steps, "%s: steps %llu vs %llu", label,
+            (unsigned long long)s1.steps, (unsigned long long)s0.steps);
+    if (ord_stats)
+        *ord_stats = s0;
+    if (sib_stats)
+        *sib_stats = s1;
+out:
+    free(ref);
+    free(w);
+    free(init);
+}
+
+static void run_placements(strata_dtype dtype)
+{
+    for (size_t p = 0; p < synth_placement_count; p++) {
+        synth_opts o;
+        synth_defaults(&o, t_rand_u64());
+        o.micro_batches = 1;
+        o.steps = 4;
+        strata_config c = synth_config(dtype);
+        synth_placements[p].apply(&c, nvme_dir);
+        char label[160];
+        snprintf(label, sizeof label, "%s / %s", strata_dtype_name(dtype), synth_placements[p].name);
+        compare(label, &o, c, NULL, NULL);
+    }
+}
+
+/* The gradient store on NVMe: the ordinary run writes it once per step (one hand-over per module overwrites it),
+ * step in backward never; everything else it writes is the same (the initial state, then master/m/v per step). */
+static void store_never_written(void)
+{
+    synth_opts o;
+    synth_defaults(&o, t_rand_u64());
+    o.micro_batches = 1;
+    o.steps = 3;
+    strata_config c = synth_config(STRATA_DTYPE_BF16);
+    opt_nvme_grads_nvme(&c, nvme_dir);
+    strata_stats s0 = {0}, s1 = {0};
+    compare("bf16 / optimizer and gradient store on NVMe", &o, c, &s0, &s1);
+    uint64_t numel = partition_numel(&o), store = 4 * numel * (uint64_t)o.steps;
+    uint64_t opt = 12 * numel * (uint64_t)(o.steps + 1);
+    printf("NVMe writes: ordinary %llu bytes, step in backward %llu bytes (the gradient store: %llu bytes)\n",
+           (unsigned long long)s0.host_to_nvme_bytes, (unsigned long long)s1.host_to_nvme_bytes,
+           (unsigned long long)store);
+    printf("NVMe reads: ordinary %llu bytes, step in backward %llu bytes\n",
+           (unsigned long long)s0.nvme_to_host_bytes, (unsigned long long)s1.nvme_to_host_bytes);
+    T_EQ_INT(s1.host_to_nvme_bytes, opt);
+    T_EQ_INT(s0.host_to_nvme_bytes - s1.host_to_nvme_bytes, store);
+    T_CHECK(s1.nvme_to_host_bytes <= 12 * numel * (uint64_t)o.steps, "step in backward read %llu bytes, more than "
+            "master/m/v once per step", (unsigned long long)s1.nvme_to_host_bytes);
+}
+
+/* A step whose backward handed nothing over updates every module with zero gradients, as the ordinary one does. */
+static void no_gradients(void)
+{
+    synth_opts o;
+    synth_defaults(&o, t_rand_u64());
+    float a[64], b[64];
+    for (int mode = 0; mode < 2; mode++) {
+        strata_config c = synth_config(STRATA_DTYPE_FP32);
+        c.step_in_backward = mode == 1;
+        strata_engine *e = NULL;
+        T_OK(synth_engine(&o, &c, &e));
+        if (!e)
+            return;
+        for (int s = 0; s < 2; s++) {
+            T_OK(strata_step_begin(e, NULL));
+            T_OK(strata_step(e, NULL, NULL));
+        }
+        T_OK(strata_param_read_master(e, 0, 0, 64, mode ? b : a));
+        strata_engine_destroy(e);
+    }
+    size_t first, diffs = synth_count_diff(a, b, 64, &first);
+    T_CHECK(diffs == 0, "no gradients: %zu of 64 weights differ; first at %zu", diffs, first);
+}
+
+/* Writes the deterministic gradient of (step, use) into every parameter of module l (params 2l and 2l + 1), in
+ * dtype: random values in [-1, 1) (as bf16, their top 16 bits). */
+static void write_grads(strata_engine *e, const synth_opts *o, int l, int step, int use, strata_dtype dtype)
+{
+    for (int k = 0; k < 2; k++) {
+        strata_param_id p = (strata_param_id)(2 * l + k);
+        size_t n = k == 0 ? (size_t)o->width[l + 1] * o->width[l] : (size_t)o->width[l + 1];
+        void *g = strata_grad_data(e, p);
+        T_CHECK(g != NULL, "strata_grad_data: %s", strata_last_error(e));
+        if (!g)
+            return;
+        for (size_t i = 0; i < n; i++) {
+            float v = synth_init_value(o->seed + (uint64_t)(step * 8 + use), 2 * l + k, i) * 7.0f;
+            if (dtype == STRATA_DTYPE_FP32) {
+                ((float *)g)[i] = v;
+            } else {
+                uint32_t bits;
+                memcpy(&bits, &v, 4);
+                ((uint16_t *)g)[i] = (uint16_t)(bits >> 16);
+            }
+        }
+    }
+}
+
+/* A module used twice in a step (tied weights: the GPT embeddings and head): with a declared order whose forward
+ * is followed by a second use of layer 0 before backward, layer 0 is handed over twice per step. The first
+ * hand-over is summed (fp32) and the update starts at the second: bit-identical to the ordinary step's store.
+ * Without a declared order (step 1 records it) the first hand-over is the last, and the second is refused. */
+static void tied(strata_dtype dtype)
+{
+    synth_opts o;
+    synth_defaults(&o, t_rand_u64());
+    int L = o.layers;
+    strata_module_id order[2 * SYNTH_MAX_LAYERS + 1];
+    size_t k = 0;
+    for (int l = 0; l < L; l++)
+        order[k++] = (strata_module_id)l;
+    order[k++] = 0;
+    for (int l = L - 1; l >= 0; l--)
+        order[k++] = (strata_module_id)l;
+    size_t n = 0;
+    for (int l = 0; l < L; l++)
+        n += (size_t)o.width[l + 1] * o.width[l];
+    float *w[2] = {calloc(n, 4), calloc(n, 4)};
+    for (int mode = 0; mode < 3 && w[0] && w[1]; mode++) {
+        strata_config c = synth_config(dtype);
+        c.step_in_backward = mode != 0;
+        strata_engine *e = NULL;
+        T_OK(synth_engine(&o, &c, &e));
+        if (!e)
+            break;
+        if (mode != 2)
+            T_OK(strata_module_order(e, order, k));
+        for (int s = 0; s < 3; s++) {
+            T_OK(strata_step_begin(e, NULL));
+            for (int l = 0; l < L; l++) {
+                T_OK(strata_fetch(e, (strata_module_id)l));
+                T_OK(strata_release(e, (strata_module_id)l));
+            }
+            T_OK(strata_fetch(e, 0)); /* the tied use */
+            write_grads(e, &o, 0, s, 0, dtype);
+            T_OK(strata_grads_ready(e, 0));
+            T_OK(strata_release(e, 0));
+            for (int l = L - 1; l >= 0; l--) {
+                T_OK(strata_fetch(e, (strata_module_id)l));
+                write_grads(e, &o, l, s, 1, dtype);
+                strata_status st = strata_grads_ready(e, (strata_module_id)l);
+                if (mode == 2 && l == 0) {
+                    T_CHECK(st == STRATA_ESTATE, "tied, no declared order: the second hand-over gave %s",
+                            strata_status_name(st));
+                    T_CONTAINS(strata_last_error(e), "the module's gradients were already handed over in this step");
+                    T_CONTAINS(strata_last_error(e), "only when the fetch order is declared (strata_module_order)");
+                } else {
+                    T_CHECK(st == STRATA_OK, "tied: grads_ready(%d): %s", l, strata_last_error(e));
+                }
+                T_OK(strata_release(e, (strata_module_id)l));
+            }
+            T_OK(strata_step(e, NULL, NULL));
+            if (mode == 2)
+                break;
+        }
+        size_t pos = 0;
+        for (int l = 0; mode != 2 && l < L; l++) {
+            size_t nw = (size_t)o.width[l + 1] * o.width[l];
+            T_OK(strata_param_read_master(e, (strata_param_id)(2 * l), 0, nw, w[mode] + pos));
+            pos += nw;
+        }
+        strata_engine_destroy(e);
+    }
+    size_t first, diffs = synth_count_diff(w[0], w[1], n, &first);
+    printf("tied %s: %zu of %zu weights differ from the ordinary step\n", strata_dtype_name(dtype), diffs, n);
+    T_CHECK(diffs == 0, "tied %s: %zu of %zu weights differ; first at %zu: %.9g vs %.9g", strata_dtype_name(dtype),
+            diffs, n, first, first < n ? (double)w[0][first] : 0.0, first < n ? (double)w[1][first] : 0.0);
+    free(w[0]);
+    free(w[1]);
+}
+
+/* A checkpoint between steps: 2 steps, save, a fresh engine loads and runs 2 more = 4 steps uninterrupted. */
+static void checkpoint(void)
+{
+    synth_opts o;
+    synth_defaults(&o, t_rand_u64());
+    o.micro_batches = 1;
+    o.steps = 4;
+    o.lr_decay = 0.9;
+    strata_config c = synth_config(STRATA_DTYPE_BF16);
+    opt_nvme_grads_nvme(&c, nvme_dir);
+    c.step_in_backward = true;
+    float *ref = NULL, *w = NULL, *tmp = NULL;
+    size_t nref = 0, n = 0, ntmp = 0;
+    T_OK(synth_train(&o, &c, &ref, &nref, NULL, NULL));
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/ckpt", nvme_dir);
+    synth_opts first = o;
+    first.steps = 2;
+    first.save_dir = dir;
+    first.save_after = 2;
+    T_OK(synth_train(&first, &c, &tmp, &ntmp, NULL, NULL));
+    synth_opts second = o;
+    second.steps = 2;
+    second.first_step = 2;
+    second.load_dir = dir;
+    T_OK(synth_train(&second, &c, &w, &n, NULL, NULL));
+    if (ref && w) {
+        size_t f, diffs = synth_count_diff(ref, w, n < nref ? n : nref, &f);
+        printf("checkpoint: %zu of %zu weights differ from the uninterrupted run\n", diffs, n);
+        T_CHECK(diffs == 0 && n == nref, "checkpoint: %zu of %zu weights differ; first at %zu", diffs, n, f);
+    }
+    free(ref);
+    free(w);
+    free(tmp);
+}
+
+static void refused(const char *label, strata_config c, const char *key_text)
+{
+    synth_opts o;
+    synth_defaults(&o, 1);
+    c.step_in_backward = true;
+    strata_engine *e = NULL;
+    T_STATUS(synth_engine(&o, &c, &e), STRATA_ECONFIG);
+    printf("%s: %s\n", label, strata_last_error(NULL));
+    T_CONTAINS(strata_last_error(NULL), "strata.step_in_backward = true with");
+    T_CONTAINS(strata_last_error(NULL), key_text);
+    strata_engine_destroy(e);
+}
+
+static void refusals(void)
+{
+    strata_config c = synth_config(STRATA_DTYPE_FP32);
+    c.gradient_clipping = 1.0;
+    refused("clipping", c, "gradient_clipping = 1: clipping scales every update by the global gradient norm");
+    c = synth_config(STRATA_DTYPE_FP16);
+    refused("fp16", c, "fp16.enabled = true: an fp16 step is skipped when any gradient overflowed");
+    c = synth_config(STRATA_DTYPE_FP32);
+    c.delayed_update = true;
+    refused("delayed update", c, "strata.delayed_update = true");
+    c = synth_config(STRATA_DTYPE_FP32);
+    c.offload_optimizer.device = STRATA_TIER_HOST;
+    c.offload_optimizer_ratio = 0.5;
+    refused("twin-flow", c, "ratio = 0.5: step in backward runs every update on the CPU");
+}
+
+/* The calls' contract: begin before the hand-overs, one hand-over per module and step, strata_step's lr. */
+static void misuse(void)
+{
+    synth_opts o;
+    synth_defaults(&o, 2);
+    strata_config c = synth_config(STRATA_DTYPE_FP32);
+    c.step_in_backward = true;
+    strata_engine *e = NULL;
+    T_OK(synth_engine(&o, &c, &e));
+    if (!e)
+        return;
+    /* module 0 is "layer0" with parameters 0 (weight) and 1 (bias) */
+    T_OK(strata_fetch(e, 0));
+    T_CHECK(strata_grad_data(e, 0) && strata_grad_data(e, 1), "grad_data: %s", strata_last_error(e));
+    T_STATUS(strata_grads_ready(e, 0), STRATA_ESTATE);
+    T_CONTAINS(strata_last_error(e), "strata_grads_ready(\"layer0\"): strata.step_in_backward is on and no step was "
+               "begun: call strata_step_begin(engine, args) before the backward of every step");
+    T_OK(strata_release(e, 0));
+    T_STATUS(strata_step(e, NULL, NULL), STRATA_ESTATE);
+    T_CONTAINS(strata_last_error(e), "strata_step: strata.step_in_backward is on and the step was not begun");
+
+    strata_step_args args = {.lr = 3e-3};
+    T_OK(strata_step_begin(e, &args));
+    T_STATUS(strata_step_begin(e, &args), STRATA_ESTATE);
+    T_CONTAINS(strata_last_error(e), "strata_step_begin: a step is already begun");
+    T_OK(strata_fetch(e, 0));
+    T_CHECK(strata_grad_data(e, 0) && strata_grad_data(e, 1), "grad_data: %s", strata_last_error(e));
+    T_OK(strata_grads_ready(e, 0));
+    T_CHECK(strata_grad_data(e, 0) && strata_grad_data(e, 1), "grad_data: %s", strata_last_error(e));
+    T_STATUS(strata_grads_ready(e, 0), STRATA_ESTATE);
+    T_CONTAINS(strata_last_error(e), "strata_grads_ready(\"layer0\"): the module's gradients were already handed "
+               "over in this step and its update has started; with strata.step_in_backward a module's update starts "
+               "at its last hand-over of the step (the one after which the fetch order has no more fetches of it), "
+               "so gradient accumulation must be 1");
+    T_OK(strata_release(e, 0));
+    strata_step_args other = {.lr = 1e-3};
+    T_STATUS(strata_step(e, &other, NULL), STRATA_EINVAL);
+    T_CONTAINS(strata_last_error(e), "but strata_step_begin began this step with lr = 0.0030000000000000001");
+    strata_step_result r;
+    T_OK(strata_step(e, &args, &r));
+    T_EQ_INT(r.step, 1);
+    T_STATUS(strata_step_begin(e, &(strata_step_args){.lr = -1}), STRATA_EINVAL);
+    strata_engine_destroy(e);
+
+    /* Without step in backward, strata_step_begin only checks its args. */
+    c.step_in_backward = false;
+    T_OK(synth_engine(&o, &c, &e));
+    if (!e)
+        return;
+    T_OK(strata_step_begin(e, NULL));
+    T_OK(strata_step_begin(e, NULL));
+    T_STATUS(strata_step_begin(e, &(strata_step_args){.lr = 1.0 / 0.0}), STRATA_EINVAL);
+    strata_engine_destroy(e);
+}
+
+int main(void)
+{
+    t_rng_seed();
+    nvme_dir = t_scratch_dir("t_engine_step_in_backward");
+    misuse();
+    refusals();
+    no_gradients();
+    tied(STRATA_DTYPE_FP32);
+    tied(STRATA_DTYPE_BF16);
+    checkpoint();
+    store_never_written();
+    run_placements(STRATA_DTYPE_FP32);
+    run_placements(STRATA_DTYPE_BF16);
+    return t_done();
+}
