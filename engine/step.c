@@ -274,18 +274,34 @@ static strata_status acquire_buffers(step_ctx *c)
     return STRATA_OK;
 }
 
-/* Waits for everything still moving into or out of the step's buffers (NVMe holds the state when it
- * returns), then frees the parameter staging; the optimizer slots stay. */
+strata_status step_settle(strata_engine *e, step_pipeline *sp)
+{
+    strata_status first = STRATA_OK, st;
+    for (int i = 0; i < STEP_SLOTS; i++)
+        if ((st = wait_write(e, &sp->slot[i])) != STRATA_OK && first == STRATA_OK)
+            first = st;
+    if (first == STRATA_OK)
+        return STRATA_OK;
+    /* As after a failed step: the drive is the truth, and it did not take the write. */
+    step_forget(sp);
+    host_cache_forget(e);
+    char why[ERR_MSG_BYTES];
+    snprintf(why, sizeof why, "%s", err_last());
+    return err_set(first, "writing back the optimizer state of the last %soptimizer step failed: %s",
+                   e->cfg.delayed_update ? "delayed " : "", why);
+}
+
+/* Waits for everything still moving into the step's buffers and out of the parameter staging, then frees the
+ * staging. The optimizer slots stay, and so may their write-backs: the next step waits for a slot's write before
+ * it uses the slot, and whatever reads the optimizer state from NVMe between steps settles them first
+ * (step_settle), so the step does not wait for the drive at its end. */
 static strata_status release_buffers(step_ctx *c)
 {
     strata_engine *e = c->e;
     strata_status first = STRATA_OK, st;
-    for (int i = 0; c->slot && i < STEP_SLOTS; i++) {
+    for (int i = 0; c->slot && i < STEP_SLOTS; i++)
         if ((st = io_wait_wait(&c->slot[i].rd)) != STRATA_OK && first == STRATA_OK)
             first = st;
-        if ((st = wait_write(e, &c->slot[i])) != STRATA_OK && first == STRATA_OK)
-            first = st;
-    }
     if ((st = dev_stream_sync(e->upd)) != STRATA_OK && first == STRATA_OK)
         first = st;
     for (int i = 0; i < 2; i++) {

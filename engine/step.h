@@ -42,6 +42,10 @@ typedef struct step_job {
 strata_status step_run(struct strata_engine *e, const step_job *job, strata_step_result *res);
 /* This rank's gradient statistics over store grad_index (what step_run computes when have_stats is false). */
 strata_status step_grad_stats(struct strata_engine *e, int grad_index, double *sumsq, bool *nonfinite);
+/* Waits for the optimizer state's write-backs a step left in flight (a step returns without waiting for the drive):
+ * before anything reads or writes the optimizer state on NVMe outside a step (a save, a load, strata_sync). A write
+ * that failed is reported here, or by the next step. */
+strata_status step_settle(struct strata_engine *e, step_pipeline *sp);
 /* The slots keep the state of the last sub-groups a step wrote; after anything else writes the optimizer
  * state (strata_load), step_forget makes the next step read it again. */
 void step_forget(step_pipeline *sp);

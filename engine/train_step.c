@@ -240,6 +240,7 @@ static strata_status sync(strata_engine *e)
     ERR_CHECK(engine_require_finalized(e, "strata_sync"));
     bool had;
     ERR_CHECK(join_delayed(e, NULL, &had));
+    ERR_CHECK(step_settle(e, e->step));
     ERR_CHECK(grads_drain(e));
     ERR_CHECK(sib_wait(e));
     ERR_CHECK(dev_stream_sync(e->h2d));

@@ -109,7 +109,9 @@ static void io_error_in_step(const char *scratch, bool delayed)
     T_OK(strata_checkpoint_inspect(dir, &good));
     nvme_fault_inject(t_rand_range(1, 4), NVME_FAULT_EIO);
     strata_status st = strata_step(e, NULL, NULL);
-    if (delayed && st == STRATA_OK) /* the update ran on the optimizer thread: its failure shows at the join */
+    /* The update ran on the optimizer thread (delayed), or its write-back is still in flight when the step
+     * returns: the failure shows at the join, or when strata_sync waits for the drive. */
+    if (st == STRATA_OK)
         st = strata_sync(e);
     nvme_fault_inject(0, NVME_FAULT_NONE);
     T_CHECK(st == STRATA_EIO, "%s: the step with an injected I/O error returned %s (%s)", delayed ? "delayed" : "plain",

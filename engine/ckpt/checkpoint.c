@@ -285,6 +285,7 @@ static strata_status prepare(strata_engine *e, const char *dir, strata_step_resu
     /* The delayed update in flight must finish (its master weights and moments are part of the state) but stay
      * unpublished: the trainer still computes with the older parameters until the next step. */
     ERR_CHECK(opt_job_settle(e->opt, pending_res, pending));
+    ERR_CHECK(step_settle(e, e->step)); /* the drive holds the newest optimizer state */
     return twin_flow_store(e, e->twin); /* the optimizer's device share into the arrays saved */
 }
 

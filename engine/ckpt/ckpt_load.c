@@ -275,6 +275,7 @@ static strata_status drop_in_flight(strata_engine *e)
     strata_step_result unused;
     bool had;
     ERR_CHECK(opt_job_join(e->opt, &unused, &had));
+    ERR_CHECK(step_settle(e, e->step)); /* no write-back may land after the load's writes */
     ERR_CHECK(dev_stream_sync(e->h2d));
     residency_invalidate_all(e);
     step_forget(e->step); /* the optimizer state on NVMe is about to change */
