@@ -3,7 +3,7 @@
 # at the tied head and in backward) ends with weights bit-identical to the ordinary step's and the same losses, with
 # everything in host memory (fp32 and bf16) and with parameters, optimizer state and the gradient store on NVMe,
 # where a step writes 4 bytes per parameter less to the drive (the store is never written); --grad-accum 2 and fp16
-# are refused with their messages.
+# are refused with their messages; --step-in-backward sets the key.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
@@ -23,6 +23,10 @@ check "grad-accum 2" 1 "the module's gradients were already handed over in this 
     "$bin" "${common[@]}" --grad-accum 2 --config "$scratch/sib.json"
 check "fp16" 1 "strata.step_in_backward = true with fp16.enabled = true" -- \
     "$bin" "${common[@]}" --dtype fp16 --config "$scratch/sib.json"
+# --step-in-backward is the key's flag: the header says so, and the key's refusals hold for it.
+check "the flag" 0 "delayed update off; step in backward" -- "$bin" "${common[@]}" --step-in-backward --steps 1
+check "the flag with fp16" 1 "strata.step_in_backward = true with fp16.enabled = true" -- \
+    "$bin" "${common[@]}" --dtype fp16 --step-in-backward
 
 mkdir -p "$scratch/nvme-ordinary" "$scratch/nvme-sib"
 # NAME SUFFIX FLAGS...

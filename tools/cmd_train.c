@@ -30,6 +30,7 @@ static void usage(FILE *out)
             "                    [--dtype fp32|bf16|fp16]\n"
             "                    [--offload device|host|nvme] [--nvme-dir DIR] [--device-budget SIZE]\n"
             "                    [--host-budget SIZE] [--prefetch SIZE] [--delayed-update] [--delayed-warmup N]\n"
+            "                    [--step-in-backward]\n"
             "                    [--threads N] [--trace FILE] [--log-jsonl FILE]\n"
             "                    [--dump-weights FILE] [--save DIR] [--save-every K] [--keep N]\n"
             "                    [--resume DIR] [--quiet]\n\n"
@@ -59,6 +60,8 @@ static void usage(FILE *out)
             "  --device-budget, --host-budget SIZE  memory strata may use per tier; --prefetch SIZE the bytes\n"
             "                     of parameters fetched ahead\n"
             "  --delayed-update   ZeRO-Offload's one-step-delayed optimizer step, after --delayed-warmup N steps\n"
+            "  --step-in-backward each module's optimizer update as soon as its gradients are complete, during\n"
+            "                     backward, without a gradient store (strata.step_in_backward; --grad-accum 1)\n"
             "  --trace FILE       Chrome trace-event JSON of every transfer and step (open in ui.perfetto.dev)\n"
             "  --log-jsonl FILE   one JSON object per step (loss, lr, tokens/s, stall, bytes per link, comm bytes, peak\n"
             "                     bytes per tier, fetches); with N ranks each rank logs its own: rank 0 to FILE,\n"
@@ -77,7 +80,7 @@ typedef struct args {
     long long steps, warmup, save_every;
     double lr, min_lr;
     unsigned long long seed;
-    bool delayed, quiet;
+    bool delayed, quiet, step_in_backward;
     trainer_opts topts;
 } args;
 
@@ -104,6 +107,10 @@ static int parse(int argc, char **argv, args *a)
         const char *f = argv[i];
         if (strcmp(f, "--delayed-update") == 0) {
             a->delayed = true;
+            continue;
+        }
+        if (strcmp(f, "--step-in-backward") == 0) {
+            a->step_in_backward = true;
             continue;
         }
         if (strcmp(f, "--quiet") == 0) {
@@ -275,6 +282,8 @@ static int build_config(args *a, strata_config *cfg)
         cfg->delayed_update = true;
     if (a->delayed_warmup >= 0)
         cfg->delayed_warmup_steps = a->delayed_warmup;
+    if (a->step_in_backward)
+        cfg->step_in_backward = true;
     if (a->threads)
         cfg->cpu_threads = a->threads;
     if (a->trace)
@@ -325,11 +334,11 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
                cfg->zero_stage);
     else
         printf("  world 1 rank, ZeRO stage %d\n", cfg->zero_stage);
-    printf("  lr %.3g (warmup %lld, cosine to %.3g); computes on %s; params %s %s, optimizer %s; delayed update %s\n",
+    printf("  lr %.3g (warmup %lld, cosine to %.3g); computes on %s; params %s %s, optimizer %s; delayed update %s%s\n",
            cfg->lr, (long long)t->warmup, t->min_lr, cfg->backend == STRATA_BACKEND_CUDA ? "cuda" : "host",
            strata_dtype_name(cfg->param_dtype), strata_tier_name(cfg->offload_param.device),
            strata_tier_name(cfg->offload_optimizer.device),
-           cfg->delayed_update ? "on" : "off");
+           cfg->delayed_update ? "on" : "off", cfg->step_in_backward ? "; step in backward" : "");
     print_schedule(t);
     /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master and moments. */
     size_t pbytes = strata_dtype_bytes(cfg->param_dtype);
