@@ -115,7 +115,9 @@ void plan_compute(const plan_input *in, plan *p)
                         (in->param_tier == STRATA_TIER_DEVICE && np == no ? 0 : in->param_bytes);
     add(p, "Twin-Flow share (ratio): master, m, v, grads",
         STRATA_TIER_DEVICE, in->opt_device_numel * share_elem, false);
-    add(p, in->delayed ? "gradient stores (2, fp32)" : "gradient store (fp32)", in->grad_tier, ng * 4 * ngrad, false);
+    if (!in->step_in_backward)
+        add(p, in->delayed ? "gradient stores (2, fp32)" : "gradient store (fp32)", in->grad_tier, ng * 4 * ngrad,
+            false);
     if (in->world_size > 1) {
         /* The collectives' own memory (engine/ranks.c): stage 1 reduce-scatters the full gradient store into a
          * shard store the optimizer reads; stages 1 and 2 update a shard of the parameters before all-gathering
@@ -149,13 +151,17 @@ void plan_compute(const plan_input *in, plan *p)
     if (in->param_tier == STRATA_TIER_NVME)
         part[0] = MIN(in->prefetch_bytes, n * in->param_bytes) + 2 * big;
     part[1] = 2 * big;
-    part[2] = in->grad_tier == STRATA_TIER_NVME ? in->largest_module_numel * 4 : 0;
-    size_t slot = (in->opt_tier == STRATA_TIER_NVME ? 12 * sg : 0) + (in->grad_tier == STRATA_TIER_NVME ? 4 * sg : 0);
-    part[3] = STEP_SLOTS * slot + (in->param_tier != STRATA_TIER_HOST ? 2 * sg * in->param_bytes : 0);
+    bool grad_nvme = in->grad_tier == STRATA_TIER_NVME && !in->step_in_backward;
+    part[2] = grad_nvme ? in->largest_module_numel * 4 : 0;
+    size_t pstage = in->param_tier != STRATA_TIER_HOST ? sg * in->param_bytes : 0;
+    size_t slot = (in->opt_tier == STRATA_TIER_NVME ? 12 * sg : 0) + (grad_nvme ? 4 * sg : 0);
+    part[3] = in->step_in_backward ? slot + pstage : STEP_SLOTS * slot + 2 * pstage;
     add(p, "pinned: NVMe fetch staging", STRATA_TIER_HOST, part[0], true);
     add(p, "pinned: gradient staging", STRATA_TIER_HOST, part[1], true);
     add(p, "pinned: gradient accumulation (NVMe)", STRATA_TIER_HOST, part[2], true);
-    add(p, "pinned: optimizer slots (" PLAN_STR(STEP_SLOTS) ") + parameter staging (2)", STRATA_TIER_HOST, part[3], true);
+    add(p, in->step_in_backward ? "pinned: step in backward: master, m, v of one piece + parameter staging"
+                                : "pinned: optimizer slots (" PLAN_STR(STEP_SLOTS) ") + parameter staging (2)",
+        STRATA_TIER_HOST, part[3], true);
 }
 
 void plan_host_cache(const strata_config *cfg, const plan_input *in, size_t host_budget, plan *p)

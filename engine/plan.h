@@ -34,6 +34,9 @@ typedef struct plan_input {
      * and moments (unless opt_tier is the device already), gradients and, when parameters live elsewhere, a
      * parameter scratch are in device memory. The host arrays keep their full size. */
     size_t opt_device_numel;
+    /* strata.step_in_backward: no gradient store (each module's update reads its gradients from the staging), and
+     * the step's pinned buffers are one piece's master weights, moments and parameter staging (engine/sib.c). */
+    bool step_in_backward;
 } plan_input;
 
 typedef struct plan_line {

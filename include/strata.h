@@ -141,6 +141,8 @@ typedef enum strata_switch {
 } strata_switch;
 
 #define STRATA_MAX_NVME_PATHS 8
+/* A count setting with no cap (param_max_in_cpu): larger than any model, and inside the config's range check. */
+#define STRATA_NO_CAP ((size_t)1 << 62)
 #define STRATA_PATH_BYTES 512
 
 /* Where offloaded state of one kind goes (DeepSpeed's offload_param / offload_optimizer). */
@@ -227,7 +229,7 @@ typedef struct strata_config {
      * to param_max_in_cpu elements, DeepSpeed's offload_param.max_in_cpu) and then optimizer state, written
      * through, so fetches and the step read host memory instead of the drive. */
     bool host_cache;                         /* strata.host_cache; default true */
-    size_t param_max_in_cpu;                 /* default 1e9 elements, as DeepSpeed's */
+    size_t param_max_in_cpu;                 /* default STRATA_NO_CAP: only the host budget (DeepSpeed: 1e9) */
     /* Twin-Flow partial optimizer offload (offload_optimizer.ratio, DeepSpeed's meaning): the share of the optimizer's
      * sub-groups the CPU updates; the others keep their optimizer state in device memory and are updated there by the
      * device's Adam, concurrently. 1 = all on the CPU (default), 0 = all on the device. */

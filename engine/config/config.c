@@ -58,7 +58,7 @@ static void set_defaults(strata_config *cfg)
     cfg->swap_checksum = true;
     cfg->gradients_on_nvme = STRATA_SWITCH_AUTO;
     cfg->host_cache = true;
-    cfg->param_max_in_cpu = 1000000000;
+    cfg->param_max_in_cpu = STRATA_NO_CAP; /* the host budget bounds the cache (DeepSpeed caps it at 1e9) */
     cfg->offload_optimizer_ratio = 1.0;
     cfg->step_in_backward = false;
 }
