@@ -93,21 +93,29 @@ static strata_status cache_params(strata_engine *e, const tcache_range *r, size_
     return STRATA_OK;
 }
 
-/* Whole sub-groups of the optimizer state, from the first, within bytes (12 per element: master, m, v). */
+/* Whole sub-groups of the optimizer state, from the first, within bytes (12 per element: master, m, v): the
+ * ordinary step reads it by sub-group. Step in backward reads it module by module (engine/sib.c), pieces that need
+ * not fall inside one sub-group, so there the mirrors are whole modules, as many as fit, in partition order. */
 static strata_status cache_optimizer(strata_engine *e, size_t bytes)
 {
     size_t numel = e->tiers.master.numel, sg = MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), numel);
-    size_t groups = sg ? (numel + sg - 1) / sg : 0, n = 0;
+    size_t nm = registry_nmodules(e->reg);
+    size_t groups = e->cfg.step_in_backward ? nm : sg ? (numel + sg - 1) / sg : 0, n = 0;
     tcache_range *r = calloc(groups ? groups : 1, sizeof *r);
     if (!r)
         return err_set(STRATA_ENOMEM, "host cache: out of memory choosing what to mirror");
     for (size_t k = 0, left = bytes; k < groups; k++) {
-        size_t count = MIN(sg, numel - k * sg);
-        if (12 * count > left)
-            break;
-        left -= 12 * count;
-        r[n++] = (tcache_range){k * sg, count};
+        tcache_range g = {k * sg, sg ? MIN(sg, numel - k * sg) : 0};
+        if (e->cfg.step_in_backward) {
+            const reg_module *m = registry_module(e->reg, (strata_module_id)k);
+            g = (tcache_range){registry_view_offset(m, e->views.opt), registry_view_count(m, e->views.opt)};
+        }
+        if (!g.count || 12 * g.count > left)
+            continue;
+        left -= 12 * g.count;
+        r[n++] = g;
     }
+    qsort(r, n, sizeof *r, by_first);
     tier_array *arrays[] = {&e->tiers.master, &e->tiers.exp_avg, &e->tiers.exp_avg_sq};
     strata_status st = STRATA_OK;
     for (size_t i = 0; i < ARRAY_LEN(arrays) && st == STRATA_OK; i++)
