@@ -1,4 +1,5 @@
 /* Engine lifetime: create (validate, choose a backend), destroy, last error. */
+#include "engine/act_store.h"
 #include "engine/engine.h"
 
 #include <stdlib.h>
@@ -129,6 +130,8 @@ void engine_unbuild(strata_engine *e)
     opt_thread_stop(e->opt);
     sib_destroy(e, e->sib); /* before the gradient staging and the tiers it updates go */
     e->sib = NULL;
+    act_store_destroy(e, e->acts); /* before the deferred frees its device copies go to, and the swap */
+    e->acts = NULL;
     driver_destroy(e->driver);
     ranks_destroy(e, e->ranks);
     residency_destroy(e, e->res);

@@ -14,6 +14,7 @@
  *   opt_thread    opt_thread.c     the delayed update's thread
  *   sib           sib.c            step in backward: module updates during backward, and their thread
  *   checkpoint    ckpt/            save and load (and the flag a failed load leaves)
+ *   acts          act_store.c      offloaded activations: strata_act_push / pop / drop
  *
  * The registry and the fetch order exist from strata_engine_create (the trainer adds modules and may
  * declare the order before finalize); everything else is built by strata_engine_finalize (finalize.c),
@@ -43,6 +44,7 @@ typedef struct step_driver step_driver;
 typedef struct rank_state rank_state;
 typedef struct sib sib;
 typedef struct twin_flow twin_flow;
+typedef struct act_store act_store;
 
 /* Bytes moved per link and time spent, counted by whichever thread moves them. */
 typedef struct eng_counters {
@@ -80,6 +82,7 @@ struct strata_engine {
     opt_thread *opt;                /* only with the delayed update */
     sib *sib;                       /* only with strata.step_in_backward (sib.c) */
     twin_flow *twin;                /* the optimizer's device share (offload_optimizer.ratio < 1), or NULL */
+    act_store *acts;                /* offloaded activations (strata.offload_activations), or NULL */
 
     eng_counters ctr;
     bool ckpt_incomplete;           /* a strata_load failed half-way: the state is a mix; steps refuse */

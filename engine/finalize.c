@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/size.h"
 #include "base/util.h"
+#include "engine/act_store.h"
 #include "engine/engine.h"
 #include "engine/host_cache.h"
 #include "engine/plan.h"
@@ -55,6 +56,7 @@ static strata_status make_plan(strata_engine *e, plan *pl)
     if (e->placement.placed) {
         e->cfg.offload_param.device = e->placement.asked_param;
         e->cfg.offload_optimizer.device = e->placement.asked_opt;
+        e->cfg.offload_activations = e->placement.asked_act;
         e->placement.placed = false;
     }
     /* Step in backward names the settings it cannot run with, whatever else is pending. */
@@ -74,6 +76,7 @@ static strata_status make_plan(strata_engine *e, plan *pl)
     t->grad_tier = pp->grad_tier;
     e->cfg.offload_param.device = pp->param_tier;
     e->cfg.offload_optimizer.device = pp->opt_tier;
+    e->cfg.offload_activations = pp->act_tier;
     if (pp->reason[0])
         LOG_INFO(LOG_CORE, "rank %d: placement %s", e->rank, pp->reason);
     return STRATA_OK;
@@ -106,6 +109,7 @@ static strata_status build(strata_engine *e)
     ERR_CHECK(tiers_write_initial(&e->tiers, e->reg, e->cfg.param_dtype, &e->views, e->rank));
     ERR_CHECK(twin_flow_create(e, &e->twin)); /* after the initial state, which it copies */
     ERR_CHECK(residency_create(e, &e->res));
+    ERR_CHECK(act_store_create(e, e->placement.act_tier, &pl, &e->acts));
     ERR_CHECK(step_create(&e->cfg, &e->step));
     ERR_CHECK(driver_create(&e->cfg, &e->driver));
     if (e->cfg.delayed_update)

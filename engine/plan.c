@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/size.h"
 #include "base/util.h"
+#include "gpu/device.h"
 
 #define PLAN_STR_(x) #x
 #define PLAN_STR(x) PLAN_STR_(x) /* the value of a macro as a string literal */
@@ -33,8 +34,10 @@ int plan_swap_paths(const strata_config *cfg, const char *paths[PLAN_MAX_SWAP_PA
 {
     int n = 0;
     const strata_offload_config *blocks[2] = {&cfg->offload_optimizer, &cfg->offload_param};
+    /* Offloaded activations have no path of their own: they share the swap space of both blocks. */
+    bool acts = cfg->offload_activations == STRATA_TIER_NVME || cfg->offload_activations == STRATA_TIER_AUTO;
     for (int b = 0; b < 2; b++) {
-        if (blocks[b]->device != STRATA_TIER_NVME && blocks[b]->device != STRATA_TIER_AUTO)
+        if (blocks[b]->device != STRATA_TIER_NVME && blocks[b]->device != STRATA_TIER_AUTO && !acts)
             continue;
         for (int i = 0; i < blocks[b]->nvme_path_count; i++) {
             bool seen = false;
@@ -51,6 +54,12 @@ void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch
 {
     *prefetch_bytes = cfg->prefetch_bytes ? cfg->prefetch_bytes : cfg->prefetch_bucket_size * param_bytes;
     *max_live_bytes = cfg->max_live_bytes ? cfg->max_live_bytes : cfg->max_live_parameters * param_bytes;
+}
+
+size_t plan_act_max_bytes(const strata_config *cfg)
+{
+    return cfg->offloaded_activation_max_bytes ? cfg->offloaded_activation_max_bytes
+                                               : cfg->offloaded_activation_bytes;
 }
 
 size_t plan_host_budget(const strata_config *cfg)
@@ -144,6 +153,17 @@ void plan_compute(const plan_input *in, plan *p)
     p->live_window_bytes += big;
     add(p, "gradient buffers of one module", STRATA_TIER_DEVICE, big, false);
     add(p, "trainer activations (strata.activation_bytes)", STRATA_TIER_DEVICE, in->activation_bytes, false);
+    if (in->act_tier == STRATA_TIER_HOST || in->act_tier == STRATA_TIER_NVME) {
+        size_t one = align_up(in->act_max_bytes, PLAN_ACT_ALIGN);
+        p->act_window_bytes = PLAN_ACT_RESTORED * align_up(in->act_max_bytes, DEV_ALIGN_BYTES);
+        add(p, "offloaded activations (strata.offload_activations.bytes)", in->act_tier,
+            align_up(in->act_bytes, PLAN_ACT_ALIGN), false);
+        add(p, "restored activations (" PLAN_STR(PLAN_ACT_RESTORED) " x the largest)", STRATA_TIER_DEVICE,
+            p->act_window_bytes, false);
+        if (in->act_tier == STRATA_TIER_NVME)
+            add(p, "pinned: activation staging (" PLAN_STR(PLAN_ACT_STAGING) " x the largest)", STRATA_TIER_HOST,
+                PLAN_ACT_STAGING * one, false);
+    }
 
     /* The pinned pool: staging for fetches from NVMe, gradient hand-offs, and the optimizer's
      * four sub-group slots (read k+1, compute k, write k-1 and k-2). */

@@ -11,7 +11,7 @@
 
 #include "strata.h"
 
-#define PLAN_MAX_LINES 20
+#define PLAN_MAX_LINES 24
 
 typedef struct plan_input {
     size_t total_numel;            /* padded flat partition */
@@ -37,6 +37,10 @@ typedef struct plan_input {
     /* strata.step_in_backward: no gradient store (each module's update reads its gradients from the staging), and
      * the step's pinned buffers are one piece's master weights, moments and parameter staging (engine/sib.c). */
     bool step_in_backward;
+    /* Offloaded activations (strata_act_push): their tier (DEVICE: none), what the trainer keeps at once and the
+     * largest one (engine/act_store.h). */
+    strata_tier act_tier;
+    size_t act_bytes, act_max_bytes;
 } plan_input;
 
 typedef struct plan_line {
@@ -57,6 +61,7 @@ typedef struct plan {
      * of the optimizer state, and what there is on NVMe of each. */
     size_t cache_param_bytes, cache_opt_bytes;
     size_t nvme_param_bytes, nvme_opt_bytes;
+    size_t act_window_bytes;       /* device bytes for restored activations (act_store.c) */
 } plan;
 
 /* The gradient store's tier once the optimizer state's is known (plan_place chooses both homes): host memory, or
@@ -69,6 +74,16 @@ strata_tier plan_grad_tier(const strata_config *cfg, strata_tier opt_tier);
  * auto chose, never "auto".) */
 #define PLAN_MAX_SWAP_PATHS (2 * STRATA_MAX_NVME_PATHS)
 int plan_swap_paths(const strata_config *cfg, const char *paths[PLAN_MAX_SWAP_PATHS]);
+
+/* Offloaded activations: every one kept takes its bytes rounded up to PLAN_ACT_ALIGN in its tier (NVMe moves whole
+ * pages), and the device holds PLAN_ACT_RESTORED of the largest at once while restoring (the one in use and the
+ * next, prefetched); with NVMe, PLAN_ACT_STAGING pinned buffers of the largest stage the copies (two written,
+ * two read). */
+#define PLAN_ACT_ALIGN ((size_t)4096)
+#define PLAN_ACT_RESTORED 2
+#define PLAN_ACT_STAGING 4
+/* The largest activation a config allows (strata.offload_activations.max_bytes, 0 = bytes). */
+size_t plan_act_max_bytes(const strata_config *cfg);
 
 /* The prefetch window and the device residency cap of a config, in bytes. */
 void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch_bytes, size_t *max_live_bytes);

@@ -91,8 +91,8 @@ static void fill(plan_placement *out, const plan_input *in)
     out->grad_tier = in->grad_tier;
 }
 
-strata_status plan_place(const strata_config *cfg, bool opt_on_device, plan_input *in, size_t device_budget,
-                         size_t host_budget, plan_placement *out, plan *p)
+static strata_status place_states(const strata_config *cfg, bool opt_on_device, plan_input *in,
+                                  size_t device_budget, size_t host_budget, plan_placement *out, plan *p)
 {
     *out = (plan_placement){.asked_param = cfg->offload_param.device, .asked_opt = cfg->offload_optimizer.device};
     bool param_auto = out->asked_param == STRATA_TIER_AUTO, opt_auto = out->asked_opt == STRATA_TIER_AUTO;
@@ -167,4 +167,23 @@ strata_status plan_place(const strata_config *cfg, bool opt_on_device, plan_inpu
     name_of(list[closest], nm, sizeof nm);
     return err_set(STRATA_EBUDGET, "offload device \"auto\" tried every placement and none fits%s; the closest, "
                    "%s: %s [tried: %s]", hint, nm, msg, tried);
+}
+
+strata_status plan_place(const strata_config *cfg, bool opt_on_device, plan_input *in, size_t device_budget,
+                         size_t host_budget, plan_placement *out, plan *p)
+{
+    bool act_auto = cfg->offload_activations == STRATA_TIER_AUTO;
+    in->act_tier = act_auto ? STRATA_TIER_HOST : cfg->offload_activations;
+    in->act_bytes = cfg->offloaded_activation_bytes;
+    in->act_max_bytes = plan_act_max_bytes(cfg);
+    strata_status st = place_states(cfg, opt_on_device, in, device_budget, host_budget, out, p);
+    const char *paths[PLAN_MAX_SWAP_PATHS];
+    if (act_auto && st == STRATA_EBUDGET && plan_swap_paths(cfg, paths) > 0) {
+        err_clear();
+        in->act_tier = STRATA_TIER_NVME;
+        st = place_states(cfg, opt_on_device, in, device_budget, host_budget, out, p);
+    }
+    out->asked_act = cfg->offload_activations;
+    out->act_tier = in->act_tier;
+    return st;
 }

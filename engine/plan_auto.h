@@ -38,13 +38,15 @@ typedef struct plan_placement {
     bool placed;                         /* plan_place succeeded and filled the rest */
     strata_tier asked_param, asked_opt;  /* from the config: may be STRATA_TIER_AUTO */
     strata_tier param_tier, opt_tier, grad_tier; /* the homes: never STRATA_TIER_AUTO */
+    strata_tier asked_act, act_tier;     /* offloaded activations: asked, and placed: DEVICE (none), HOST or NVMe */
     /* One line for a person when a device was "auto": what was chosen and why each faster placement was
      * not; "" otherwise. */
     char reason[PLAN_REASON_BYTES];
 } plan_placement;
 
-/* Places every state class of cfg and computes the plan: in carries the model's sizes and windows (its tiers
- * are ignored); on return in holds the chosen tiers (the gradient tier settled by plan_choose_grad_tier) and
+/* Places every state class of cfg and computes the plan: in carries the model's sizes and windows (its tiers and
+ * activation fields are ignored: they come from cfg). strata.offload_activations "auto" keeps them in host memory
+ * when the plan fits there, else (with an nvme_path) on NVMe; on return in holds the chosen tiers (the gradient tier settled by plan_choose_grad_tier) and
  * *p the plan with its host cache. opt_on_device says whether the backend can keep the optimizer state on the
  * device (the optimizer runs on the CPU: only the host backend's device memory is RAM).
  * Returns STRATA_OK; STRATA_EBUDGET when no placement fits (with a fixed placement plan_check's message;

@@ -2,6 +2,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "engine/act_store.h"
 #include "engine/engine.h"
 #include "engine/host_cache.h"
 #include "engine/ranks.h"
@@ -36,6 +37,14 @@ STRATA_API strata_status strata_stats_get_sized(strata_engine *e, strata_stats *
     out->host_cache_hits = atomic_load(&e->tiers.ctr.cache_hits);
     out->host_cache_read_bytes = atomic_load(&e->tiers.ctr.cache_read_bytes);
     out->host_cache_bytes = host_cache_bytes(e);
+    act_counters ac;
+    act_store_counters(e->acts, &ac);
+    out->act_pushes = ac.pushes;
+    out->act_offload_bytes = ac.offload_bytes;
+    out->act_restore_bytes = ac.restore_bytes;
+    out->act_stall_ns = ac.stall_ns;
+    out->act_kept_peak_bytes = ac.kept_peak_bytes;
+    out->act_device_peak_bytes = ac.device_peak_bytes;
     if (e->dev) {
         dev_mem_stats ds;
         dev_mem_stats_get(e->dev, &ds);

@@ -27,7 +27,8 @@ struct trace {
 
 static const char *const track_names[TRACK_COUNT] = {"trainer", "h2d stream", "d2h stream", "optimizer (CPU Adam)",
                                                      "nvme (optimizer I/O)", "parameter update stream",
-                                                     "device Adam (offload_optimizer.ratio)"};
+                                                     "device Adam (offload_optimizer.ratio)",
+                                                     "activations (offload, restore)"};
 
 strata_status trace_create(const char *path, trace **out)
 {

@@ -21,6 +21,7 @@ typedef enum trace_track {
     TRACK_NVME,        /* NVMe reads and writes of the optimizer pipeline */
     TRACK_UPDATE,      /* updated parameters copied to the device */
     TRACK_DEVICE_ADAM, /* the optimizer's device share (offload_optimizer.ratio < 1) */
+    TRACK_ACTIVATIONS, /* offloaded activations: copies off the device and restores (act_store.c) */
     TRACK_COUNT
 } trace_track;
 

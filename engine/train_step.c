@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "engine/act_store.h"
 #include "engine/engine.h"
 #include "engine/host_cache.h"
 #include "engine/ranks.h"
@@ -163,6 +164,10 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
     if (e->ckpt_incomplete)
         return err_set(STRATA_ESTATE, "strata_step: a strata_load failed part-way, so the model state is a mix of "
                        "two checkpoints; load a good checkpoint or destroy the engine");
+    if (act_store_kept(e->acts))
+        return err_set(STRATA_ESTATE, "strata_step: %zu activations kept with strata_act_push were not dropped; "
+                       "drop each (strata_act_drop) in backward, before the optimizer step",
+                       act_store_kept(e->acts));
     strata_module_id held = residency_first_held(e->res);
     if (held != STRATA_INVALID_ID)
         return err_set(STRATA_ESTATE, "strata_step: module \"%s\" is still held; release every module before "

@@ -237,6 +237,15 @@ typedef struct strata_config {
     /* strata.step_in_backward: with gradient accumulation 1, a module's optimizer update starts as soon as its
      * gradients are complete, and the fp32 gradient store is never written. Default false. */
     bool step_in_backward;
+    /* Offloaded activations (strata_act_push, below): where the activations a trainer hands strata are kept until
+     * backward: STRATA_TIER_DEVICE ("none": not offloaded, pushes are refused), HOST ("cpu": pinned host memory),
+     * NVME (the swap space on offload_optimizer's or offload_param's nvme_path, through pinned staging) or AUTO
+     * (host memory when the host budget holds it, else NVMe). The trainer says how much it keeps at once (the
+     * plan budgets that in the tier) and the largest single activation (the device holds two while restoring:
+     * the one in use and the next one, prefetched). */
+    strata_tier offload_activations;         /* strata.offload_activations.device; default none */
+    size_t offloaded_activation_bytes;       /* strata.offload_activations.bytes: kept at once, at most */
+    size_t offloaded_activation_max_bytes;   /* strata.offload_activations.max_bytes: the largest one; 0 = bytes */
 } strata_config;
 
 /* Sets every field to its default (see `strata config check` for the values) and struct_size.
@@ -483,6 +492,36 @@ STRATA_API strata_status strata_device_copy(strata_engine *engine, void *dst, co
  * effect after the work queued on it so far. Valid after strata_engine_finalize. */
 STRATA_API void *strata_compute_stream(strata_engine *engine);
 
+/* ------------------------------------------------------------------ offloaded activations
+ *
+ * Activations a trainer keeps from forward to backward (with activation checkpointing: each block's input) need
+ * not stay in device memory. The trainer hands one to strata with strata_act_push; strata copies it to
+ * strata.offload_activations's tier on its own stream and gives the device copy back in backward
+ * (strata_act_pop), restoring the pushes in the reverse of their order ahead of time, so that backward rarely
+ * waits. Activations are per rank and per micro-batch: every push is dropped before strata_step.
+ */
+typedef uint64_t strata_act; /* a kept activation; 0 is never one */
+
+/* Keeps bytes (> 0) of device memory at src until backward. The copy off the device starts after the work queued
+ * on the compute stream so far, on strata's own stream. src stays strata's to read until the trainer's next
+ * strata_act_push or strata_act_pop: work the trainer queues on the compute stream after that call is ordered
+ * after this copy, so two buffers used in turn (block l's input, block l + 1's) never wait for each other.
+ * STRATA_ESTATE when strata.offload_activations is "none" or before finalize; STRATA_EBUDGET when bytes is larger
+ * than strata.offload_activations.max_bytes or the activations kept would exceed strata.offload_activations.bytes
+ * (nothing is pushed then). */
+STRATA_API strata_status strata_act_push(strata_engine *engine, const void *src, size_t bytes, strata_act *out);
+
+/* The device copy of act's bytes, ordered before the trainer's next work on the compute stream (on the host
+ * backend: readable when this returns). Valid until strata_act_drop(act); a second pop of act returns the same
+ * copy. Waiting here for a restore still in flight counts as act_stall_ns. STRATA_EINVAL for an act that is not
+ * kept (never pushed, or dropped); STRATA_EBUDGET when the device budget has no room for it (see
+ * strata.offload_activations.max_bytes). */
+STRATA_API strata_status strata_act_pop(strata_engine *engine, strata_act act, const void **out);
+
+/* Forgets act: its kept copy is freed, and its device copy (if popped) once the compute stream's work queued so
+ * far is done. A pushed act may be dropped unpopped. STRATA_EINVAL for an act that is not kept. */
+STRATA_API strata_status strata_act_drop(strata_engine *engine, strata_act act);
+
 /* ------------------------------------------------------------------ checkpoints */
 /*
  * A checkpoint is a directory: manifest.json (format version, the world size that wrote it, step, loss-scale
@@ -582,6 +621,11 @@ typedef struct strata_stats {
      * bytes (nvme_to_host_bytes counts only what the drive served), and the bytes it mirrors. */
     uint64_t host_cache_hits, host_cache_read_bytes;
     size_t host_cache_bytes;
+    /* Offloaded activations (strata_act_push): how many were pushed, the bytes copied off the device and back,
+     * the most kept at once, the most device memory their restored copies took at once (within the plan's restore
+     * window), and the time the trainer waited in strata_act_pop for a restore not yet done. */
+    uint64_t act_pushes, act_offload_bytes, act_restore_bytes, act_stall_ns;
+    size_t act_kept_peak_bytes, act_device_peak_bytes;
 } strata_stats;
 
 /* Fills out with the counters since the engine was created. strata_stats only ever grows at its end: a caller

@@ -96,13 +96,34 @@ typedef struct gpt_source {
 
 typedef struct gpt_net gpt_net;
 
-/* Activation memory for micro-batches of batch sequences of seq tokens (seq <= d->seq). */
-size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq);
+/* What a net keeps from forward to backward. */
+typedef enum gpt_act_mode {
+    GPT_ACT_KEEP = 0,   /* every block's internals: the least compute */
+    GPT_ACT_CHECKPOINT, /* activation checkpointing: each block keeps only its input, and backward runs the block's
+                           forward again first (one more block forward per block; the same bits) */
+    GPT_ACT_OFFLOAD,    /* checkpointing, the block inputs handed to a gpt_keeper until backward */
+} gpt_act_mode;
+
+/* Where GPT_ACT_OFFLOAD's block inputs go (gpt_engine.c: strata_act_push / pop / drop). push keeps bytes of device
+ * memory at src (which stays the keeper's to read until the next push or pop); pop gives back a device copy, valid
+ * until drop. */
+typedef struct gpt_keeper {
+    strata_status (*push)(void *ctx, const float *src, size_t bytes, uint64_t *handle);
+    strata_status (*pop)(void *ctx, uint64_t handle, const float **out);
+    strata_status (*drop)(void *ctx, uint64_t handle);
+    void *ctx;
+} gpt_keeper;
+
+/* Device memory of a net for micro-batches of batch sequences of seq tokens (seq <= d->seq) in a mode. */
+size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq, gpt_act_mode mode);
+/* One block's input: what GPT_ACT_OFFLOAD pushes per block (layers of them per micro-batch). */
+size_t gpt_block_input_bytes(const gpt_dims *d, int batch, int seq);
 
 /* Creates a network that runs ops's kernels in the caller's memory block of gpt_activation_bytes (device memory of
- * ops's backend that the trainer owns; the net does not free it). ops must outlive the net. */
-strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, const gpt_ops *ops, void *mem, size_t mem_bytes,
-                             gpt_net **out);
+ * ops's backend that the trainer owns; the net does not free it). ops (and keeper, which GPT_ACT_OFFLOAD needs and
+ * the other modes refuse) must outlive the net. */
+strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, const gpt_keeper *keeper,
+                             const gpt_ops *ops, void *mem, size_t mem_bytes, gpt_net **out);
 void gpt_net_destroy(gpt_net *net);
 /* The net's model shape, and its tokens per micro-batch (batch x seq). */
 const gpt_dims *gpt_net_dims(const gpt_net *net);
@@ -118,15 +139,16 @@ strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *t
 /* The network's pieces for one micro-batch, which a schedule (gpt_pass.h) calls in module order while it holds
  * the module's parameters w (and, in backward, gradient buffers g):
  *   gpt_net_load      checks and uploads the micro-batch (STRATA_EINVAL for a token or target out of the vocabulary);
+ *                     backward says whether its backward follows (only then does forward keep block inputs);
  *   gpt_net_forward   module 0 (the embeddings), 1..layers (the blocks) or layers + 1 (the final LayerNorm);
  *   gpt_net_head      the tied head and the loss; with dwte != NULL also its backward, adding grad_scale times the
  *                     mean loss's gradient into dwte (w are the embeddings' parameters);
  *   gpt_net_backward  module layers + 1 down to 0, adding into g; needs the head's backward first;
  *   gpt_net_loss      waits for the queued work and reads the micro-batch's mean loss. */
-strata_status gpt_net_load(gpt_net *net, const int32_t *tokens, const int32_t *targets);
-void gpt_net_forward(gpt_net *net, int module, float **w);
+strata_status gpt_net_load(gpt_net *net, const int32_t *tokens, const int32_t *targets, bool backward);
+strata_status gpt_net_forward(gpt_net *net, int module, float **w);
 void gpt_net_head(gpt_net *net, float **w, float *dwte, float grad_scale);
-void gpt_net_backward(gpt_net *net, int module, float **w, float **g);
+strata_status gpt_net_backward(gpt_net *net, int module, float **w, float **g);
 strata_status gpt_net_loss(gpt_net *net, double *loss);
 
 /* Every parameter in one flat fp32 array, in module order, with a flat gradient array of the same layout that

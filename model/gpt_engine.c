@@ -24,6 +24,7 @@ struct gpt_model {
     const gpt_ops *ops;        /* the kernels of the engine's backend */
     gpt_ops *cuda_ops;         /* owned when the backend is CUDA */
     gpt_pass *pass;            /* the nets of the micro-batches that go through the modules together */
+    gpt_keeper keeper;         /* GPT_ACT_OFFLOAD: the block inputs go to strata_act_push */
     strata_dtype dtype;
     float *conv_w, *conv_g;    /* fp32 copies of one module when param_dtype is not fp32 */
     float *capture;
@@ -42,12 +43,45 @@ static size_t max_module_numel(const gpt_dims *d)
     return best;
 }
 
-size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, strata_dtype param_dtype)
+size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
+                                   strata_dtype param_dtype)
 {
-    size_t bytes = gpt_pass_bytes(d, batch, seq, micro_batches).total;
+    size_t bytes = gpt_pass_bytes(d, batch, seq, micro_batches, mode).total;
     if (param_dtype != STRATA_DTYPE_FP32)
         bytes += 2 * max_module_numel(d) * sizeof(float);
     return bytes;
+}
+
+void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, size_t *kept,
+                              size_t *largest)
+{
+    size_t one = gpt_block_input_bytes(d, batch, seq);
+    *largest = one;
+    *kept = (size_t)micro_batches * (size_t)d->layers * ((one + GPT_ACT_PAGE - 1) / GPT_ACT_PAGE * GPT_ACT_PAGE);
+}
+
+static strata_status keeper_push(void *ctx, const float *src, size_t bytes, uint64_t *handle)
+{
+    gpt_model *m = ctx;
+    strata_act a;
+    strata_status st = strata_act_push(m->e, src, bytes, &a);
+    *handle = a;
+    return st;
+}
+
+static strata_status keeper_pop(void *ctx, uint64_t handle, const float **out)
+{
+    gpt_model *m = ctx;
+    const void *p;
+    strata_status st = strata_act_pop(m->e, handle, &p);
+    *out = p;
+    return st;
+}
+
+static strata_status keeper_drop(void *ctx, uint64_t handle)
+{
+    gpt_model *m = ctx;
+    return strata_act_drop(m->e, handle);
 }
 
 static strata_status init_param(void *vctx, strata_param_id param, size_t offset, size_t count, float *out)
@@ -248,15 +282,16 @@ static strata_status choose_ops(gpt_model *m, strata_dtype dtype)
 #endif
 }
 
-strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, int micro_batches, strata_dtype dtype)
+strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, int micro_batches, gpt_act_mode mode,
+                                strata_dtype dtype)
 {
     if (micro_batches < 1)
         return STRATA_EINVAL;
     strata_status st = choose_ops(m, dtype);
     if (st != STRATA_OK)
         return st;
-    size_t act = gpt_pass_bytes(&m->d, batch, seq, micro_batches).total;
-    size_t bytes = gpt_engine_activation_bytes(&m->d, batch, seq, micro_batches, dtype);
+    size_t act = gpt_pass_bytes(&m->d, batch, seq, micro_batches, mode).total;
+    size_t bytes = gpt_engine_activation_bytes(&m->d, batch, seq, micro_batches, mode, dtype);
     if ((st = strata_device_alloc(m->e, bytes, &m->mem)) != STRATA_OK)
         return st;
     m->dtype = dtype;
@@ -264,7 +299,9 @@ strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, int micro_batc
         m->conv_w = (float *)((char *)m->mem + act);
         m->conv_g = m->conv_w + max_module_numel(&m->d);
     }
-    return gpt_pass_create(&m->d, batch, seq, micro_batches, m->ops, m->mem, act, &m->pass);
+    m->keeper = (gpt_keeper){.push = keeper_push, .pop = keeper_pop, .drop = keeper_drop, .ctx = m};
+    return gpt_pass_create(&m->d, batch, seq, micro_batches, mode, mode == GPT_ACT_OFFLOAD ? &m->keeper : NULL,
+                           m->ops, m->mem, act, &m->pass);
 }
 
 strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const int32_t *targets, bool backward,

@@ -15,8 +15,17 @@
 typedef struct gpt_model gpt_model;
 
 /* Device bytes the model takes with strata_device_alloc for micro-batches of batch x seq tokens, micro_batches of
- * them held at once (1 for the ordinary schedule; k for the layer-wise one, see gpt_pass.h). */
-size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, strata_dtype param_dtype);
+ * them held at once (1 for the ordinary schedule; k for the layer-wise one, see gpt_pass.h), keeping activations
+ * as mode says (gpt.h). */
+size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
+                                   strata_dtype param_dtype);
+
+/* With GPT_ACT_OFFLOAD: what the model keeps through strata_act_push at once (strata.offload_activations.bytes:
+ * every block input of micro_batches micro-batches, each rounded up to GPT_ACT_PAGE as strata keeps it) and the
+ * largest one (strata.offload_activations.max_bytes). */
+#define GPT_ACT_PAGE ((size_t)4096)
+void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, size_t *kept,
+                              size_t *largest);
 
 /* Adds the model's modules and parameters (with GPT-2 initial values from seed) to an engine that is not
  * finalized yet. On failure *out is NULL and strata_last_error(engine) says why. */
@@ -28,9 +37,11 @@ strata_status gpt_model_register(strata_engine *engine, const gpt_dims *d, uint6
 strata_status gpt_model_declare_order(gpt_model *m);
 
 /* After strata_engine_finalize: takes the activation memory for up to micro_batches micro-batches of batch x seq
- * tokens at once. STRATA_EUNSUPPORTED on the CUDA backend in a build without CUDA kernels; STRATA_EBUDGET when the
+ * tokens at once, keeping activations as mode says (GPT_ACT_OFFLOAD needs strata.offload_activations sized by
+ * gpt_engine_offload_bytes). STRATA_EUNSUPPORTED on the CUDA backend in a build without CUDA kernels; STRATA_EBUDGET when the
  * reserve is too small. */
-strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, int micro_batches, strata_dtype param_dtype);
+strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, int micro_batches, gpt_act_mode mode,
+                                strata_dtype param_dtype);
 
 /* One micro-batch (see gpt_net_step): tokens/targets are batch*seq host tokens. */
 strata_status gpt_model_micro_step(gpt_model *m, const int32_t *tokens, const int32_t *targets, bool backward,

@@ -1,5 +1,12 @@
 /* The GPT network of one micro-batch: carves its activations out of the caller's block and runs each module's
- * forward and backward with the parameters a schedule (gpt_pass.c) hands it (see gpt.h). */
+ * forward and backward with the parameters a schedule (gpt_pass.c) hands it (see gpt.h).
+ *
+ * What a block keeps for backward (gpt_act_mode): with GPT_ACT_KEEP every block has its own internals (layer[l]);
+ * with checkpointing the blocks share one set (work) that backward refills by running the block's forward again
+ * from its input, which is all a block keeps: in[l], the previous block's output. With GPT_ACT_OFFLOAD the inputs
+ * go to the keeper (strata_act_push) and the net holds only two, used in turn: block l reads io[l % 2] and writes
+ * io[(l + 1) % 2]; backward gets each back from the keeper. The same kernels on the same inputs compute the same
+ * bits, so the gradients are those of GPT_ACT_KEEP exactly. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,12 +22,19 @@ typedef struct layer_acts {
 struct gpt_net {
     gpt_dims d;
     int B, T;
+    gpt_act_mode mode;
+    const gpt_keeper *keeper;   /* GPT_ACT_OFFLOAD: where the block inputs go */
+    bool backward_follows;      /* this micro-batch's forward keeps what backward needs (gpt_net_load) */
+    uint64_t *kept;             /* GPT_ACT_OFFLOAD: the keeper's handle of each block's input */
     const gpt_ops *ops;
     int32_t *tokens, *targets; /* the micro-batch, uploaded next to the activations */
     double *row_loss, *host_row_loss; /* double: the finite-difference check differences losses */
     float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits;
     float *dres, *dsmall, *dbig, *datt; /* backward scratch */
-    layer_acts *layer;
+    layer_acts *layer;          /* GPT_ACT_KEEP: one per block */
+    layer_acts work;            /* checkpointing: the one block's internals being computed */
+    float **in;                 /* checkpointing: each block's input (layers + 1: the last is the final LN's) */
+    float *io[2];               /* GPT_ACT_OFFLOAD: the two block inputs on the device */
 };
 
 typedef struct carver {
@@ -36,37 +50,69 @@ static float *carve(carver *c, size_t n)
     return p;
 }
 
+/* One block's internals; with_output: its own res3 (GPT_ACT_KEEP), else the block writes the next one's input. */
+static layer_acts carve_layer(carver *c, size_t B, size_t T, size_t C, size_t NH, bool with_output)
+{
+    size_t N = B * T;
+    layer_acts a;
+    a.ln1 = carve(c, N * C);
+    a.ln1_mean = carve(c, N);
+    a.ln1_rstd = carve(c, N);
+    a.qkv = carve(c, N * 3 * C);
+    a.atty = carve(c, N * C);
+    a.att = carve(c, B * NH * T * T);
+    a.res2 = carve(c, N * C);
+    a.ln2 = carve(c, N * C);
+    a.ln2_mean = carve(c, N);
+    a.ln2_rstd = carve(c, N);
+    a.fch = carve(c, N * 4 * C);
+    a.fch_gelu = carve(c, N * 4 * C);
+    a.res3 = with_output ? carve(c, N * C) : NULL;
+    return a;
+}
+
 /* One layout function for both sizing (base NULL) and carving, so they cannot disagree. */
-static size_t layout(const gpt_dims *d, int B, int T, void *mem, gpt_net *net)
+static size_t layout(const gpt_dims *d, int B, int T, gpt_act_mode mode, void *mem, gpt_net *net)
 {
     carver c = {mem, 0, 0};
     size_t N = (size_t)B * T, C = (size_t)d->hidden, NH = (size_t)d->heads;
     size_t chunk = N < HEAD_CHUNK ? N : HEAD_CHUNK;
-    float *p;
+    int L = d->layers;
     int32_t *tokens = (int32_t *)carve(&c, N), *targets = (int32_t *)carve(&c, N); /* int32 is float-sized */
     double *row_loss = (double *)carve(&c, 2 * N); /* 64-byte aligned pieces: fine for doubles */
-    p = carve(&c, N * C);
-    if (net) {
+    if (net)
         net->tokens = tokens, net->targets = targets, net->row_loss = row_loss;
-        net->encoded = p;
-    }
-    for (int l = 0; l < d->layers; l++) {
-        layer_acts a;
-        a.ln1 = carve(&c, N * C);
-        a.ln1_mean = carve(&c, N);
-        a.ln1_rstd = carve(&c, N);
-        a.qkv = carve(&c, N * 3 * C);
-        a.atty = carve(&c, N * C);
-        a.att = carve(&c, (size_t)B * NH * T * T);
-        a.res2 = carve(&c, N * C);
-        a.ln2 = carve(&c, N * C);
-        a.ln2_mean = carve(&c, N);
-        a.ln2_rstd = carve(&c, N);
-        a.fch = carve(&c, N * 4 * C);
-        a.fch_gelu = carve(&c, N * 4 * C);
-        a.res3 = carve(&c, N * C);
+    if (mode == GPT_ACT_OFFLOAD) {
+        float *a = carve(&c, N * C), *b = carve(&c, N * C);
+        if (net) {
+            net->io[0] = a, net->io[1] = b;
+            for (int l = 0; l <= L; l++)
+                net->in[l] = net->io[l % 2];
+        }
+    } else {
+        float *p = carve(&c, N * C);
         if (net)
-            net->layer[l] = a;
+            net->encoded = p;
+    }
+    if (mode == GPT_ACT_KEEP) {
+        for (int l = 0; l < L; l++) {
+            layer_acts a = carve_layer(&c, (size_t)B, (size_t)T, C, NH, true);
+            if (net)
+                net->layer[l] = a;
+        }
+    } else {
+        layer_acts a = carve_layer(&c, (size_t)B, (size_t)T, C, NH, false);
+        if (net)
+            net->work = a;
+        for (int l = 1; mode == GPT_ACT_CHECKPOINT && l <= L; l++) {
+            float *p = carve(&c, N * C);
+            if (net)
+                net->in[l] = p;
+        }
+        if (net && mode == GPT_ACT_CHECKPOINT)
+            net->in[0] = net->encoded;
+        if (net && mode == GPT_ACT_OFFLOAD)
+            net->encoded = net->in[0];
     }
     float *lnf = carve(&c, N * C), *mean = carve(&c, N), *rstd = carve(&c, N), *logits = carve(&c, chunk * d->vocab);
     float *dres = carve(&c, N * C), *dsmall = carve(&c, N * C), *dbig = carve(&c, N * 4 * C);
@@ -78,24 +124,32 @@ static size_t layout(const gpt_dims *d, int B, int T, void *mem, gpt_net *net)
     return c.used;
 }
 
-size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq)
+size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq, gpt_act_mode mode)
 {
-    return layout(d, batch, seq, NULL, NULL);
+    return layout(d, batch, seq, mode, NULL, NULL);
 }
 
-strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, const gpt_ops *ops, void *mem, size_t mem_bytes,
-                             gpt_net **out)
+size_t gpt_block_input_bytes(const gpt_dims *d, int batch, int seq)
+{
+    return (size_t)batch * (size_t)seq * (size_t)d->hidden * sizeof(float);
+}
+
+strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, const gpt_keeper *keeper,
+                             const gpt_ops *ops, void *mem, size_t mem_bytes, gpt_net **out)
 {
     *out = NULL;
     if (batch < 1 || seq < 1 || seq > d->seq || gpt_dims_check(d) || !ops || !mem ||
-        mem_bytes < gpt_activation_bytes(d, batch, seq))
+        (mode != GPT_ACT_KEEP && mode != GPT_ACT_CHECKPOINT && mode != GPT_ACT_OFFLOAD) ||
+        (mode == GPT_ACT_OFFLOAD) != (keeper != NULL) || mem_bytes < gpt_activation_bytes(d, batch, seq, mode))
         return STRATA_EINVAL;
     gpt_net *net = calloc(1, sizeof *net);
     if (!net)
         return STRATA_ENOMEM;
     net->layer = calloc((size_t)d->layers, sizeof *net->layer);
+    net->in = calloc((size_t)d->layers + 1, sizeof *net->in);
+    net->kept = calloc((size_t)d->layers, sizeof *net->kept);
     net->host_row_loss = malloc((size_t)batch * seq * sizeof(double));
-    if (!net->layer || !net->host_row_loss) {
+    if (!net->layer || !net->in || !net->kept || !net->host_row_loss) {
         gpt_net_destroy(net);
         return STRATA_ENOMEM;
     }
@@ -103,7 +157,9 @@ strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, const gpt_op
     net->d = *d;
     net->B = batch;
     net->T = seq;
-    layout(d, batch, seq, mem, net);
+    net->mode = mode;
+    net->keeper = keeper;
+    layout(d, batch, seq, mode, mem, net);
     *out = net;
     return STRATA_OK;
 }
@@ -113,6 +169,8 @@ void gpt_net_destroy(gpt_net *net)
     if (!net)
         return;
     free(net->layer);
+    free(net->in);
+    free(net->kept);
     free(net->host_row_loss);
     free(net);
 }
@@ -127,12 +185,27 @@ size_t gpt_net_tokens(const gpt_net *net)
     return (size_t)net->B * (size_t)net->T;
 }
 
+/* Block l's internals: its own (GPT_ACT_KEEP) or the shared ones (checkpointing). */
+static layer_acts *acts_of(gpt_net *net, int l)
+{
+    return net->mode == GPT_ACT_KEEP ? &net->layer[l] : &net->work;
+}
+
+/* The input of block l (0-based) and of the final LayerNorm (l = layers), as forward left it. */
+static float *block_input(const gpt_net *net, int l)
+{
+    if (net->mode != GPT_ACT_KEEP)
+        return net->in[l];
+    return l == 0 ? net->encoded : net->layer[l - 1].res3;
+}
+
 static void block_forward(gpt_net *net, int l, float **w, const float *inp)
 {
     const gpt_ops *o = net->ops;
     void *x = o->ctx;
     int N = net->B * net->T, C = net->d.hidden;
-    layer_acts *a = &net->layer[l];
+    layer_acts *a = acts_of(net, l);
+    float *out = net->mode == GPT_ACT_KEEP ? a->res3 : net->in[l + 1];
     o->layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
     o->linear_forward(x, a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
     o->attention_forward(x, a->atty, a->att, a->qkv, net->B, net->T, C, net->d.heads);
@@ -142,7 +215,7 @@ static void block_forward(gpt_net *net, int l, float **w, const float *inp)
     o->linear_forward(x, a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], N, C, 4 * C);
     o->gelu_forward(x, a->fch_gelu, a->fch, (size_t)N * 4 * C);
     o->linear_forward(x, net->dsmall, a->fch_gelu, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], N, 4 * C, C);
-    o->residual_forward(x, a->res3, a->res2, net->dsmall, (size_t)N * C);
+    o->residual_forward(x, out, a->res2, net->dsmall, (size_t)N * C);
 }
 
 /* dres holds the gradient of the block's output on entry and of its input on return. */
@@ -151,7 +224,7 @@ static void block_backward(gpt_net *net, int l, float **w, float **g, const floa
     const gpt_ops *o = net->ops;
     void *x = o->ctx;
     int N = net->B * net->T, C = net->d.hidden;
-    layer_acts *a = &net->layer[l];
+    layer_acts *a = acts_of(net, l);
     float *dres = net->dres, *dbig = net->dbig, *dsmall = net->dsmall;
     size_t n4 = (size_t)N * 4 * C;
     /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
@@ -187,8 +260,9 @@ strata_status gpt_net_loss(gpt_net *net, double *loss)
     return STRATA_OK;
 }
 
-strata_status gpt_net_load(gpt_net *net, const int32_t *tokens, const int32_t *targets)
+strata_status gpt_net_load(gpt_net *net, const int32_t *tokens, const int32_t *targets, bool backward)
 {
+    net->backward_follows = backward;
     const gpt_ops *o = net->ops;
     int N = net->B * net->T, V = net->d.vocab;
     for (int t = 0; t < N; t++)
@@ -199,23 +273,43 @@ strata_status gpt_net_load(gpt_net *net, const int32_t *tokens, const int32_t *t
     return STRATA_OK;
 }
 
-/* The input of block l (0-based) and of the final LayerNorm (l = layers). */
-static const float *block_input(const gpt_net *net, int l)
-{
-    return l == 0 ? net->encoded : net->layer[l - 1].res3;
-}
-
-void gpt_net_forward(gpt_net *net, int module, float **w)
+strata_status gpt_net_forward(gpt_net *net, int module, float **w)
 {
     const gpt_ops *o = net->ops;
     int L = net->d.layers, N = net->B * net->T, C = net->d.hidden;
-    if (module == 0)
+    if (module == 0) {
         o->embed_forward(o->ctx, net->encoded, net->tokens, w[GPT_WTE], w[GPT_WPE], N, net->T, C);
-    else if (module <= L)
-        block_forward(net, module - 1, w, block_input(net, module - 1));
-    else
+    } else if (module <= L) {
+        int l = module - 1;
+        if (net->mode == GPT_ACT_OFFLOAD && net->backward_follows) {
+            const gpt_keeper *k = net->keeper;
+            strata_status st = k->push(k->ctx, net->in[l], gpt_block_input_bytes(&net->d, net->B, net->T),
+                                       &net->kept[l]);
+            if (st != STRATA_OK)
+                return st;
+        }
+        block_forward(net, l, w, block_input(net, l));
+    } else {
         o->layernorm_forward(o->ctx, net->lnf, net->lnf_mean, net->lnf_rstd, block_input(net, L), w[GPT_LNF_W],
                              w[GPT_LNF_B], N, C);
+    }
+    return STRATA_OK;
+}
+
+/* Block l's backward under checkpointing: its input (from the keeper with GPT_ACT_OFFLOAD), its forward again into
+ * the shared internals, then its backward. */
+static strata_status checkpointed_backward(gpt_net *net, int l, float **w, float **g)
+{
+    const gpt_keeper *k = net->keeper;
+    const float *inp = net->in[l];
+    if (net->mode == GPT_ACT_OFFLOAD) {
+        strata_status st = k->pop(k->ctx, net->kept[l], &inp);
+        if (st != STRATA_OK)
+            return st;
+    }
+    block_forward(net, l, w, inp);
+    block_backward(net, l, w, g, inp);
+    return net->mode == GPT_ACT_OFFLOAD ? k->drop(k->ctx, net->kept[l]) : STRATA_OK;
 }
 
 void gpt_net_head(gpt_net *net, float **w, float *dwte, float grad_scale)
@@ -227,7 +321,7 @@ void gpt_net_head(gpt_net *net, float **w, float *dwte, float grad_scale)
                  net->targets, N, net->d.hidden, net->d.vocab, N < HEAD_CHUNK ? N : HEAD_CHUNK, grad_scale / (float)N);
 }
 
-void gpt_net_backward(gpt_net *net, int module, float **w, float **g)
+strata_status gpt_net_backward(gpt_net *net, int module, float **w, float **g)
 {
     const gpt_ops *o = net->ops;
     int L = net->d.layers, N = net->B * net->T, C = net->d.hidden;
@@ -235,9 +329,12 @@ void gpt_net_backward(gpt_net *net, int module, float **w, float **g)
         o->zero(o->ctx, net->dres, (size_t)N * C);
         o->layernorm_backward(o->ctx, net->dres, g[GPT_LNF_W], g[GPT_LNF_B], net->dsmall, block_input(net, L),
                               w[GPT_LNF_W], net->lnf_mean, net->lnf_rstd, N, C);
+    } else if (module >= 1 && net->mode != GPT_ACT_KEEP) {
+        return checkpointed_backward(net, module - 1, w, g);
     } else if (module >= 1) {
         block_backward(net, module - 1, w, g, block_input(net, module - 1));
     } else {
         o->embed_backward(o->ctx, g[GPT_WTE], g[GPT_WPE], net->dres, net->tokens, N, net->T, C);
     }
+    return STRATA_OK;
 }

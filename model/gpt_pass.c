@@ -32,22 +32,23 @@ static size_t head_grad_numel(const gpt_dims *d)
     return (size_t)d->vocab * (size_t)d->hidden;
 }
 
-gpt_pass_size gpt_pass_bytes(const gpt_dims *d, int batch, int seq, int count)
+gpt_pass_size gpt_pass_bytes(const gpt_dims *d, int batch, int seq, int count, gpt_act_mode mode)
 {
     gpt_pass_size s;
-    s.per_micro_batch = piece(gpt_activation_bytes(d, batch, seq));
+    s.per_micro_batch = piece(gpt_activation_bytes(d, batch, seq, mode));
     s.head_grad = piece(head_grad_numel(d) * sizeof(float));
     s.total = count < 1 ? 0 : (size_t)count * s.per_micro_batch + (size_t)(count - 1) * s.head_grad;
     return s;
 }
 
-strata_status gpt_pass_create(const gpt_dims *d, int batch, int seq, int count, const gpt_ops *ops, void *mem,
-                              size_t mem_bytes, gpt_pass **out)
+strata_status gpt_pass_create(const gpt_dims *d, int batch, int seq, int count, gpt_act_mode mode,
+                              const gpt_keeper *keeper, const gpt_ops *ops, void *mem, size_t mem_bytes,
+                              gpt_pass **out)
 {
     *out = NULL;
     if (count < 1 || !mem)
         return STRATA_EINVAL;
-    gpt_pass_size size = gpt_pass_bytes(d, batch, seq, count);
+    gpt_pass_size size = gpt_pass_bytes(d, batch, seq, count, mode);
     if (mem_bytes < size.total)
         return STRATA_EINVAL;
     gpt_pass *p = calloc(1, sizeof *p);
@@ -62,7 +63,8 @@ strata_status gpt_pass_create(const gpt_dims *d, int batch, int seq, int count, 
     }
     char *at = mem;
     for (; p->count < count; p->count++, at += size.per_micro_batch) {
-        strata_status st = gpt_net_create(d, batch, seq, ops, at, size.per_micro_batch, &p->nets[p->count]);
+        strata_status st = gpt_net_create(d, batch, seq, mode, keeper, ops, at, size.per_micro_batch,
+                                          &p->nets[p->count]);
         if (st != STRATA_OK) {
             gpt_pass_destroy(p);
             return st;
@@ -89,7 +91,7 @@ static strata_status forward(gpt_pass *p, int count, const gpt_source *src, int 
 {
     TRY(src->acquire(src->ctx, module, false, w, g));
     for (int j = 0; j < count; j++)
-        gpt_net_forward(p->nets[j], module, w);
+        TRY(gpt_net_forward(p->nets[j], module, w));
     return src->finish(src->ctx, module, false);
 }
 
@@ -127,7 +129,7 @@ static strata_status backward(gpt_pass *p, int count, const gpt_source *src, int
             p->ops->residual_forward(p->ops->ctx, g[GPT_WTE], g[GPT_WTE], p->head_grads[j], head_grad_numel(d));
             TRY(src->hand_over(src->ctx, module, g));
         }
-        gpt_net_backward(p->nets[j], module, w, g);
+        TRY(gpt_net_backward(p->nets[j], module, w, g));
     }
     return src->finish(src->ctx, module, true);
 }
@@ -141,7 +143,7 @@ strata_status gpt_pass_step(gpt_pass *p, int count, const gpt_source *src, const
     size_t N = gpt_net_tokens(p->nets[0]);
     float *w[GPT_MAX_MODULE_PARAMS], *g[GPT_MAX_MODULE_PARAMS];
     for (int j = 0; j < count; j++)
-        TRY(gpt_net_load(p->nets[j], tokens + (size_t)j * N, targets + (size_t)j * N));
+        TRY(gpt_net_load(p->nets[j], tokens + (size_t)j * N, targets + (size_t)j * N, backward_too));
     for (int m = 0; m <= L + 1; m++)
         TRY(forward(p, count, src, m, w, g));
     TRY(head(p, count, src, backward_too, grad_scale, w, g));

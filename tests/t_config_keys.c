@@ -555,6 +555,14 @@ static const probe probes[] = {
     /* The same weights, without the gradient store's NVMe writes (t_engine_step_in_backward proves both). */
     {"strata.step_in_backward", "true", OPT_ON_NVME ", \"strata\": {\"host_cache\": false, \"gradients_on_nvme\": true}}",
      obs_train_one_micro_batch, NULL},
+    /* Offloaded activations: what the plan holds for them (strata_act_push itself: t_engine_act). */
+    {"strata.offload_activations.device", "\"cpu\"", "{\"strata\": {\"offload_activations\": {\"bytes\": \"1MiB\"}}}",
+     obs_finalize, NULL},
+    {"strata.offload_activations.bytes", "\"2MiB\"",
+     "{\"strata\": {\"offload_activations\": {\"device\": \"cpu\", \"bytes\": \"1MiB\"}}}", obs_finalize, NULL},
+    {"strata.offload_activations.max_bytes", "\"64KiB\"",
+     "{\"" ZO "\": {\"offload_optimizer\": {\"nvme_path\": \"$DIR\"}}, \"strata\": {\"offload_activations\": "
+     "{\"device\": \"nvme\", \"bytes\": \"1MiB\"}}}", obs_finalize, NULL},
     {"strata.ignore_unimplemented", "true", "{\"train_batch_size\": 8}", obs_load_only, NULL},
     {"strata.aio.direct", NULL, OPT_ON_NVME "}", obs_files, pick_direct},
     {"strata.aio.sqpoll", "true", OPT_ON_NVME "}", obs_files, NULL},

@@ -35,7 +35,7 @@ static run start(strata_backend_kind backend, strata_dtype dt, uint64_t seed)
     c.host_budget_bytes = 256u << 20;
     c.cpu_threads = 2;
     c.lr = 1e-3f;
-    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, dt);
+    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_KEEP, dt);
     c.offload_optimizer.device = STRATA_TIER_HOST; /* strata's optimizer runs on the CPU */
     run r = {0};
     strata_status st = strata_engine_create(&c, &r.e);
@@ -44,7 +44,7 @@ static run start(strata_backend_kind backend, strata_dtype dt, uint64_t seed)
     T_OK(st);
     T_OK(gpt_model_register(r.e, &dims, seed, &r.m));
     T_OK(strata_engine_finalize(r.e));
-    st = gpt_model_prepare(r.m, B, T, 1, dt);
+    st = gpt_model_prepare(r.m, B, T, 1, GPT_ACT_KEEP, dt);
     if (st == STRATA_EUNSUPPORTED)
         t_skip("this build has no CUDA kernels for the model");
     T_CHECK(st == STRATA_OK, "gpt_model_prepare: %s (%s)", strata_last_error(r.e), gpt_model_error(r.m));
@@ -116,10 +116,10 @@ int main(void)
 
     gpt_flat *f = NULL;
     T_OK(gpt_flat_create(&dims, seed, &f));
-    size_t bytes = gpt_activation_bytes(&dims, B, T);
+    size_t bytes = gpt_activation_bytes(&dims, B, T, GPT_ACT_KEEP);
     void *mem = malloc(bytes);
     gpt_net *net = NULL;
-    T_OK(gpt_net_create(&dims, B, T, gpt_ops_host(), mem, bytes, &net));
+    T_OK(gpt_net_create(&dims, B, T, GPT_ACT_KEEP, NULL, gpt_ops_host(), mem, bytes, &net));
     gpt_source src = gpt_flat_source(f);
     double ref_loss = 0;
     T_OK(gpt_net_step(net, &src, tok, tgt, true, 1.0f, &ref_loss));

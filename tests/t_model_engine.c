@@ -35,11 +35,11 @@ static strata_config config(strata_dtype dt, bool nvme)
         }
         c.zero_stage = 3;
         /* Room for the activations, one block and its gradients: modules are dropped and fetched again. */
-        c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, dt);
+        c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_KEEP, dt);
         c.prefetch_bytes = 1;
         c.device_budget_bytes = c.activation_bytes + 3 * gpt_module_numel(&dims, 0) * 4 + (1u << 20);
     }
-    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, dt);
+    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_KEEP, dt);
     return c;
 }
 
@@ -54,7 +54,7 @@ static double engine_grads(strata_dtype dt, bool nvme, uint64_t seed, const int3
     T_OK(strata_engine_create(&c, &e));
     T_OK(gpt_model_register(e, &dims, seed, &m));
     T_OK(strata_engine_finalize(e));
-    T_OK(gpt_model_prepare(m, B, T, 1, dt));
+    T_OK(gpt_model_prepare(m, B, T, 1, GPT_ACT_KEEP, dt));
     memset(grads, 0, gpt_numel(&dims) * sizeof(float));
     T_OK(gpt_model_capture_grads(m, grads));
     for (int mb = 0; mb < 2; mb++) {
@@ -81,10 +81,10 @@ int main(void)
     /* The oracle: the same network on flat arrays. */
     gpt_flat *f = NULL;
     T_OK(gpt_flat_create(&dims, seed, &f));
-    size_t bytes = gpt_activation_bytes(&dims, B, T);
+    size_t bytes = gpt_activation_bytes(&dims, B, T, GPT_ACT_KEEP);
     void *mem = malloc(bytes);
     gpt_net *net = NULL;
-    T_OK(gpt_net_create(&dims, B, T, gpt_ops_host(), mem, bytes, &net));
+    T_OK(gpt_net_create(&dims, B, T, GPT_ACT_KEEP, NULL, gpt_ops_host(), mem, bytes, &net));
     gpt_source src = gpt_flat_source(f);
     double ref_loss = 0, l;
     for (int mb = 0; mb < 2; mb++) {

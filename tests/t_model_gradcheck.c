@@ -30,10 +30,10 @@ int main(void)
     size_t n = gpt_numel(&d);
     for (size_t i = 0; i < n; i++)
         f->params[i] += 0.05f * t_rand_normal();
-    size_t bytes = gpt_activation_bytes(&d, B, T);
+    size_t bytes = gpt_activation_bytes(&d, B, T, GPT_ACT_KEEP);
     void *mem = malloc(bytes);
     gpt_net *net = NULL;
-    T_OK(gpt_net_create(&d, B, T, gpt_ops_host(), mem, bytes, &net));
+    T_OK(gpt_net_create(&d, B, T, GPT_ACT_KEEP, NULL, gpt_ops_host(), mem, bytes, &net));
     int32_t tok[16], tgt[16];
     synth_rand_tokens(tok, tgt, N);
     gpt_source src = gpt_flat_source(f);

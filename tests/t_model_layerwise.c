@@ -41,7 +41,7 @@ static strata_config config(const placement *p, int held)
     c.device_budget_bytes = 64u << 20;
     c.host_budget_bytes = 256u << 20;
     c.cpu_threads = 2;
-    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, held, p->dtype);
+    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, held, GPT_ACT_KEEP, p->dtype);
     if (p->nvme) {
         /* Parameters, optimizer state and the gradient store on the drive, no host cache: every miss reads it. */
         synth_use_nvme(&c, t_scratch_dir("model_layerwise"), true, true);
@@ -72,7 +72,7 @@ static outcome train(const placement *p, int k, bool layerwise, uint64_t seed, c
     T_OK(strata_engine_create(&c, &e));
     T_OK(gpt_model_register(e, &dims, seed, &m));
     T_OK(strata_engine_finalize(e));
-    T_OK(gpt_model_prepare(m, B, T, layerwise ? k : 1, p->dtype));
+    T_OK(gpt_model_prepare(m, B, T, layerwise ? k : 1, GPT_ACT_KEEP, p->dtype));
     T_OK(strata_stats_get(e, &before));
     for (int s = 0; s < STEPS; s++) {
         const int32_t *tk = tok + (size_t)s * k * N, *tg = tgt + (size_t)s * k * N;
@@ -134,14 +134,14 @@ static void compare_flat(int k, uint64_t seed, const int32_t *tok, const int32_t
     gpt_flat *ord = NULL, *lw = NULL;
     T_OK(gpt_flat_create(&dims, seed, &ord));
     T_OK(gpt_flat_create(&dims, seed, &lw));
-    size_t one = gpt_activation_bytes(&dims, B, T);
-    gpt_pass_size size = gpt_pass_bytes(&dims, B, T, k);
+    size_t one = gpt_activation_bytes(&dims, B, T, GPT_ACT_KEEP);
+    gpt_pass_size size = gpt_pass_bytes(&dims, B, T, k, GPT_ACT_KEEP);
     void *mem_one = malloc(one), *mem_k = aligned_alloc(4096, size.total);
     gpt_net *net = NULL;
     gpt_pass *pass = NULL;
-    T_OK(gpt_net_create(&dims, B, T, gpt_ops_host(), mem_one, one, &net));
-    T_OK(gpt_pass_create(&dims, B, T, k, gpt_ops_host(), mem_k, size.total, &pass));
-    T_STATUS(gpt_pass_create(&dims, B, T, k, gpt_ops_host(), mem_k, size.total - 1, &(gpt_pass *){NULL}),
+    T_OK(gpt_net_create(&dims, B, T, GPT_ACT_KEEP, NULL, gpt_ops_host(), mem_one, one, &net));
+    T_OK(gpt_pass_create(&dims, B, T, k, GPT_ACT_KEEP, NULL, gpt_ops_host(), mem_k, size.total, &pass));
+    T_STATUS(gpt_pass_create(&dims, B, T, k, GPT_ACT_KEEP, NULL, gpt_ops_host(), mem_k, size.total - 1, &(gpt_pass *){NULL}),
              STRATA_EINVAL);
     gpt_source src_ord = gpt_flat_source(ord), src_lw = gpt_flat_source(lw);
     double l_ord[MAX_K], l_lw[MAX_K];

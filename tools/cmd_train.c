@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include "base/size.h"
+#include "base/util.h"
 #include "gpu/device.h"
 #include "model/data.h"
+#include "model/gpt_engine.h"
 #include "model/gpt_pass.h"
 #include "strata.h"
 #include "tools/cli.h"
@@ -30,7 +32,8 @@ static void usage(FILE *out)
             "                    [--dtype fp32|bf16|fp16]\n"
             "                    [--offload device|host|nvme] [--nvme-dir DIR] [--device-budget SIZE]\n"
             "                    [--host-budget SIZE] [--prefetch SIZE] [--delayed-update] [--delayed-warmup N]\n"
-            "                    [--step-in-backward]\n"
+            "                    [--step-in-backward] [--activation-checkpointing]\n"
+            "                    [--offload-activations host|nvme|auto]\n"
             "                    [--threads N] [--trace FILE] [--log-jsonl FILE]\n"
             "                    [--dump-weights FILE] [--save DIR] [--save-every K] [--keep N]\n"
             "                    [--resume DIR] [--quiet]\n\n"
@@ -62,6 +65,11 @@ static void usage(FILE *out)
             "  --delayed-update   ZeRO-Offload's one-step-delayed optimizer step, after --delayed-warmup N steps\n"
             "  --step-in-backward each module's optimizer update as soon as its gradients are complete, during\n"
             "                     backward, without a gradient store (strata.step_in_backward; --grad-accum 1)\n"
+            "  --activation-checkpointing  each block keeps only its input and runs its forward again in backward:\n"
+            "                     one block forward more per block, its internals held once instead of per block\n"
+            "  --offload-activations T  checkpointing, with the block inputs kept in host memory or on NVMe (the\n"
+            "                     swap space of --nvme-dir or the config's nvme_path; auto: host if the budget holds\n"
+            "                     them) instead of the device, restored ahead of backward (strata.offload_activations)\n"
             "  --trace FILE       Chrome trace-event JSON of every transfer and step (open in ui.perfetto.dev)\n"
             "  --log-jsonl FILE   one JSON object per step (loss, lr, tokens/s, stall, bytes per link, comm bytes, peak\n"
             "                     bytes per tier, fetches); with N ranks each rank logs its own: rank 0 to FILE,\n"
@@ -74,13 +82,13 @@ static void usage(FILE *out)
 }
 
 typedef struct args {
-    const char *model, *config, *data, *offload, *nvme_dir, *trace, *dtype, *device, *schedule;
+    const char *model, *config, *data, *offload, *nvme_dir, *trace, *dtype, *device, *schedule, *offload_acts;
     const char *device_budget, *host_budget, *prefetch;
     int layers, heads, hidden, vocab, context, batch, grad_accum, seq, threads, keep, delayed_warmup;
     long long steps, warmup, save_every;
     double lr, min_lr;
     unsigned long long seed;
-    bool delayed, quiet, step_in_backward;
+    bool delayed, quiet, step_in_backward, checkpointing;
     trainer_opts topts;
 } args;
 
@@ -111,6 +119,10 @@ static int parse(int argc, char **argv, args *a)
         }
         if (strcmp(f, "--step-in-backward") == 0) {
             a->step_in_backward = true;
+            continue;
+        }
+        if (strcmp(f, "--activation-checkpointing") == 0) {
+            a->checkpointing = true;
             continue;
         }
         if (strcmp(f, "--quiet") == 0) {
@@ -175,6 +187,8 @@ static int parse(int argc, char **argv, args *a)
             a->data = v;
         } else if (strcmp(f, "--offload") == 0) {
             a->offload = v;
+        } else if (strcmp(f, "--offload-activations") == 0) {
+            a->offload_acts = v;
         } else if (strcmp(f, "--nvme-dir") == 0) {
             a->nvme_dir = v;
         } else if (strcmp(f, "--trace") == 0) {
@@ -247,6 +261,24 @@ static int build_config(args *a, strata_config *cfg)
         if (t != STRATA_TIER_DEVICE)
             cfg->zero_stage = 3;
     }
+    if (a->offload_acts) {
+        if (strcmp(a->offload_acts, "host") == 0)
+            cfg->offload_activations = STRATA_TIER_HOST;
+        else if (strcmp(a->offload_acts, "nvme") == 0 || strcmp(a->offload_acts, "auto") == 0)
+            cfg->offload_activations = a->offload_acts[0] == 'n' ? STRATA_TIER_NVME : STRATA_TIER_AUTO;
+        else
+            return bad("--offload-activations", a->offload_acts, "allowed: host, nvme, auto");
+        if (a->nvme_dir && cfg->offload_optimizer.nvme_path_count == 0) /* the swap space's directory */
+            place(&cfg->offload_optimizer, cfg->offload_optimizer.device, a->nvme_dir);
+    }
+    /* What the model keeps through strata_act_push, sized from its shape (a config's larger sizes stand). */
+    if (cfg->offload_activations != STRATA_TIER_DEVICE) {
+        size_t kept, largest;
+        int held = a->schedule && strcmp(a->schedule, "layerwise") == 0 ? a->grad_accum : 1;
+        gpt_engine_offload_bytes(&a->topts.dims, a->batch, a->topts.seq, held, &kept, &largest);
+        cfg->offloaded_activation_bytes = MAX(cfg->offloaded_activation_bytes, kept);
+        cfg->offloaded_activation_max_bytes = MAX(cfg->offloaded_activation_max_bytes, largest);
+    }
     if (a->device) {
         if (strcmp(a->device, "auto") == 0)
             cfg->backend = STRATA_BACKEND_AUTO;
@@ -300,8 +332,17 @@ static int build_config(args *a, strata_config *cfg)
 static void print_schedule(const trainer_opts *t)
 {
     int held = trainer_pass_micro_batches(t);
-    gpt_pass_size size = gpt_pass_bytes(&t->dims, t->batch, t->seq, held);
+    gpt_pass_size size = gpt_pass_bytes(&t->dims, t->batch, t->seq, held, t->act_mode);
     double mib = 1048576;
+    if (t->act_mode != GPT_ACT_KEEP) {
+        size_t full = gpt_pass_bytes(&t->dims, t->batch, t->seq, held, GPT_ACT_KEEP).total;
+        size_t one = gpt_block_input_bytes(&t->dims, t->batch, t->seq);
+        printf("  activation checkpointing: each block keeps its input (%.2f MiB) and runs its forward again in "
+               "backward; activations %.2f MiB instead of %.2f MiB%s\n", (double)one / mib, (double)size.total / mib,
+               (double)full / mib, t->act_mode == GPT_ACT_OFFLOAD ? "; the block inputs are offloaded "
+                                                                    "(strata.offload_activations), two on the device"
+                                                                  : "");
+    }
     if (held == 1) {
         printf("  schedule %s: one micro-batch at a time through all modules; activations %.2f MiB\n",
                t->layerwise ? "layerwise (grad-accum 1, so the ordinary one)" : "ordinary",
@@ -407,6 +448,9 @@ static int train(int argc, char **argv, strata_comm *comm, bool *training)
     t->batch = a.batch;
     t->grad_accum = a.grad_accum;
     t->layerwise = a.schedule && strcmp(a.schedule, "layerwise") == 0;
+    t->act_mode = cfg.offload_activations != STRATA_TIER_DEVICE ? GPT_ACT_OFFLOAD
+                  : a.checkpointing                             ? GPT_ACT_CHECKPOINT
+                                                                : GPT_ACT_KEEP;
     t->steps = a.steps;
     t->warmup = a.warmup >= 0 ? a.warmup : a.steps / 10;
     t->lr = cfg.lr;

@@ -139,7 +139,7 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
     r->tokens = malloc(ntok * sizeof(int32_t));
     r->targets = malloc(ntok * sizeof(int32_t));
     r->losses = malloc((size_t)held * sizeof(double));
-    size_t act = gpt_engine_activation_bytes(&o->dims, o->batch, o->seq, held, cfg->param_dtype);
+    size_t act = gpt_engine_activation_bytes(&o->dims, o->batch, o->seq, held, o->act_mode, cfg->param_dtype);
     if (cfg->activation_bytes < act)
         cfg->activation_bytes = act;
     if (!r->tokens || !r->targets || !r->losses) {
@@ -161,7 +161,7 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
         printf("  placement %s\n", why);
         fflush(stdout);
     }
-    strata_status st = gpt_model_prepare(r->m, o->batch, o->seq, held, cfg->param_dtype);
+    strata_status st = gpt_model_prepare(r->m, o->batch, o->seq, held, o->act_mode, cfg->param_dtype);
     if (st == STRATA_EUNSUPPORTED) {
         train_err("this build has no CUDA kernels for the model (nvcc was not found when it "
                         "was configured); use --device host");

@@ -23,6 +23,7 @@ typedef struct trainer_opts {
     gpt_dims dims;
     int batch, grad_accum, seq;
     bool layerwise;            /* --schedule layerwise: the step's micro-batches pass each module together */
+    gpt_act_mode act_mode;     /* --activation-checkpointing, --offload-activations */
     int64_t steps;
     double lr, min_lr;         /* peak and final learning rate */
     int64_t warmup;            /* steps of linear warmup */

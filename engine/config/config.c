@@ -109,6 +109,25 @@ static void check_offload(const strata_offload_config *o, const char *name, cons
     (void)cfg;
 }
 
+static void check_offloaded_activations(const strata_config *cfg, cfg_report *report)
+{
+    strata_tier t = cfg->offload_activations;
+    if (t == STRATA_TIER_DEVICE)
+        return;
+    if (cfg->offloaded_activation_bytes == 0)
+        cfg_report_add(report, "strata.offload_activations.device = \"%s\" needs strata.offload_activations.bytes: the "
+                       "most activation bytes the trainer keeps at once (strata train sets it from the model)",
+                       t == STRATA_TIER_HOST ? "cpu" : strata_tier_name(t));
+    if (cfg->offloaded_activation_max_bytes > cfg->offloaded_activation_bytes)
+        cfg_report_add(report, "strata.offload_activations.max_bytes = %zu is larger than strata.offload_activations."
+                       "bytes = %zu: the largest activation is one of those kept; lower it, or leave it 0 (= bytes)",
+                       cfg->offloaded_activation_max_bytes, cfg->offloaded_activation_bytes);
+    if (t == STRATA_TIER_NVME && cfg->offload_optimizer.nvme_path_count == 0 && cfg->offload_param.nvme_path_count == 0)
+        cfg_report_add(report, "strata.offload_activations.device = \"nvme\" needs a swap directory: set "
+                       "zero_optimization.offload_optimizer.nvme_path (or offload_param.nvme_path) to a directory on "
+                       "a fast local drive");
+}
+
 /* Each fp32 optimizer field of the 0.1 layout and the double beside it (strata.h, lr_exact). */
 static const struct exact_pair {
     size_t single, exact;
@@ -231,6 +250,7 @@ void cfg_validate_into(const strata_config *cfg, cfg_report *report)
     if (cfg->param_dtype != STRATA_DTYPE_FP32 && cfg->param_dtype != STRATA_DTYPE_BF16 &&
         cfg->param_dtype != STRATA_DTYPE_FP16)
         cfg_report_add(report, "param_dtype = %d is not one of fp32, bf16, fp16", (int)cfg->param_dtype);
+    check_offloaded_activations(cfg, report);
     if (!memchr(cfg->trace_path, '\0', sizeof cfg->trace_path))
         cfg_report_add(report, "strata.trace_path is not NUL-terminated");
 }
