@@ -62,6 +62,11 @@ size_t plan_act_max_bytes(const strata_config *cfg)
                                                : cfg->offloaded_activation_bytes;
 }
 
+size_t plan_act_window_bytes(size_t max_bytes)
+{
+    return PLAN_ACT_RESTORED * align_up(max_bytes, DEV_ALIGN_BYTES);
+}
+
 size_t plan_host_budget(const strata_config *cfg)
 {
     if (cfg->host_budget_bytes)
@@ -155,7 +160,7 @@ void plan_compute(const plan_input *in, plan *p)
     add(p, "trainer activations (strata.activation_bytes)", STRATA_TIER_DEVICE, in->activation_bytes, false);
     if (in->act_tier == STRATA_TIER_HOST || in->act_tier == STRATA_TIER_NVME) {
         size_t one = align_up(in->act_max_bytes, PLAN_ACT_ALIGN);
-        p->act_window_bytes = PLAN_ACT_RESTORED * align_up(in->act_max_bytes, DEV_ALIGN_BYTES);
+        p->act_window_bytes = plan_act_window_bytes(in->act_max_bytes);
         add(p, "offloaded activations (strata.offload_activations.bytes)", in->act_tier,
             align_up(in->act_bytes, PLAN_ACT_ALIGN), false);
         add(p, "restored activations (" PLAN_STR(PLAN_ACT_RESTORED) " x the largest)", STRATA_TIER_DEVICE,

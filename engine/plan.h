@@ -84,6 +84,8 @@ int plan_swap_paths(const strata_config *cfg, const char *paths[PLAN_MAX_SWAP_PA
 #define PLAN_ACT_STAGING 4
 /* The largest activation a config allows (strata.offload_activations.max_bytes, 0 = bytes). */
 size_t plan_act_max_bytes(const strata_config *cfg);
+/* The device bytes of the restore window for activations of at most max_bytes. */
+size_t plan_act_window_bytes(size_t max_bytes);
 
 /* The prefetch window and the device residency cap of a config, in bytes. */
 void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch_bytes, size_t *max_live_bytes);

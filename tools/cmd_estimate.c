@@ -13,6 +13,7 @@
 #include "gpu/device.h"
 #include "strata.h"
 #include "tools/cli.h"
+#include "tools/estimate_acts.h"
 #include "tools/estimate_ranks.h"
 #include "tools/gpt_shape.h"
 
@@ -26,7 +27,8 @@ static void usage(FILE *out)
             "With zero_optimization.offload_param.device or offload_optimizer.device \"auto\" in the config it\n"
             "places them as training would (the fastest placement that fits the budgets) and says why.\n"
             "Nothing is allocated. Presets: %s (default 1.5B).\n"
-            "SIZE takes bytes or strings like 2GiB.\n\n%s", gpt_preset_names(), estimate_ranks_usage);
+            "SIZE takes bytes or strings like 2GiB.\n\n%s\n%s", gpt_preset_names(), estimate_ranks_usage,
+            estimate_acts_usage);
 }
 
 static bool parse_int(const char *flag, const char *text, int *out)
@@ -71,8 +73,17 @@ int cmd_estimate(int argc, char **argv)
     strata_config_init(&cfg);
     size_t dev_budget = 0, host_budget = 0;
     estimate_ranks ranks = ESTIMATE_RANKS_INIT;
+    estimate_acts acts = ESTIMATE_ACTS_INIT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool used;
+        int took = estimate_acts_option(&acts, a, v, &used);
+        if (took < 0)
+            return CLI_EXIT_USAGE;
+        if (took) {
+            i += used;
+            continue;
+        }
         if (strcmp(a, "--json") == 0) {
             estimate_ranks_option(&ranks, a, NULL);
             continue;
@@ -94,7 +105,7 @@ int cmd_estimate(int argc, char **argv)
             }
         } else if (strcmp(a, "--layers") == 0 || strcmp(a, "--hidden") == 0 || strcmp(a, "--heads") == 0 ||
                    strcmp(a, "--vocab") == 0 || strcmp(a, "--seq") == 0) {
-            int *field = a[2] == 'l' ? &custom.layers : a[3] == 'i' ? &custom.hidden : a[3] == 'e' ? &custom.heads
+            int *field = a[2] == 'l' ? &custom.layers : a[3] == 'i' ? &custom.hidden : a[2] == 'h' ? &custom.heads
                          : a[2] == 'v' ? &custom.vocab : &custom.seq;
             if (!parse_int(a, v, field))
                 return CLI_EXIT_USAGE;
@@ -125,6 +136,13 @@ int cmd_estimate(int argc, char **argv)
     if (host_budget)
         cfg.host_budget_bytes = host_budget;
     if (!estimate_ranks_settle(&ranks, &cfg))
+        return CLI_EXIT_USAGE;
+    if (acts.active && ranks.params) {
+        fprintf(stderr, "strata estimate: activations need a model shape (--model or --layers/--hidden), not --params\n");
+        return CLI_EXIT_USAGE;
+    }
+    gpt_dims dims = gpt_shape_dims(shape);
+    if (!ranks.params && !estimate_acts_apply(&acts, &dims, &cfg))
         return CLI_EXIT_USAGE;
 
     plan_input in = {.param_bytes = strata_dtype_bytes(cfg.param_dtype), .delayed = cfg.delayed_update,
@@ -208,6 +226,8 @@ int cmd_estimate(int argc, char **argv)
                size_format(p.nvme_opt_bytes, b4, sizeof b4));
     if (ranks.active)
         estimate_ranks_print(&ranks, &cfg, &in, &p, psi, seq);
+    if (acts.active)
+        estimate_acts_print(&acts, &dims, &cfg, &in, opt_on_device);
     /* Without a device budget nothing is judged, unless auto had to choose by the host budget. */
     if ((cfg.device_budget_bytes || is_auto) && placed != STRATA_OK) {
         printf("\n%s\n", placed_msg);

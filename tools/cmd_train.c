@@ -268,8 +268,10 @@ static int build_config(args *a, strata_config *cfg)
             cfg->offload_activations = a->offload_acts[0] == 'n' ? STRATA_TIER_NVME : STRATA_TIER_AUTO;
         else
             return bad("--offload-activations", a->offload_acts, "allowed: host, nvme, auto");
-        if (a->nvme_dir && cfg->offload_optimizer.nvme_path_count == 0) /* the swap space's directory */
-            place(&cfg->offload_optimizer, cfg->offload_optimizer.device, a->nvme_dir);
+        if (a->nvme_dir && cfg->offload_optimizer.nvme_path_count == 0) { /* the swap space's directory */
+            snprintf(cfg->offload_optimizer.nvme_path[0], STRATA_PATH_BYTES, "%s", a->nvme_dir);
+            cfg->offload_optimizer.nvme_path_count = 1;
+        }
     }
     /* What the model keeps through strata_act_push, sized from its shape (a config's larger sizes stand). */
     if (cfg->offload_activations != STRATA_TIER_DEVICE) {

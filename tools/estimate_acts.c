@@ -1,0 +1,151 @@
+/* `strata estimate`'s activations block: see estimate_acts.h. */
+#include "tools/estimate_acts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/size.h"
+#include "model/gpt_engine.h"
+
+const char estimate_acts_usage[] =
+    "Activations (the plan then holds them as strata train reserves them, and a table shows what limits the batch):\n"
+    "  --batch N        sequences per micro-batch (default 1)\n"
+    "  --seq-len T      tokens per sequence (default the model's context)\n"
+    "  --activation-checkpointing  each block keeps only its input; backward runs its forward again\n"
+    "  --offload-activations host|nvme|auto  checkpointing, the block inputs kept off the device\n"
+    "                   (strata.offload_activations; nvme needs an nvme_path in the config)\n";
+
+static const char *const mode_names[] = {"every activation", "checkpointing", "checkpointing + offload"};
+
+int estimate_acts_option(estimate_acts *a, const char *flag, const char *value, bool *used)
+{
+    *used = false;
+    if (strcmp(flag, "--activation-checkpointing") == 0) {
+        a->active = true;
+        if (a->mode == GPT_ACT_KEEP)
+            a->mode = GPT_ACT_CHECKPOINT;
+        return 1;
+    }
+    bool batch = strcmp(flag, "--batch") == 0, seq = strcmp(flag, "--seq-len") == 0;
+    bool off = strcmp(flag, "--offload-activations") == 0;
+    if (!batch && !seq && !off)
+        return 0;
+    if (!value) {
+        fprintf(stderr, "strata estimate: %s needs a value (see --help)\n", flag);
+        return -1;
+    }
+    *used = !batch;
+    a->active = true;
+    if (off) {
+        if (strcmp(value, "host") != 0 && strcmp(value, "nvme") != 0 && strcmp(value, "auto") != 0) {
+            fprintf(stderr, "strata estimate: --offload-activations \"%s\": allowed: host, nvme, auto\n", value);
+            return -1;
+        }
+        a->mode = GPT_ACT_OFFLOAD;
+        return 1;
+    }
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (*end || v < 1 || v > (1 << 24)) {
+        fprintf(stderr, "strata estimate: %s \"%s\" must be a whole number in [1, %d]\n", flag, value, 1 << 24);
+        return -1;
+    }
+    *(batch ? &a->batch : &a->seq_len) = (int)v;
+    return batch ? 0 : 1; /* --batch is the world's option too */
+}
+
+/* What strata train reserves for batch sequences in mode. */
+static void reserve(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, strata_config *cfg)
+{
+    cfg->activation_bytes = gpt_engine_activation_bytes(d, batch, seq, 1, mode, cfg->param_dtype);
+    if (mode != GPT_ACT_OFFLOAD)
+        return;
+    gpt_engine_offload_bytes(d, batch, seq, 1, &cfg->offloaded_activation_bytes,
+                             &cfg->offloaded_activation_max_bytes);
+}
+
+static strata_tier offload_tier(const strata_config *cfg)
+{
+    return cfg->offload_activations == STRATA_TIER_DEVICE ? STRATA_TIER_HOST : cfg->offload_activations;
+}
+
+bool estimate_acts_apply(estimate_acts *a, const gpt_dims *dims, strata_config *cfg)
+{
+    if (!a->seq_len)
+        a->seq_len = dims->seq;
+    if (a->seq_len > dims->seq) {
+        fprintf(stderr, "strata estimate: --seq-len %d is longer than the model's context %d\n", a->seq_len,
+                dims->seq);
+        return false;
+    }
+    if (a->mode == GPT_ACT_OFFLOAD)
+        cfg->offload_activations = offload_tier(cfg);
+    if (a->active)
+        reserve(dims, a->batch, a->seq_len, a->mode, cfg);
+    return true;
+}
+
+/* Whether batch sequences fit the budgets in mode, placed as finalize places. */
+static bool fits(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, const strata_config *cfg,
+                 const plan_input *in, bool opt_on_device)
+{
+    strata_config c = *cfg;
+    c.offload_activations = mode == GPT_ACT_OFFLOAD ? offload_tier(cfg) : STRATA_TIER_DEVICE;
+    reserve(d, batch, seq, mode, &c);
+    plan_input i = *in;
+    i.activation_bytes = c.activation_bytes;
+    plan p;
+    plan_placement pp;
+    bool ok = plan_place(&c, opt_on_device, &i, c.device_budget_bytes, plan_host_budget(&c), &pp, &p) == STRATA_OK;
+    err_clear();
+    return ok;
+}
+
+/* The largest batch that fits (0: not even one), by bisection: memory grows with the batch. */
+static int largest_batch(const gpt_dims *d, int seq, gpt_act_mode mode, const strata_config *cfg,
+                         const plan_input *in, bool opt_on_device)
+{
+    int lo = 0, hi = 1;
+    while (hi < (1 << 20) && fits(d, hi, seq, mode, cfg, in, opt_on_device))
+        lo = hi, hi *= 2;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (fits(d, mid, seq, mode, cfg, in, opt_on_device))
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void estimate_acts_print(const estimate_acts *a, const gpt_dims *dims, const strata_config *cfg, const plan_input *in,
+                         bool opt_on_device)
+{
+    char b1[32], b2[32], b3[32];
+    int T = a->seq_len;
+    size_t one = gpt_block_input_bytes(dims, a->batch, T);
+    printf("\nACTIVATIONS of a micro-batch of %d x %d tokens (fp32%s), as strata train keeps them; each block input "
+           "is %s\n", a->batch, T, cfg->param_dtype == STRATA_DTYPE_FP32 ? "" : ", with the fp32 conversion buffers",
+           size_format(one, b1, sizeof b1));
+    printf("%-25s %14s %14s %12s  %s\n", "KEPT", "ON DEVICE", "OFFLOADED", "BATCH FITS",
+           cfg->device_budget_bytes ? "largest batch of this seq-len within the budgets" : "(no device budget given)");
+    for (int m = GPT_ACT_KEEP; m <= GPT_ACT_OFFLOAD; m++) {
+        size_t dev = gpt_engine_activation_bytes(dims, a->batch, T, 1, (gpt_act_mode)m, cfg->param_dtype), kept = 0,
+               largest = 0;
+        if (m == GPT_ACT_OFFLOAD) {
+            gpt_engine_offload_bytes(dims, a->batch, T, 1, &kept, &largest);
+            dev += plan_act_window_bytes(largest);
+        }
+        char fit[32] = "-";
+        if (cfg->device_budget_bytes)
+            snprintf(fit, sizeof fit, "%d", largest_batch(dims, T, (gpt_act_mode)m, cfg, in, opt_on_device));
+        printf("%-25s %14s %14s %12s%s\n", mode_names[m], size_format(dev, b2, sizeof b2),
+               m == GPT_ACT_OFFLOAD ? size_format(kept, b3, sizeof b3) : "-", fit,
+               m == (int)a->mode ? "  <- the plan above" : "");
+    }
+    if (a->mode == GPT_ACT_OFFLOAD)
+        printf("(offloaded: %d block inputs to %s; the device holds %d of them while restoring)\n", dims->layers,
+               strata_tier_name(offload_tier(cfg)), PLAN_ACT_RESTORED);
+}
