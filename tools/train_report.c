@@ -81,7 +81,8 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
                 "\"optimizer_s\":%.6f,\"skipped\":%s,\"loss_scale\":%.1f,\"nvme_to_host_bytes\":%llu,"
                 "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,\"host_to_nvme_bytes\":%llu,"
                 "\"rank\":%d,\"world_size\":%d,\"comm_bytes\":%llu,\"device_peak_bytes\":%zu,"
-                "\"host_peak_bytes\":%zu,\"nvme_peak_bytes\":%zu,\"fetches\":%llu,\"host_cache_read_bytes\":%llu}\n",
+                "\"host_peak_bytes\":%zu,\"nvme_peak_bytes\":%zu,\"fetches\":%llu,\"host_cache_read_bytes\":%llu,"
+                "\"act_offload_bytes\":%llu,\"act_restore_bytes\":%llu,\"act_stall_s\":%.6f}\n",
                 (long long)step + 1, loss, lr, tokens_per_s, tokens_per_s * r->flops_per_token / 1e12,
                 step_wall_s, ns_s(now->stall_ns - prev.stall_ns), ns_s(now->step_ns - prev.step_ns),
                 res->skipped ? "true" : "false", res->loss_scale,
@@ -91,7 +92,10 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
                 (unsigned long long)(now->host_to_nvme_bytes - prev.host_to_nvme_bytes), now->rank, now->world_size,
                 (unsigned long long)(now->comm_bytes - prev.comm_bytes), now->device_peak_bytes, now->host_peak_bytes,
                 now->nvme_peak_bytes, (unsigned long long)(now->fetches - prev.fetches),
-                (unsigned long long)(now->host_cache_read_bytes - prev.host_cache_read_bytes));
+                (unsigned long long)(now->host_cache_read_bytes - prev.host_cache_read_bytes),
+                (unsigned long long)(now->act_offload_bytes - prev.act_offload_bytes),
+                (unsigned long long)(now->act_restore_bytes - prev.act_restore_bytes),
+                ns_s(now->act_stall_ns - prev.act_stall_ns));
         fflush(r->jsonl);
     }
     /* Plain lines also come at least every 10 s, so a long run in a log shows it is alive. */
@@ -158,6 +162,14 @@ void report_summary(train_report *r, const char *trace_path)
                report_bytes((double)b->host_cache_bytes, x, sizeof x),
                report_bytes((double)(b->host_cache_read_bytes - a->host_cache_read_bytes), y, sizeof y),
                (unsigned long long)(b->host_cache_hits - a->host_cache_hits));
+    if (b->act_pushes)
+        printf("  activations %llu offloaded: %s off the device and %s back, at most %s kept and %s restored on the "
+               "device at once; backward waited %.2f s for them\n",
+               (unsigned long long)(b->act_pushes - a->act_pushes),
+               report_bytes((double)(b->act_offload_bytes - a->act_offload_bytes), x, sizeof x),
+               report_bytes((double)(b->act_restore_bytes - a->act_restore_bytes), y, sizeof y),
+               report_bytes((double)b->act_kept_peak_bytes, z, sizeof z),
+               report_bytes((double)b->act_device_peak_bytes, w, sizeof w), ns_s(b->act_stall_ns - a->act_stall_ns));
     uint64_t fetches = b->fetches - a->fetches;
     printf("  fetches     %llu (%.1f per step), %llu found resident or in flight\n", (unsigned long long)fetches,
            steps > 0 ? (double)fetches / (double)steps : 0.0, (unsigned long long)(b->prefetch_hits - a->prefetch_hits));
