@@ -134,7 +134,9 @@ const cfg_key cfg_keys[] = {
     {"scheduler", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
      "learning-rate schedules belong to the trainer; strata_step takes the lr of each step"},
     {"activation_checkpointing", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
-     "activation checkpointing belongs to the trainer's model code"},
+     "checkpointing belongs to the trainer's model code (strata train --activation-checkpointing); to keep the "
+     "checkpointed activations off the device (DeepSpeed's cpu_checkpointing) hand them to strata_act_push with "
+     "strata.offload_activations"},
     {"zero_allow_untested_optimizer", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL, "strata only runs Adam/AdamW"},
     {"communication_data_type", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL, "strata reduces gradients in fp32 and gathers parameters in their own dtype; remove the key"},
     {"flops_profiler", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL, "use strata.trace_path"},
