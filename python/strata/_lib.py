@@ -106,7 +106,9 @@ class Stats(ctypes.Structure):
         [(name, c_size) for name in ("device_peak_bytes", "host_peak_bytes", "nvme_peak_bytes",
                                      "device_budget_bytes", "host_budget_bytes")] + \
         [("rank", c_int), ("world_size", c_int), ("comm_bytes", ctypes.c_uint64)] + \
-        [("host_cache_hits", ctypes.c_uint64), ("host_cache_read_bytes", ctypes.c_uint64), ("host_cache_bytes", c_size)]
+        [("host_cache_hits", ctypes.c_uint64), ("host_cache_read_bytes", ctypes.c_uint64), ("host_cache_bytes", c_size)] + \
+        [(name, ctypes.c_uint64) for name in ("act_pushes", "act_offload_bytes", "act_restore_bytes", "act_stall_ns")] + \
+        [(name, c_size) for name in ("act_kept_peak_bytes", "act_device_peak_bytes")]
 
 
 class CheckpointInfo(ctypes.Structure):
@@ -156,6 +158,9 @@ _SIGNATURES = {
     "strata_param_read_master": (c_status, [c_voidp, c_uint32, c_size, c_size, c_voidp]),
     "strata_device_copy": (c_status, [c_voidp, c_voidp, c_voidp, c_size]),
     "strata_compute_stream": (c_voidp, [c_voidp]),
+    "strata_act_push": (c_status, [c_voidp, c_voidp, c_size, ctypes.POINTER(ctypes.c_uint64)]),
+    "strata_act_pop": (c_status, [c_voidp, ctypes.c_uint64, ctypes.POINTER(c_voidp)]),
+    "strata_act_drop": (c_status, [c_voidp, ctypes.c_uint64]),
     "strata_save": (c_status, [c_voidp, c_char_p]),
     "strata_load": (c_status, [c_voidp, c_char_p]),
     "strata_checkpoint_inspect": (c_status, [c_char_p, ctypes.POINTER(CheckpointInfo)]),

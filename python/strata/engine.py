@@ -271,6 +271,24 @@ class Engine:
         """The native stream to compute on (a cudaStream_t as an int on CUDA; None on the host backend)."""
         return self._lib.strata_compute_stream(self._p())
 
+    # ---------------------------------------------------------------- offloaded activations
+
+    def act_push(self, address, nbytes):
+        """Keeps nbytes of device memory at address until backward (strata.offload_activations); returns the handle.
+        The memory stays strata's to read until the next act_push or act_pop."""
+        h = ctypes.c_uint64()
+        self._check(self._lib.strata_act_push(self._p(), address, nbytes, ctypes.byref(h)), "strata_act_push")
+        return h.value
+
+    def act_pop(self, handle):
+        """The address of the kept activation's device copy, valid until act_drop(handle)."""
+        out = ctypes.c_void_p()
+        self._check(self._lib.strata_act_pop(self._p(), handle, ctypes.byref(out)), "strata_act_pop")
+        return out.value
+
+    def act_drop(self, handle):
+        self._check(self._lib.strata_act_drop(self._p(), handle), "strata_act_drop")
+
     # ---------------------------------------------------------------- checkpoints and stats
 
     def save(self, directory):

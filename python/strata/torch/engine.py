@@ -59,8 +59,39 @@ class _LrHolder(torch.optim.Optimizer):
         """Nothing to do: strata zeroes its gradients at every step."""
 
 
+class _KeptActivation:
+    """A tensor autograd saved for backward, kept off the device by strata (strata_act_push) until backward unpacks
+    it. Its copy is dropped when autograd lets go of it (after the node's backward, or with the graph)."""
+
+    def __init__(self, owner, t):
+        src = t.contiguous()
+        self.engine, self.shape, self.dtype, self.device = owner.engine, t.shape, t.dtype, t.device
+        self.handle = owner.engine.act_push(src.data_ptr(), src.numel() * src.element_size())
+        owner._act_source = src  # strata reads it until the next push or pop
+
+    def unpack(self, owner):
+        address = self.engine.act_pop(self.handle)
+        owner._act_source = None
+        numel = 1
+        for n in self.shape:
+            numel *= n
+        return _tensors.wrap(address, numel, self.dtype, self.device).view(self.shape).clone()
+
+    def __del__(self):
+        try:
+            self.engine.act_drop(self.handle)
+        except Exception:  # the engine is closed already: its store went with it
+            pass
+
+
 class StrataEngine:
-    """What strata.torch.initialize returns; shaped like DeepSpeed's engine."""
+    """What strata.torch.initialize returns; shaped like DeepSpeed's engine.
+
+    With strata.offload_activations in the config, the tensors autograd saves in forward (those of at least
+    activation_min_bytes, in a floating dtype, not views of parameters) are kept off the device by strata until
+    backward needs them: copied to pinned host memory or NVMe on strata's streams and restored ahead of backward."""
+
+    activation_min_bytes = 64 << 10
 
     def __init__(self, model, config, lr_scheduler=None, comm=None, trainable=None, device=None):
         if not isinstance(model, nn.Module):
@@ -88,6 +119,8 @@ class StrataEngine:
             self._stream = torch.cuda.ExternalStream(self.engine.compute_stream(), device=self.device)
             torch.cuda.set_stream(self._stream)
         self._live = []             # sorted (start address, end address, parameter) of the lent parameters
+        self._offload_acts = self.config.get("strata.offload_activations.device", "none") != "none"
+        self._act_source = None     # the last activation pushed, which strata may still be reading
         self._grad_nodes = []       # AccumulateGrad nodes, kept alive so the hooks stay theirs
         self._empty_parameters()
         self._move_buffers()
@@ -232,10 +265,14 @@ class StrataEngine:
                 start, end, _, p = self._live[i]
                 if ptr < end and t.dtype == p.dtype:
                     return (p, tuple(t.shape), t.stride(), (ptr - start) // t.element_size())
+        if (self._offload_acts and t.dtype in _tensors.DTYPES.values() and t.device == self.device and
+                t.numel() * t.element_size() >= self.activation_min_bytes):
+            return _KeptActivation(self, t)
         return t
 
-    @staticmethod
-    def _unpack(saved):
+    def _unpack(self, saved):
+        if isinstance(saved, _KeptActivation):
+            return saved.unpack(self)
         if isinstance(saved, tuple):
             p, shape, stride, offset = saved
             if p.data.numel() == 0:
