@@ -328,6 +328,22 @@ static int take_read_slot(act_store *s, bool demand)
     return -1;
 }
 
+static strata_status forget_device_copy(act_store *s, act_entry *a);
+
+/* Frees the device copy of an activation restored ahead but not popped yet (backward went another way); false
+ * when there is none. */
+static bool evict_prefetched(act_store *s, const act_entry *keep)
+{
+    for (size_t i = 0; i < s->top; i++) {
+        act_entry *b = s->ents[i];
+        if (b != keep && b->kept && b->dev && !b->popped) {
+            forget_device_copy(s, b);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Starts the device copy of a; demand: the trainer is waiting for it (a prefetch gives up instead of waiting
  * for memory, a read buffer or the activation's own NVMe write). */
 static strata_status restore(act_store *s, act_entry *a, bool demand)
@@ -344,11 +360,17 @@ static strata_status restore(act_store *s, act_entry *a, bool demand)
     int slot = -1;
     if (s->tier == STRATA_TIER_NVME && (slot = take_read_slot(s, demand)) < 0)
         return STRATA_OK; /* a prefetch: try again after the next pop */
+    /* The plan's window holds the one in use and one ahead: a pop out of order makes room first. */
+    while (demand && s->restored_bytes + align_up(a->bytes, DEV_ALIGN_BYTES) > s->window_bytes &&
+           evict_prefetched(s, a))
+        ;
     strata_status st;
     while ((st = dev_alloc(e->dev, a->bytes, &a->dev)) == STRATA_EBUDGET) {
         err_clear();
         if (!demand)
             return STRATA_OK;
+        if (evict_prefetched(s, a))
+            continue;
         if (deferred_pending(e->frees) == 0)
             return err_set(STRATA_EBUDGET, "no device memory to restore offloaded activation #%d (%zu B): "
                            "strata.offload_activations.max_bytes must cover the largest one", a->index, a->bytes);
