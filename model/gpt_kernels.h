@@ -1,6 +1,8 @@
 /* The host kernels of the GPT model: the host gpt_ops table (gpt_ops.h). fp32, row-major (N rows of C channels). Matrix
  * products go to OpenBLAS; the rest are OpenMP loops whose reductions run in a fixed order, so results do not depend on
  * the thread count or on where the engine keeps the weights. Backward kernels add into their outputs.
+ * The OpenMP team does all the threading: the first product sets openblas_set_num_threads(1) for the process, and
+ * the kernels call OpenBLAS on fixed pieces of each product from inside the team (omp_set_num_threads sets the count).
  * ctx is the table's context, unused: the host kernels keep no state. */
 #ifndef STRATA_MODEL_GPT_KERNELS_H
 #define STRATA_MODEL_GPT_KERNELS_H
@@ -26,7 +28,7 @@ void k_linear_backward(void *ctx, float *dinp, float *dW, float *dbias, const fl
 
 /* Causal multi-head attention on qkv (B, T, 3C) into out (B, T, C); att (B, NH, T, T) keeps the probabilities. */
 void k_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv (overwritten) from dout; scratch holds at least T*T floats (one head at a time). */
+/* dqkv (overwritten) from dout; scratch holds B*NH*T*T floats (one T x T piece per head, all heads at once). */
 void k_attention_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
                           int B, int T, int C, int NH);
 
