@@ -153,7 +153,11 @@ static strata_status keep(act_store *s, act_entry *a, const void *src)
         int k = s->next_wslot;
         s->next_wslot = (k + 1) % WRITE_SLOTS;
         write_slot *w = &s->wslots[k];
+        uint64_t t0 = now_ns();
+        bool busy = !io_wait_idle(&w->io); /* the drive is behind: forward waits for it */
         ERR_CHECK(settle_write(w));
+        if (busy)
+            s->ctr.stall_ns += now_ns() - t0;
         a->wslot = k;
         w->holds = a;
         io_wait_add(&w->io, 1); /* the guard: dropped by write_staged, after the copy */
@@ -182,7 +186,14 @@ static strata_status hand_back_source(act_store *s)
         return STRATA_OK;
     act_entry *a = s->last_push;
     s->last_push = NULL;
-    return dev_stream_wait_event(s->e->compute, a->copied);
+    bool done = false;
+    uint64_t t0 = now_ns();
+    strata_status st = dev_event_query(a->copied, &done);
+    if (st == STRATA_OK)
+        st = dev_stream_wait_event(s->e->compute, a->copied); /* blocks on the host backend, whose compute is us */
+    if (!done)
+        s->ctr.stall_ns += now_ns() - t0;
+    return st;
 }
 
 static strata_status new_entry(act_store *s, act_entry **out)

@@ -513,9 +513,10 @@ STRATA_API strata_status strata_act_push(strata_engine *engine, const void *src,
 
 /* The device copy of act's bytes, ordered before the trainer's next work on the compute stream (on the host
  * backend: readable when this returns). Valid until strata_act_drop(act); a second pop of act returns the same
- * copy. Waiting here for a restore still in flight counts as act_stall_ns. STRATA_EINVAL for an act that is not
- * kept (never pushed, or dropped); STRATA_EBUDGET when the device budget has no room for it (see
- * strata.offload_activations.max_bytes). */
+ * copy. Waiting here for a restore still in flight counts as act_stall_ns (as does a push's wait for the drive).
+ * The device holds two restored copies at once (the one in use and the next, prefetched): pop, use and drop one
+ * before popping the next. STRATA_EINVAL for an act that is not kept (never pushed, or dropped); STRATA_EBUDGET
+ * when the device budget has no room for it (see strata.offload_activations.max_bytes). */
 STRATA_API strata_status strata_act_pop(strata_engine *engine, strata_act act, const void **out);
 
 /* Forgets act: its kept copy is freed, and its device copy (if popped) once the compute stream's work queued so
@@ -623,7 +624,8 @@ typedef struct strata_stats {
     size_t host_cache_bytes;
     /* Offloaded activations (strata_act_push): how many were pushed, the bytes copied off the device and back,
      * the most kept at once, the most device memory their restored copies took at once (within the plan's restore
-     * window), and the time the trainer waited in strata_act_pop for a restore not yet done. */
+     * window), and the time the trainer waited in strata_act_pop for a restore not yet done and in strata_act_push
+     * for a copy off the device (host backend) or a staging buffer's NVMe write not yet done. */
     uint64_t act_pushes, act_offload_bytes, act_restore_bytes, act_stall_ns;
     size_t act_kept_peak_bytes, act_device_peak_bytes;
 } strata_stats;
