@@ -87,9 +87,18 @@ summary=""
 for name in "${names[@]}"; do
     rm_=$(echo ${ratios[$name]} | median)
     st=$(echo ${stall_of[$name]} | median)
-    summary="$summary\"$name\":{\"ratio\":$rm_,\"act_stall_ms\":$st,\"device_peak_bytes\":${peak_of[$name]}},"
-    printf 'tokens/s %-14s / keep every activation: %s (median of %s rounds); act stall %s ms/step; device peak %s B\n' \
+    # The predicted drop of the device peak from keeping every activation: the header's activation sizes (MiB, two
+    # decimals) less, when offloaded, the restore window of two block inputs.
+    pred=$(awk -v off="$([ "${name#offload}" != "$name" ] && echo 1 || echo 0)" '
+        /activation checkpointing:/ { for (i = 1; i <= NF; i++) { if ($i == "input") one = substr($(i + 1), 2) + 0
+            if ($i == "activations") mine = $(i + 1); if ($i == "of") keep = $(i + 1) } }
+        END { if (keep) printf "%.2f", keep - mine - (off ? 2 * one : 0); else printf "0" }' "$out/$name.out")
+    drop=$(awk -v a="${peak_of[keep]}" -v b="${peak_of[$name]}" 'BEGIN {printf "%.2f", (a - b) / 1048576}')
+    summary="$summary\"$name\":{\"ratio\":$rm_,\"act_stall_ms\":$st,\"device_peak_bytes\":${peak_of[$name]},"
+    summary="$summary\"peak_drop_mib\":$drop,\"predicted_drop_mib\":$pred},"
+    printf 'tokens/s %-14s / keep every activation: %s (median of %s rounds); act stall %s ms/step; device peak %s B,' \
         "$name" "$rm_" "$rounds" "$st" "${peak_of[$name]}"
+    printf ' %s MiB below keeping every activation (predicted %s MiB)\n' "$drop" "$pred"
 done
 echo "weights vs keeping every activation: #wrong bytes $wrong"
 
