@@ -61,6 +61,10 @@ struct act_store {
     size_t next_offset;       /* the end of the kept copies */
     size_t kept, kept_bytes, restored_bytes;
     act_entry *last_push;     /* its source is the trainer's again at the next push or pop */
+    /* The order of the first pops, as push indices: the last round's (a round runs from an empty store to empty
+     * again: a micro-batch, or a layer-wise pass) and this one's so far. */
+    int *seen, *now;
+    size_t nseen, nnow, seen_cap, now_cap;
 
     pthread_mutex_t lock;     /* copy_queued, read_status of NVMe restores (set on I/O threads) */
     pthread_cond_t cv;
@@ -414,19 +418,35 @@ static strata_status restore(act_store *s, act_entry *a, bool demand)
     return STRATA_OK;
 }
 
-/* Restores the activations pushed before a (the next pops of a backward) while the device window has room. */
-static strata_status prefetch_below(act_store *s, const act_entry *a)
+/* Starts restoring b ahead of its pop when the window has room; *go_on: whether later ones may follow. */
+static strata_status restore_ahead(act_store *s, act_entry *b, bool *go_on)
 {
-    for (int i = a->index - 1; i >= 0; i--) {
-        act_entry *b = s->ents[i];
-        if (!b->kept || b->dev)
-            continue;
-        if (s->restored_bytes + align_up(b->bytes, DEV_ALIGN_BYTES) > s->window_bytes)
-            return STRATA_OK;
-        ERR_CHECK(restore(s, b, false));
-        if (!b->dev)
-            return STRATA_OK; /* no room or buffer yet */
+    *go_on = true;
+    if (!b->kept || b->dev || b->popped)
+        return STRATA_OK;
+    *go_on = false;
+    if (s->restored_bytes + align_up(b->bytes, DEV_ALIGN_BYTES) > s->window_bytes)
+        return STRATA_OK;
+    ERR_CHECK(restore(s, b, false));
+    *go_on = b->dev != NULL; /* else no room or buffer yet */
+    return STRATA_OK;
+}
+
+/* Restores what the next pops will ask for while the device window has room: the order the last round popped in
+ * when this round has followed it so far (a layer-wise pass, or autograd's own order), else the activations
+ * pushed before a, walking down (the reverse of the push order: a backward). */
+static strata_status prefetch(act_store *s, const act_entry *a)
+{
+    bool go_on = true;
+    size_t p = s->nnow;
+    if (p <= s->nseen && s->seen[p - 1] == a->index) {
+        for (size_t q = p; q < s->nseen && go_on; q++)
+            if ((size_t)s->seen[q] < s->top)
+                ERR_CHECK(restore_ahead(s, s->ents[s->seen[q]], &go_on));
+        return STRATA_OK;
     }
+    for (int i = a->index - 1; i >= 0 && go_on; i--)
+        ERR_CHECK(restore_ahead(s, s->ents[i], &go_on));
     return STRATA_OK;
 }
 
@@ -453,9 +473,14 @@ static strata_status pop(act_store *s, act_entry *a, const void **out)
         if (e->trace)
             trace_event(e->trace, TRACK_TRAINER, "act pop stall", NULL, t0, t1);
     }
+    if (!a->popped) {
+        if (!array_grow((void **)&s->now, &s->now_cap, s->nnow + 1, sizeof *s->now))
+            return err_set(STRATA_ENOMEM, "strata_act_pop: out of host memory");
+        s->now[s->nnow++] = a->index;
+    }
     a->popped = true;
     *out = a->dev;
-    return prefetch_below(s, a);
+    return prefetch(s, a);
 }
 
 /* ---------------------------------------------------------------- dropping */
@@ -497,6 +522,12 @@ static strata_status drop(act_store *s, act_entry *a)
     while (s->top > 0 && !s->ents[s->top - 1]->kept) { /* the top of the store is free again */
         s->top--;
         s->next_offset = s->ents[s->top]->offset;
+    }
+    if (s->top == 0 && s->nnow) { /* a round ended: its pops are the next round's guide */
+        int *t = s->seen;
+        size_t c = s->seen_cap;
+        s->seen = s->now, s->seen_cap = s->now_cap, s->nseen = s->nnow;
+        s->now = t, s->now_cap = c, s->nnow = 0;
     }
     return st;
 }
@@ -555,6 +586,8 @@ void act_store_destroy(strata_engine *e, act_store *s)
         free(a);
     }
     free(s->ents);
+    free(s->seen);
+    free(s->now);
     dev_stream_destroy(s->out);
     dev_stream_destroy(s->in);
     dev_event_destroy(s->pushed);

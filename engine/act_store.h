@@ -10,9 +10,10 @@
  *
  * Restoring. A pop needs a device copy: a block of device memory from the arena, filled on the "act in" stream
  * from the host store, or from the drive through one of two pinned read buffers (the read's completion queues
- * the copy, as a parameter fetch does). After each pop the store starts restoring the activations pushed just
- * before it, walking down the push order, while the device holds fewer than PLAN_ACT_RESTORED of them: backward
- * pops in the reverse of the push order, so the next pop usually finds its copy there.
+ * the copy, as a parameter fetch does). After each pop the store starts restoring the activations the next pops
+ * will ask for, while the device holds fewer than PLAN_ACT_RESTORED of them: those pushed just before it, walking
+ * down the push order (a backward pops in the reverse of it), or, where the trainer pops in another order that
+ * repeats (a layer-wise pass, autograd's order of saved tensors), the order the last round popped in.
  *
  * Private to act_store.c; engine.c's public calls come here.
  */
