@@ -7,6 +7,7 @@
  * and its per-call team was too slow to start for one head's 128 x 128 products. The pieces do not depend on the
  * thread count, so neither do the results. */
 #include "model/gpt_kernels.h"
+#include "model/gpt_math.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -14,7 +15,7 @@
 #include <string.h>
 
 /* Rows of a product's output one task computes, and columns of a column sum one task adds. */
-#define GEMM_ROWS 64
+#define GEMM_ROWS 128
 #define COL_BLOCK 64
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
@@ -24,55 +25,40 @@ static void blas_single_thread(void)
     openblas_set_num_threads(1);
 }
 
-/* C = alpha op(A) op(B) + beta C (row-major) in pieces of GEMM_ROWS rows of C, one OpenMP task each. */
+/* Rows m0 .. m0 + rows of C = alpha op(A) op(B) + beta C (row-major): one piece of a product. With a bias (length N),
+ * the piece first writes it into its rows of C and the product adds to it (then beta must be 1): the rows are still
+ * in cache when the product reads them, and no separate pass over C is made. */
+static void gemm_piece(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m0, int rows, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                       const float *bias)
+{
+    const float *a = ta == CblasNoTrans ? A + (size_t)m0 * lda : A + m0;
+    for (int r = 0; bias && r < rows; r++)
+        memcpy(C + (size_t)(m0 + r) * ldc, bias, (size_t)N * sizeof(float));
+    cblas_sgemm(CblasRowMajor, ta, tb, rows, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
+}
+
+/* The whole product in pieces of GEMM_ROWS rows of C, one OpenMP task each. */
 static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc)
+                 const float *B, int ldb, float beta, float *C, int ldc, const float *bias)
 {
     pthread_once(&blas_once, blas_single_thread);
 #pragma omp parallel for schedule(dynamic)
     for (int m0 = 0; m0 < M; m0 += GEMM_ROWS) {
         int rows = M - m0 < GEMM_ROWS ? M - m0 : GEMM_ROWS;
-        const float *a = ta == CblasNoTrans ? A + (size_t)m0 * lda : A + m0;
-        cblas_sgemm(CblasRowMajor, ta, tb, rows, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
+        gemm_piece(ta, tb, m0, rows, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
     }
 }
 
-/* e^x to 1.4 ulp for x in [-87, 88] (Cephes' expf: x = n ln2 + r, a degree-5 polynomial for e^r, 2^n from the
- * exponent bits), written so that GCC vectorizes the loops that call it; libm's expf and tanhf do not vectorize and
- * were a quarter of the model's time. */
-static inline float exp_fast(float x)
+/* out[o] += sum over the rows n of x[n][o] for the cols columns of x (rows x cols, row stride ld), each column in row
+ * order; one thread. */
+static void col_sums(float *out, const float *x, int rows, int cols, int ld)
 {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    union {
-        int32_t i;
-        float f;
-    } two_n = {.i = ((int32_t)n + 127) << 23};
-    return (p * r * r + r + 1.0f) * two_n.f;
-}
-
-/* tanh u = 1 - 2 / (e^2u + 1), within 2e-7 of tanh (absolute; measured over [-10, 10]). */
-static inline float tanh_fast(float u)
-{
-    return 1.0f - 2.0f / (exp_fast(2.0f * u) + 1.0f);
-}
-
-/* out[o] += sum over the rows n of x[n][o] (rows x cols), each column in row order. */
-static void col_sums(float *out, const float *x, int rows, int cols)
-{
-#pragma omp parallel for
     for (int o0 = 0; o0 < cols; o0 += COL_BLOCK) {
         int w = cols - o0 < COL_BLOCK ? cols - o0 : COL_BLOCK;
         float acc[COL_BLOCK] = {0};
         for (int n = 0; n < rows; n++) {
-            const float *r = x + (size_t)n * cols + o0;
+            const float *r = x + (size_t)n * ld + o0;
 #pragma omp simd
             for (int o = 0; o < w; o++)
                 acc[o] += r[o];
@@ -182,27 +168,37 @@ void k_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, const fl
 void k_linear_forward(void *ctx, float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC)
 {
     (void)ctx;
-    /* The bias goes in first and the product adds to it (beta 1): one pass over out instead of two. */
-    if (bias) {
-#pragma omp parallel for
-        for (int n = 0; n < N; n++)
-            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-    }
-    gemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, bias ? 1.0f : 0.0f, out, OC);
+    gemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, bias ? 1.0f : 0.0f, out, OC, bias);
 }
 
 void k_linear_backward(void *ctx, float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
                        const float *W, int N, int C, int OC)
 {
     (void)ctx;
-    if (dinp)
-        gemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, W, C, 1.0f, dinp, C);
-    gemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW, C);
-    if (dbias)
-        col_sums(dbias, dout, N, OC);
+    /* One team runs the pieces of both products, dW's first (each is dout^T inp over all N rows, the longer ones):
+     * one barrier instead of three. A dW piece also sums dbias over the columns of dout it reads. */
+    int nw = (OC + GEMM_ROWS - 1) / GEMM_ROWS, nd = dinp ? (N + GEMM_ROWS - 1) / GEMM_ROWS : 0;
+    pthread_once(&blas_once, blas_single_thread);
+#pragma omp parallel for schedule(dynamic)
+    for (int p = 0; p < nw + nd; p++) {
+        int m0 = (p < nw ? p : p - nw) * GEMM_ROWS, M = p < nw ? OC : N;
+        int rows = M - m0 < GEMM_ROWS ? M - m0 : GEMM_ROWS;
+        if (p < nw) {
+            gemm_piece(CblasTrans, CblasNoTrans, m0, rows, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW, C, NULL);
+            if (dbias)
+                col_sums(dbias + m0, dout + m0, N, rows, OC);
+        } else {
+            gemm_piece(CblasNoTrans, CblasNoTrans, m0, rows, C, OC, 1.0f, dout, OC, W, C, 1.0f, dinp, C, NULL);
+        }
+    }
 }
 
-/* Each (batch, head) is one task: its products are 128 x 128 x 64 at GPT-2 small's shapes, too small to split. */
+/* Each (batch, head) is one task: its products are 128 x 128 x 64 at GPT-2 small's shapes, too small to split.
+ * The causal mask makes the scores lower triangular, so the products run on blocks of ATT_ROWS rows (or columns)
+ * and skip the blocks above the diagonal, which are all zero: 5/8 of the work at T = 128. The zeros they skip add
+ * nothing, and the blocks do not depend on the thread count. */
+#define ATT_ROWS 32
+
 void k_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     (void)ctx;
@@ -213,27 +209,31 @@ void k_attention_forward(void *ctx, float *out, float *att, const float *qkv, in
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-        float *a = att + (size_t)bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
-        for (int i = 0; i < T; i++) {
-            float *row = a + (size_t)i * T, mx = -INFINITY, sum = 0;
+        float *a = att + (size_t)bh * T * T, *o = out + (size_t)b * T * C + h * hs;
+        for (int i0 = 0; i0 < T; i0 += ATT_ROWS) {
+            int rows = T - i0 < ATT_ROWS ? T - i0 : ATT_ROWS, cols = i0 + rows;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, q + (size_t)i0 * C3, C3, k,
+                        C3, 0.0f, a + (size_t)i0 * T, T);
+            for (int i = i0; i < i0 + rows; i++) {
+                float *row = a + (size_t)i * T, mx = -INFINITY, sum = 0;
 #pragma omp simd reduction(max : mx)
-            for (int j = 0; j <= i; j++)
-                mx = row[j] > mx ? row[j] : mx;
+                for (int j = 0; j <= i; j++)
+                    mx = row[j] > mx ? row[j] : mx;
 #pragma omp simd reduction(+ : sum)
-            for (int j = 0; j <= i; j++) {
-                row[j] = exp_fast(row[j] - mx);
-                sum += row[j];
-            }
-            float inv = 1.0f / sum;
+                for (int j = 0; j <= i; j++) {
+                    row[j] = exp_fast(row[j] - mx);
+                    sum += row[j];
+                }
+                float inv = 1.0f / sum;
 #pragma omp simd
-            for (int j = 0; j <= i; j++)
-                row[j] *= inv;
-            for (int j = i + 1; j < T; j++)
-                row[j] = 0.0f; /* the causal mask: future tokens get no weight */
+                for (int j = 0; j <= i; j++)
+                    row[j] *= inv;
+                for (int j = i + 1; j < T; j++)
+                    row[j] = 0.0f; /* the causal mask: future tokens get no weight */
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, a + (size_t)i0 * T, T, v, C3,
+                        0.0f, o + (size_t)i0 * C, C);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
-                    out + (size_t)b * T * C + h * hs, C);
     }
 }
 
@@ -251,9 +251,14 @@ void k_attention_backward(void *ctx, float *dqkv, float *scratch, const float *d
         float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
         const float *a = att + (size_t)bh * T * T, *g = dout + (size_t)b * T * C + h * hs;
         float *da = scratch + (size_t)bh * T * T;
-        /* da = dout v^T, dv = a^T dout */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, g, C, v, C3, 0.0f, da, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, g, C, 0.0f, dv, C3);
+        /* da = dout v^T (rows of da up to the diagonal block), dv = a^T dout (rows of a from the diagonal block). */
+        for (int i0 = 0; i0 < T; i0 += ATT_ROWS) {
+            int n = T - i0 < ATT_ROWS ? T - i0 : ATT_ROWS;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, i0 + n, hs, 1.0f, g + (size_t)i0 * C, C, v, C3,
+                        0.0f, da + (size_t)i0 * T, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, T - i0, 1.0f, a + (size_t)i0 * T + i0, T,
+                        g + (size_t)i0 * C, C, 0.0f, dv + (size_t)i0 * C3, C3);
+        }
         /* Through the softmax: dpre = a * (da - sum(a * da)), zero above the diagonal. */
         for (int i = 0; i < T; i++) {
             const float *ar = a + (size_t)i * T;
@@ -267,34 +272,66 @@ void k_attention_backward(void *ctx, float *dqkv, float *scratch, const float *d
             for (int j = i + 1; j < T; j++)
                 dr[j] = 0.0f;
         }
-        /* dq = scale dpre k, dk = scale dpre^T q */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, da, T, k, C3, 0.0f, dq, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, da, T, q, C3, 0.0f, dk, C3);
+        /* dq = scale dpre k, dk = scale dpre^T q, on the same blocks. */
+        for (int i0 = 0; i0 < T; i0 += ATT_ROWS) {
+            int n = T - i0 < ATT_ROWS ? T - i0 : ATT_ROWS;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, i0 + n, scale, da + (size_t)i0 * T, T, k, C3,
+                        0.0f, dq + (size_t)i0 * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, T - i0, scale, da + (size_t)i0 * T + i0, T,
+                        q + (size_t)i0 * C3, C3, 0.0f, dk + (size_t)i0 * C3, C3);
+        }
     }
 }
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+/* The GELU loops are compute-bound (the exp's polynomial and a division per element): built for AVX2 + FMA
+ * (gpt_gelu_avx2.c) they take 0.6 of the time of the baseline x86-64 build, so the CPU picks one, once. Each thread
+ * runs them on pieces of GELU_PIECE elements. */
+#define GELU_PIECE 16384
+
+static void gelu_forward_base(float *out, const float *inp, size_t n)
+{
+    gelu_forward_body(out, inp, n);
+}
+
+static void gelu_backward_base(float *d, const float *inp, size_t n)
+{
+    gelu_backward_body(d, inp, n);
+}
+
+typedef void (*gelu_fn)(float *, const float *, size_t);
+static gelu_fn gelu_forward_fn = gelu_forward_base, gelu_backward_fn = gelu_backward_base;
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_pick(void)
+{
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        gelu_forward_fn = gelu_forward_avx2;
+        gelu_backward_fn = gelu_backward_avx2;
+    }
+#endif
+}
+
+/* Runs the picked forward or backward body on pieces of GELU_PIECE elements (out is d for the backward). */
+static void gelu_run(int backward, float *out, const float *inp, size_t n)
+{
+    pthread_once(&gelu_once, gelu_pick);
+    gelu_fn fn = backward ? gelu_backward_fn : gelu_forward_fn;
+#pragma omp parallel for schedule(static)
+    for (size_t i0 = 0; i0 < n; i0 += GELU_PIECE)
+        fn(out + i0, inp + i0, n - i0 < GELU_PIECE ? n - i0 : GELU_PIECE);
+}
 
 void k_gelu_forward(void *ctx, float *out, const float *inp, size_t n)
 {
     (void)ctx;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanh_fast(GELU_SCALE * (x + 0.044715f * x * x * x)));
-    }
+    gelu_run(0, out, inp, n);
 }
 
 void k_gelu_backward(void *ctx, float *d, const float *inp, size_t n)
 {
     (void)ctx;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x), th = tanh_fast(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        d[i] *= grad;
-    }
+    gelu_run(1, d, inp, n);
 }
 
 void k_residual_forward(void *ctx, float *out, const float *a, const float *b, size_t n)
@@ -312,7 +349,7 @@ void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, double *row_l
     for (int r0 = 0; r0 < N; r0 += chunk) {
         int rows = N - r0 < chunk ? N - r0 : chunk;
         const float *xr = x + (size_t)r0 * C;
-        gemm(CblasNoTrans, CblasTrans, rows, V, C, 1.0f, xr, C, wte, C, 0.0f, logits, V);
+        gemm(CblasNoTrans, CblasTrans, rows, V, C, 1.0f, xr, C, wte, C, 0.0f, logits, V, NULL);
 #pragma omp parallel for
         for (int r = 0; r < rows; r++) {
             float *l = logits + (size_t)r * V, mx = -INFINITY;
@@ -331,8 +368,8 @@ void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, double *row_l
             }
         }
         if (dx) {
-            gemm(CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, wte, C, 0.0f, dx + (size_t)r0 * C, C);
-            gemm(CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, xr, C, 1.0f, dwte, C);
+            gemm(CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, wte, C, 0.0f, dx + (size_t)r0 * C, C, NULL);
+            gemm(CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, xr, C, 1.0f, dwte, C, NULL);
         }
     }
 }
