@@ -100,7 +100,7 @@ typedef struct gpt_net gpt_net;
 typedef enum gpt_act_mode {
     GPT_ACT_KEEP = 0,   /* every block's internals: the least compute */
     GPT_ACT_CHECKPOINT, /* activation checkpointing: each block keeps only its input, and backward runs the block's
-                           forward again first (one more block forward per block; the same bits) */
+                           forward again first, but for its output (2/3 of a block forward more; the same bits) */
     GPT_ACT_OFFLOAD,    /* checkpointing, the block inputs handed to a gpt_keeper until backward */
 } gpt_act_mode;
 

@@ -199,7 +199,9 @@ static float *block_input(const gpt_net *net, int l)
     return l == 0 ? net->encoded : net->layer[l - 1].res3;
 }
 
-static void block_forward(gpt_net *net, int l, float **w, const float *inp)
+/* Block l's forward. with_output false: only what its backward reads (a recompute under checkpointing), without
+ * the MLP's output product and the residual that make the next block's input: a third of its matrix products. */
+static void block_forward(gpt_net *net, int l, float **w, const float *inp, bool with_output)
 {
     const gpt_ops *o = net->ops;
     void *x = o->ctx;
@@ -214,6 +216,8 @@ static void block_forward(gpt_net *net, int l, float **w, const float *inp)
     o->layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B], N, C);
     o->linear_forward(x, a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], N, C, 4 * C);
     o->gelu_forward(x, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    if (!with_output)
+        return;
     o->linear_forward(x, net->dsmall, a->fch_gelu, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], N, 4 * C, C);
     o->residual_forward(x, out, a->res2, net->dsmall, (size_t)N * C);
 }
@@ -288,7 +292,7 @@ strata_status gpt_net_forward(gpt_net *net, int module, float **w)
             if (st != STRATA_OK)
                 return st;
         }
-        block_forward(net, l, w, block_input(net, l));
+        block_forward(net, l, w, block_input(net, l), true);
     } else {
         o->layernorm_forward(o->ctx, net->lnf, net->lnf_mean, net->lnf_rstd, block_input(net, L), w[GPT_LNF_W],
                              w[GPT_LNF_B], N, C);
@@ -297,7 +301,7 @@ strata_status gpt_net_forward(gpt_net *net, int module, float **w)
 }
 
 /* Block l's backward under checkpointing: its input (from the keeper with GPT_ACT_OFFLOAD), its forward again into
- * the shared internals, then its backward. */
+ * the shared internals (all but the output, which backward does not read), then its backward. */
 static strata_status checkpointed_backward(gpt_net *net, int l, float **w, float **g)
 {
     const gpt_keeper *k = net->keeper;
@@ -307,7 +311,7 @@ static strata_status checkpointed_backward(gpt_net *net, int l, float **w, float
         if (st != STRATA_OK)
             return st;
     }
-    block_forward(net, l, w, inp);
+    block_forward(net, l, w, inp, false);
     block_backward(net, l, w, g, inp);
     return net->mode == GPT_ACT_OFFLOAD ? k->drop(k->ctx, net->kept[l]) : STRATA_OK;
 }

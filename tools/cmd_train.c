@@ -66,7 +66,7 @@ static void usage(FILE *out)
             "  --step-in-backward each module's optimizer update as soon as its gradients are complete, during\n"
             "                     backward, without a gradient store (strata.step_in_backward; --grad-accum 1)\n"
             "  --activation-checkpointing  each block keeps only its input and runs its forward again in backward:\n"
-            "                     one block forward more per block, its internals held once instead of per block\n"
+            "                     2/3 of a block forward more per block, its internals held once instead of per block\n"
             "  --offload-activations T  checkpointing, with the block inputs kept in host memory or on NVMe (the\n"
             "                     swap space of --nvme-dir or the config's nvme_path; auto: host if the budget holds\n"
             "                     them) instead of the device, restored ahead of backward (strata.offload_activations)\n"
