@@ -114,10 +114,12 @@ static void check_offloaded_activations(const strata_config *cfg, cfg_report *re
     strata_tier t = cfg->offload_activations;
     if (t == STRATA_TIER_DEVICE)
         return;
+    char device[32]; /* as the JSON spells it */
+    cfg_key_format(cfg_key_find("strata.offload_activations.device"), cfg, device, sizeof device);
     if (cfg->offloaded_activation_bytes == 0)
         cfg_report_add(report, "strata.offload_activations.device = \"%s\" needs strata.offload_activations.bytes: the "
                        "most activation bytes the trainer keeps at once (strata train sets it from the model)",
-                       t == STRATA_TIER_HOST ? "cpu" : strata_tier_name(t));
+                       device);
     if (cfg->offloaded_activation_max_bytes > cfg->offloaded_activation_bytes)
         cfg_report_add(report, "strata.offload_activations.max_bytes = %zu is larger than strata.offload_activations."
                        "bytes = %zu: the largest activation is one of those kept; lower it, or leave it 0 (= bytes)",
