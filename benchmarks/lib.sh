@@ -25,3 +25,15 @@ bench_machine() {
     echo "machine: $(uname -n), Linux $(uname -r), $(nproc) cores," \
         "$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; strata $("$bin" --version)"
 }
+
+# bench_run NAME extra-args...: "$bin" "${common[@]}" with --log-jsonl $out/NAME.jsonl, --dump-weights $out/NAME.bin and
+# its output in $out/NAME.out (printed, and the script ended, when it fails); $dir/nvme-NAME is made for its swap.
+bench_run() {
+    local name=$1; shift
+    mkdir -p "$dir/nvme-$name"
+    "$bin" "${common[@]}" --quiet --log-jsonl "$out/$name.jsonl" --dump-weights "$out/$name.bin" "$@" \
+        >"$out/$name.out" 2>&1 || { echo "run $name failed:"; cat "$out/$name.out"; exit 1; }
+}
+
+# median: the median of the numbers on stdin (separated by spaces or newlines).
+median() { tr ' ' '\n' | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }

@@ -41,12 +41,6 @@ echo "fit:     --model 124M --seq 1024, parameters and optimizer in host memory,
     "$fit_steps step(s) per confirming run"
 echo
 
-run() { # run NAME extra-args...
-    local name=$1; shift
-    mkdir -p "$dir/nvme-$name"
-    "$bin" "${common[@]}" --quiet --log-jsonl "$out/$name.jsonl" --dump-weights "$out/$name.bin" "$@" \
-        >"$out/$name.out" 2>&1 || { echo "run $name failed:"; cat "$out/$name.out"; exit 1; }
-}
 # stats FILE -> "median_tokens_per_s median_act_stall_ms act_offload_bytes_per_step device_peak_bytes"
 stats() {
     python3 - "$1" <<'PY'
@@ -58,7 +52,6 @@ print(f'{med("tokens_per_s"):.1f} {1e3 * med("act_stall_s"):.3f} {med("act_offlo
       f'{rows[-1]["device_peak_bytes"]}')
 PY
 }
-median() { tr ' ' '\n' | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 names=(keep checkpointing offload-host offload-nvme)
 declare -A flags=([keep]="" [checkpointing]="--activation-checkpointing" [offload-host]="--offload-activations host"
@@ -71,7 +64,7 @@ for r in $(seq "$rounds"); do
     base=""
     for name in "${names[@]}"; do
         # shellcheck disable=SC2086
-        run "$name" ${flags[$name]}
+        bench_run "$name" ${flags[$name]}
         read -r tps stall moved peak <<<"$(stats "$out/$name.jsonl")"
         [ "$name" = keep ] && base=$tps
         ratio=$(awk -v a="$tps" -v b="$base" 'BEGIN {printf "%.3f", a / b}')

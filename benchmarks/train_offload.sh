@@ -33,12 +33,6 @@ echo "build:   $bin"
 echo "model:   ${model[*]}, $steps steps, $rounds rounds, seed $seed; NVMe dir $dir ($(df -T "$dir" | awk 'NR==2{print $2}'))"
 echo
 
-run() { # run NAME extra-args...
-    local name=$1; shift
-    mkdir -p "$dir/nvme-$name"
-    "$bin" "${common[@]}" --quiet --log-jsonl "$out/$name.jsonl" --dump-weights "$out/$name.bin" "$@" \
-        >"$out/$name.out" 2>&1 || { echo "run $name failed:"; cat "$out/$name.out"; exit 1; }
-}
 # stats FILE -> "median_tokens_per_s median_step_s median_optimizer_s median_stall_s nvme_bytes_per_step"
 stats() {
     python3 - "$1" <<'PY'
@@ -49,14 +43,13 @@ io = statistics.median(r["nvme_to_host_bytes"] + r["host_to_nvme_bytes"] for r i
 print(f'{med("tokens_per_s"):.1f} {med("step_s"):.4f} {med("optimizer_s"):.4f} {med("stall_s"):.4f} {io:.0f}')
 PY
 }
-median() { tr ' ' '\n' | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 r1s="" r2s="" r3s="" wrong=0 delayed_same=0
 for r in $(seq "$rounds"); do
-    run device
-    run nvme --offload nvme --nvme-dir "$dir/nvme-nvme"
-    run delayed --offload nvme --nvme-dir "$dir/nvme-delayed" --delayed-update
-    run uncached --offload nvme --nvme-dir "$dir/nvme-uncached" --config "$out/uncached.json"
+    bench_run device
+    bench_run nvme --offload nvme --nvme-dir "$dir/nvme-nvme"
+    bench_run delayed --offload nvme --nvme-dir "$dir/nvme-delayed" --delayed-update
+    bench_run uncached --offload nvme --nvme-dir "$dir/nvme-uncached" --config "$out/uncached.json"
     read -r dev_tps dev_step dev_opt dev_stall _ <<<"$(stats "$out/device.jsonl")"
     read -r nv_tps nv_step nv_opt nv_stall nv_io <<<"$(stats "$out/nvme.jsonl")"
     read -r dl_tps dl_step dl_opt dl_stall dl_io <<<"$(stats "$out/delayed.jsonl")"

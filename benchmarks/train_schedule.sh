@@ -34,11 +34,8 @@ echo "model:   ${model[*]}, --offload nvme --device-budget 192MiB --prefetch 16M
     "seed $seed; NVMe dir $dir ($(df -T "$dir" | awk 'NR==2{print $2}'))"
 echo
 
-run() { # run NAME extra-args...
-    local name=$1; shift
-    mkdir -p "$dir/nvme-$name"
-    "$bin" "${common[@]}" --nvme-dir "$dir/nvme-$name" --quiet --log-jsonl "$out/$name.jsonl" \
-        --dump-weights "$out/$name.bin" "$@" >"$out/$name.out" 2>&1 || { echo "run $name failed:"; cat "$out/$name.out"; exit 1; }
+run() { # run NAME extra-args...: every run on its own swap directory
+    bench_run "$1" --nvme-dir "$dir/nvme-$1" "${@:2}"
 }
 # stats FILE -> "median_tokens_per_s median_stall_s nvme_read_bytes_per_step nvme_written_bytes_per_step"
 stats() {
@@ -49,7 +46,6 @@ med = lambda k: statistics.median(r[k] for r in rows)
 print(f'{med("tokens_per_s"):.1f} {med("stall_s"):.4f} {med("nvme_to_host_bytes"):.0f} {med("host_to_nvme_bytes"):.0f}')
 PY
 }
-median() { tr ' ' '\n' | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 declare -A ratios tps_of read_of
 wrong=0

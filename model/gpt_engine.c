@@ -60,6 +60,20 @@ void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_b
     *kept = (size_t)micro_batches * (size_t)d->layers * ((one + GPT_ACT_PAGE - 1) / GPT_ACT_PAGE * GPT_ACT_PAGE);
 }
 
+void gpt_engine_reserve(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
+                        strata_config *cfg)
+{
+    size_t act = gpt_engine_activation_bytes(d, batch, seq, micro_batches, mode, cfg->param_dtype), kept, largest;
+    cfg->activation_bytes = act > cfg->activation_bytes ? act : cfg->activation_bytes;
+    if (mode != GPT_ACT_OFFLOAD)
+        return;
+    gpt_engine_offload_bytes(d, batch, seq, micro_batches, &kept, &largest);
+    cfg->offloaded_activation_bytes = kept > cfg->offloaded_activation_bytes ? kept : cfg->offloaded_activation_bytes;
+    cfg->offloaded_activation_max_bytes = largest > cfg->offloaded_activation_max_bytes
+                                              ? largest
+                                              : cfg->offloaded_activation_max_bytes;
+}
+
 static strata_status keeper_push(void *ctx, const float *src, size_t bytes, uint64_t *handle)
 {
     gpt_model *m = ctx;

@@ -27,6 +27,13 @@ size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int mi
 void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, size_t *kept,
                               size_t *largest);
 
+/* What the model needs of cfg for those micro-batches in mode, at least (a config's larger sizes stand):
+ * strata.activation_bytes (gpt_engine_activation_bytes in cfg's param_dtype) and, with GPT_ACT_OFFLOAD,
+ * strata.offload_activations.bytes and max_bytes (gpt_engine_offload_bytes). strata train and strata estimate size
+ * a config with it. */
+void gpt_engine_reserve(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
+                        strata_config *cfg);
+
 /* Adds the model's modules and parameters (with GPT-2 initial values from seed) to an engine that is not
  * finalized yet. On failure *out is NULL and strata_last_error(engine) says why. */
 strata_status gpt_model_register(strata_engine *engine, const gpt_dims *d, uint64_t seed, gpt_model **out);

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "base/size.h"
-#include "base/util.h"
 #include "gpu/device.h"
 #include "model/data.h"
 #include "model/gpt_engine.h"
@@ -273,14 +272,6 @@ static int build_config(args *a, strata_config *cfg)
             cfg->offload_optimizer.nvme_path_count = 1;
         }
     }
-    /* What the model keeps through strata_act_push, sized from its shape (a config's larger sizes stand). */
-    if (cfg->offload_activations != STRATA_TIER_DEVICE) {
-        size_t kept, largest;
-        int held = a->schedule && strcmp(a->schedule, "layerwise") == 0 ? a->grad_accum : 1;
-        gpt_engine_offload_bytes(&a->topts.dims, a->batch, a->topts.seq, held, &kept, &largest);
-        cfg->offloaded_activation_bytes = MAX(cfg->offloaded_activation_bytes, kept);
-        cfg->offloaded_activation_max_bytes = MAX(cfg->offloaded_activation_max_bytes, largest);
-    }
     if (a->device) {
         if (strcmp(a->device, "auto") == 0)
             cfg->backend = STRATA_BACKEND_AUTO;
@@ -322,6 +313,12 @@ static int build_config(args *a, strata_config *cfg)
         cfg->cpu_threads = a->threads;
     if (a->trace)
         snprintf(cfg->trace_path, sizeof cfg->trace_path, "%s", a->trace);
+    /* The activations, sized from the model, in the dtype settled above. */
+    trainer_opts *t = &a->topts;
+    t->act_mode = cfg->offload_activations != STRATA_TIER_DEVICE ? GPT_ACT_OFFLOAD
+                  : a->checkpointing                              ? GPT_ACT_CHECKPOINT
+                                                                  : GPT_ACT_KEEP;
+    gpt_engine_reserve(&t->dims, t->batch, t->seq, trainer_pass_micro_batches(t), t->act_mode, cfg);
     char err[4096];
     if (strata_config_validate(cfg, err, sizeof err) != STRATA_OK) {
         train_err("the configuration is not valid:\n%s", err);
@@ -429,6 +426,9 @@ static int train(int argc, char **argv, strata_comm *comm, bool *training)
                 t->dims.seq);
         return CLI_EXIT_USAGE;
     }
+    t->batch = a.batch;
+    t->grad_accum = a.grad_accum;
+    t->layerwise = a.schedule && strcmp(a.schedule, "layerwise") == 0;
     strata_config cfg;
     if ((rc = build_config(&a, &cfg)))
         return rc;
@@ -447,12 +447,6 @@ static int train(int argc, char **argv, strata_comm *comm, bool *training)
     }
     t->data = &data;
     t->comm = comm;
-    t->batch = a.batch;
-    t->grad_accum = a.grad_accum;
-    t->layerwise = a.schedule && strcmp(a.schedule, "layerwise") == 0;
-    t->act_mode = cfg.offload_activations != STRATA_TIER_DEVICE ? GPT_ACT_OFFLOAD
-                  : a.checkpointing                             ? GPT_ACT_CHECKPOINT
-                                                                : GPT_ACT_KEEP;
     t->steps = a.steps;
     t->warmup = a.warmup >= 0 ? a.warmup : a.steps / 10;
     t->lr = cfg.lr;

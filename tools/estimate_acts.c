@@ -56,16 +56,6 @@ int estimate_acts_option(estimate_acts *a, const char *flag, const char *value, 
     return batch ? 0 : 1; /* --batch is the world's option too */
 }
 
-/* What strata train reserves for batch sequences in mode. */
-static void reserve(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, strata_config *cfg)
-{
-    cfg->activation_bytes = gpt_engine_activation_bytes(d, batch, seq, 1, mode, cfg->param_dtype);
-    if (mode != GPT_ACT_OFFLOAD)
-        return;
-    gpt_engine_offload_bytes(d, batch, seq, 1, &cfg->offloaded_activation_bytes,
-                             &cfg->offloaded_activation_max_bytes);
-}
-
 static strata_tier offload_tier(const strata_config *cfg)
 {
     return cfg->offload_activations == STRATA_TIER_DEVICE ? STRATA_TIER_HOST : cfg->offload_activations;
@@ -82,18 +72,20 @@ bool estimate_acts_apply(estimate_acts *a, const gpt_dims *dims, strata_config *
     }
     if (a->mode == GPT_ACT_OFFLOAD)
         cfg->offload_activations = offload_tier(cfg);
+    a->base = *cfg; /* the table's other ways start from the config as given */
     if (a->active)
-        reserve(dims, a->batch, a->seq_len, a->mode, cfg);
+        gpt_engine_reserve(dims, a->batch, a->seq_len, 1, a->mode, cfg);
     return true;
 }
 
-/* Whether batch sequences fit the budgets in mode, placed as finalize places. */
-static bool fits(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, const strata_config *cfg,
+/* Whether batch sequences fit the budgets in mode, placed as finalize places, sized as strata train sizes them from
+ * the config as given (base). */
+static bool fits(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, const strata_config *base,
                  const plan_input *in, bool opt_on_device)
 {
-    strata_config c = *cfg;
-    c.offload_activations = mode == GPT_ACT_OFFLOAD ? offload_tier(cfg) : STRATA_TIER_DEVICE;
-    reserve(d, batch, seq, mode, &c);
+    strata_config c = *base;
+    c.offload_activations = mode == GPT_ACT_OFFLOAD ? offload_tier(base) : STRATA_TIER_DEVICE;
+    gpt_engine_reserve(d, batch, seq, 1, mode, &c);
     plan_input i = *in;
     i.activation_bytes = c.activation_bytes;
     plan p;
@@ -140,7 +132,7 @@ void estimate_acts_print(const estimate_acts *a, const gpt_dims *dims, const str
         }
         char fit[32] = "-";
         if (cfg->device_budget_bytes)
-            snprintf(fit, sizeof fit, "%d", largest_batch(dims, T, (gpt_act_mode)m, cfg, in, opt_on_device));
+            snprintf(fit, sizeof fit, "%d", largest_batch(dims, T, (gpt_act_mode)m, &a->base, in, opt_on_device));
         printf("%-25s %14s %14s %12s%s\n", mode_names[m], size_format(dev, b2, sizeof b2),
                m == GPT_ACT_OFFLOAD ? size_format(kept, b3, sizeof b3) : "-", fit,
                m == (int)a->mode ? "  <- the plan above" : "");

@@ -17,6 +17,7 @@ typedef struct estimate_acts {
     int batch;            /* sequences per micro-batch (the same --batch as the world's options) */
     int seq_len;          /* tokens per sequence; 0 = the model's context */
     gpt_act_mode mode;    /* --activation-checkpointing, --offload-activations */
+    strata_config base;   /* the config before estimate_acts_apply sized the activations in it */
 } estimate_acts;
 
 #define ESTIMATE_ACTS_INIT {.batch = 1}

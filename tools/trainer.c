@@ -139,9 +139,6 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
     r->tokens = malloc(ntok * sizeof(int32_t));
     r->targets = malloc(ntok * sizeof(int32_t));
     r->losses = malloc((size_t)held * sizeof(double));
-    size_t act = gpt_engine_activation_bytes(&o->dims, o->batch, o->seq, held, o->act_mode, cfg->param_dtype);
-    if (cfg->activation_bytes < act)
-        cfg->activation_bytes = act;
     if (!r->tokens || !r->targets || !r->losses) {
         train_err("out of memory");
         return 1;
