@@ -74,7 +74,7 @@ def main():
         "train_micro_batch_size_per_gpu": BATCH,
         "gradient_accumulation_steps": GAS,
     }
-    engine = strata.torch.initialize(model, config)
+    engine = strata.torch.initialize(model=model, config=config)[0]
     T.check(engine.world_size == world and engine.rank == rank, "the engine is one rank of the world",
             (engine.rank, engine.world_size), (rank, world))
     got_losses = []

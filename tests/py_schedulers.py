@@ -222,7 +222,7 @@ def check_engine_lr_zero():
            "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.1,
                                                         "warmup_num_steps": 2, "warmup_type": "linear"}},
            "strata": {"backend": "host"}}
-    engine = strata.torch.initialize(model, cfg)
+    engine = strata.torch.initialize(model=model, config=cfg)[0]
     lrs, moved = [], []
     for _ in range(3):
         lrs.append(engine.get_lr()[0])

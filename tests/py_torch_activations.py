@@ -40,7 +40,7 @@ def config(acts=None, nvme_dir=None, kept="64MiB"):
 def train(seed, cfg):
     torch.manual_seed(seed)
     model = GPT(MODEL)
-    engine = strata.torch.initialize(model, cfg, device="cpu")
+    engine = strata.torch.initialize(model=model, config=cfg, device="cpu")[0]
     engine.activation_min_bytes = 4096  # this model's saved tensors are small
     losses = []
     for step in range(STEPS):

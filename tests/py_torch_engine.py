@@ -109,7 +109,8 @@ def first_difference(got, want, same=None):
 def new_engine(seed, nvme_dir):
     torch.manual_seed(seed)
     model = GPT(MODEL)
-    engine = strata.torch.initialize(model, strata_config(nvme_dir, model), lr_scheduler=cosine, device="cpu")
+    engine = strata.torch.initialize(
+        model=model, config=strata_config(nvme_dir, model), lr_scheduler=cosine, device="cpu")[0]
     return model, engine
 
 
@@ -138,7 +139,8 @@ def main():
     T.check(all(torch.equal(model.state_dict()[k], v) for k, v in initial.items()), "same initial weights")
     size = model_bytes(model)
     budget = size * 6 // 10
-    engine = strata.torch.initialize(model, strata_config(nvme, model), lr_scheduler=cosine, device="cpu")
+    engine = strata.torch.initialize(
+        model=model, config=strata_config(nvme, model), lr_scheduler=cosine, device="cpu")[0]
     print("units: %s; against torch: %s" % (", ".join(u.name for u in engine.units), adam_oracle.HOW))
     empty_between = []
 
@@ -243,7 +245,7 @@ def on_cuda(seed):
     config["zero_optimization"]["offload_param"] = {"device": "cpu"}
     config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     try:
-        engine = strata.torch.initialize(model, config, device="cuda")
+        engine = strata.torch.initialize(model=model, config=config, device="cuda")[0]
     except strata.Unsupported as e:
         print("cuda: skipped (%s)" % e)
         return
@@ -268,18 +270,18 @@ def on_cuda(seed):
 
 def misuse(engine, model, seed):
     T.check_raises(strata.ConfigError, "zero_optimization.stag", lambda: strata.torch.initialize(
-        GPT(MODEL), {"zero_optimization": {"stag": 3}}), "a misspelt config key")
+        model=GPT(MODEL), config={"zero_optimization": {"stag": 3}}), "a misspelt config key")
     T.check_raises(strata.ConfigError, "gradient_accumulation_steps", lambda: strata.torch.initialize(
-        GPT(MODEL), {"gradient_accumulation_steps": 0}), "gradient_accumulation_steps = 0")
+        model=GPT(MODEL), config={"gradient_accumulation_steps": 0}), "gradient_accumulation_steps = 0")
 
     fresh = GPT(MODEL)
     T.check_raises(strata.InvalidArgument, "strata runs its own Adam", lambda: strata.torch.initialize(
-        fresh, {}, optimizer=torch.optim.SGD(fresh.parameters(), lr=0.1)), "a torch optimizer passed in")
+        model=fresh, config={}, optimizer=torch.optim.SGD(fresh.parameters(), lr=0.1)), "a torch optimizer passed in")
     T.check_raises(strata.InvalidArgument, "weight_decay", lambda: strata.torch.initialize(
-        fresh, {}, model_parameters=[{"params": list(fresh.parameters()), "weight_decay": 0.0}]),
+        model=fresh, config={}, model_parameters=[{"params": list(fresh.parameters()), "weight_decay": 0.0}]),
         "a param group with its own weight decay")
     T.check_raises(strata.InvalidArgument, "not in model_parameters", lambda: strata.torch.initialize(
-        fresh, {}, model_parameters=list(fresh.transformer.h.parameters())), "trainable parameters left out")
+        model=fresh, config={}, model_parameters=list(fresh.transformer.h.parameters())), "trainable parameters left out")
     frozen(seed)
 
     # engine.step() from inside forward (a hook on a block)
@@ -313,7 +315,7 @@ def frozen(seed):
     model = GPT(MODEL)
     model.transformer.wpe.weight.requires_grad_(False)
     wpe = model.transformer.wpe.weight.detach().clone()
-    engine = strata.torch.initialize(model, {"gradient_accumulation_steps": GAS}, device="cpu")
+    engine = strata.torch.initialize(model=model, config={"gradient_accumulation_steps": GAS}, device="cpu")[0]
     T.check("transformer.wpe" not in [u.name for u in engine.units], "a frozen parameter is no strata module",
             [u.name for u in engine.units][:3], "no transformer.wpe")
     before = engine.fp32_state_dict()

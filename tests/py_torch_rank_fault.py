@@ -24,8 +24,9 @@ def child():
     """One rank: train; rank 1 raises at step 2 (uncaught); rank 0 reports what its next call raised."""
     T.child_process()
     torch.manual_seed(5)
-    engine = strata.torch.initialize(GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16)),
-                                     {"zero_optimization": {"stage": 3}}, device="cpu")
+    engine = strata.torch.initialize(
+        model=GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16)),
+        config={"zero_optimization": {"stage": 3}}, device="cpu")[0]
     x = torch.randint(0, 32, (2, 8))
     for step in range(6):
         if engine.rank == FAILING_RANK and step == FAIL_AT:

@@ -63,7 +63,7 @@ def main():
         config = json.load(f)
     config["optimizer"]["params"]["lr"] = args.lr  # the command line wins, as in train_torch.py
     config["gradient_accumulation_steps"] = args.grad_accum
-    engine = strata.torch.initialize(model, config=config)
+    engine, _, _, _ = strata.torch.initialize(model=model, config=config)
     optimizer = engine.optimizer
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(args.warmup, args.decay_steps or args.steps))
     batches = Batches(load_corpus(args.data), args.block, args.batch, args.seed, engine.rank, engine.world_size,

@@ -2,7 +2,8 @@
 
 The engine's keys go to libstrata, which checks every one and names the key, the value, what is allowed and a hint
 (the same messages as `strata config check`). The keys that belong to the trainer, which libstrata refuses because
-a C trainer owns them, are the Python engine's here: the batch-size triple, steps_per_print and the scheduler.
+a C trainer owns them, are the Python engine's here: the batch-size triple, steps_per_print, the scheduler and
+dataloader_drop_last (the loader initialize builds from training_data).
 """
 import ctypes
 import json
@@ -13,7 +14,7 @@ from .errors import ConfigError, IOFailure, error_for
 
 # DeepSpeed keys the Python engine implements itself (libstrata leaves them to its trainer).
 TRAINER_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                "steps_per_print", "scheduler")
+                "steps_per_print", "scheduler", "dataloader_drop_last")
 
 
 def _positive_int(key, value):
@@ -102,6 +103,8 @@ class Config:
                     "steps_per_print"):
             if key in t:
                 _positive_int(key, t[key])
+        if "dataloader_drop_last" in t and not isinstance(t["dataloader_drop_last"], bool):
+            raise ConfigError("config: dataloader_drop_last = %r must be true or false" % (t["dataloader_drop_last"],))
         if "scheduler" in t:
             s = t["scheduler"]
             if not isinstance(s, dict) or "type" not in s:

@@ -43,6 +43,7 @@ def load(engine, load_dir, tag=None):
     else:
         path = _checkpoint.latest(load_dir)
     engine.engine.load(path)
+    engine.loads += 1  # the weights state_dict() handed out before are stale
     info = _checkpoint.inspect(path)
     state_file = os.path.join(path, "torch_engine.pt")
     state = torch.load(state_file) if os.path.exists(state_file) else None

@@ -1,6 +1,7 @@
 """strata's memory as torch tensors, without copies: host addresses through the buffer protocol, device
 addresses through __cuda_array_interface__."""
 import ctypes
+import weakref
 
 import torch
 
@@ -21,13 +22,22 @@ class _DeviceMemory:
 def wrap(address, numel, dtype, device):
     """A 1-D tensor of numel dtype elements over strata's memory at address on device. It does not own the
     memory: it is valid until strata releases it (the caller drops it before)."""
+    return wrap_watched(address, numel, dtype, device)[0]
+
+
+def wrap_watched(address, numel, dtype, device):
+    """(tensor, alive) as wrap, where alive() is true while any tensor still refers to the memory: the tensor, a
+    view of it, a tensor autograd saved. Every such tensor keeps the object torch took the memory from, which
+    alive watches through a weak reference."""
     if device.type == "cuda":
         typestr, view_as = _CAI_TYPESTR[dtype]
-        t = torch.as_tensor(_DeviceMemory(address, numel, typestr), device=device)
+        source = _DeviceMemory(address, numel, typestr)
+        t = torch.as_tensor(source, device=device)
         assert t.data_ptr() == address  # a view of strata's memory, never a copy
-        return t.view(view_as) if view_as is not None else t
+        return (t.view(view_as) if view_as is not None else t), weakref.ref(source)
     nbytes = numel * torch.finfo(dtype).bits // 8
-    return torch.frombuffer((ctypes.c_byte * nbytes).from_address(address), dtype=dtype, count=numel)
+    source = memoryview((ctypes.c_byte * nbytes).from_address(address))
+    return torch.frombuffer(source, dtype=dtype, count=numel), weakref.ref(source)
 
 
 def empty(dtype, device):

@@ -1,11 +1,15 @@
-"""strata.torch.initialize: a PyTorch model trained ZeRO-3 style, its parameters and optimizer state held by strata.
+"""StrataEngine: a PyTorch model trained ZeRO-3 style, its parameters and optimizer state held by strata.
 
 Every unit of the model becomes a strata module: each element of an nn.ModuleList / nn.Sequential (a transformer
 block, say) with everything under it, and every other module with parameters of its own (an embedding, a final
 LayerNorm); units that share a parameter (GPT's tied embedding and head) are one module. After initialize the
-model's parameter tensors hold no storage. Around each use strata lends them its memory without a copy:
+model's parameter tensors hold no storage. Around each use strata lends them its memory without a copy.
 
-  forward   pre-hook: fetch, point the parameters at strata's memory  ->  module runs  ->  post-hook: release
+The protocol belongs to the modules, not to the engine's call: the forward of every unit's top module and of every
+module that owns one of its parameters is replaced (on the instance) by one that runs the protocol, so engine(x),
+engine.module(x), a parent calling a child's .forward and a checkpoint's recompute inside backward all go through it:
+
+  forward   fetch, point the parameters at strata's memory  ->  the module's own forward  ->  release
   backward  the unit's outputs pass through _BackwardFetch, whose backward runs before the unit's own: fetch
             again and point each parameter's .grad at strata's gradient buffer, so autograd accumulates into it
             in place; when the last of the unit's gradients is accumulated (a hook on its AccumulateGrad node),
@@ -13,10 +17,14 @@ model's parameter tensors hold no storage. Around each use strata lends them its
             finishes units some of whose parameters got no gradient.
 
 Autograd saves tensors for backward, and some are views of a parameter (nn.Linear saves weight.t()). Those views
-would point into memory strata reuses after the release, so a saved-tensor hook records them as (parameter,
-size, stride, offset) and rebuilds them from the parameter's memory of the moment, which backward has fetched.
+would point into memory strata reuses after the release, so while a module runs, saved-tensor hooks keep them as
+recipes rebuilt from the parameter's memory of the moment (_activations.ParamView); every other tensor goes to the
+hooks that were active before (a user's torch.utils.checkpoint), see _saved_hooks. No tensor may keep strata's
+memory past its release: an output that is a view of a parameter is copied, and a release that finds the memory
+still referenced (a view kept elsewhere) raises instead of letting it be read after strata reuses it.
 """
-import bisect
+import functools
+import gc
 import json
 
 import torch
@@ -25,7 +33,8 @@ import torch.nn as nn
 from ..config import Config
 from ..engine import Engine, world
 from ..errors import ConfigError, InvalidArgument, StateError
-from . import _checkpoint, _tensors
+from . import _checkpoint, _saved_hooks, _state_dict, _tensors
+from ._activations import KeptActivation, ParamView
 from ._units import common_prefix, find_units, short_name, tensors_in
 
 class _BackwardFetch(torch.autograd.Function):
@@ -59,37 +68,13 @@ class _LrHolder(torch.optim.Optimizer):
         """Nothing to do: strata zeroes its gradients at every step."""
 
 
-class _KeptActivation:
-    """A tensor autograd saved for backward, kept off the device by strata (strata_act_push) until backward unpacks
-    it. Its copy is dropped when autograd lets go of it (after the node's backward, or with the graph)."""
-
-    def __init__(self, owner, t):
-        src = t.contiguous()
-        self.engine, self.shape, self.dtype, self.device = owner.engine, t.shape, t.dtype, t.device
-        self.handle = owner.engine.act_push(src.data_ptr(), src.numel() * src.element_size())
-        owner._act_source = src  # strata reads it until the next push or pop
-
-    def unpack(self, owner):
-        address = self.engine.act_pop(self.handle)
-        owner._act_source = None
-        numel = 1
-        for n in self.shape:
-            numel *= n
-        return _tensors.wrap(address, numel, self.dtype, self.device).view(self.shape).clone()
-
-    def __del__(self):
-        try:
-            self.engine.act_drop(self.handle)
-        except Exception:  # the engine is closed already: its store went with it
-            pass
-
-
 class StrataEngine:
     """What strata.torch.initialize returns; shaped like DeepSpeed's engine.
 
     With strata.offload_activations in the config, the tensors autograd saves in forward (those of at least
     activation_min_bytes, in a floating dtype, not views of parameters) are kept off the device by strata until
-    backward needs them: copied to pinned host memory or NVMe on strata's streams and restored ahead of backward."""
+    backward needs them: copied to pinned host memory or NVMe on strata's streams and restored ahead of backward.
+    A user's own saved-tensor hooks (torch.utils.checkpoint) take precedence: what they handle is not offloaded."""
 
     activation_min_bytes = 64 << 10
 
@@ -97,6 +82,9 @@ class StrataEngine:
         if not isinstance(model, nn.Module):
             raise InvalidArgument("strata.torch.initialize: model must be a torch.nn.Module, got %s" %
                                   type(model).__name__)
+        if getattr(model, "_strata_engine", None) is not None:
+            raise StateError("strata.torch.initialize: this model is already trained by a strata engine; close() "
+                             "that engine first, or build a new model")
         self.module = model
         self.comm = comm if comm is not None else world()
         self.rank, self.world_size = self.comm.rank, self.comm.size
@@ -122,13 +110,19 @@ class StrataEngine:
         self._offload_acts = self.config.get("strata.offload_activations.device", "none") != "none"
         self._act_source = None     # the last activation pushed, which strata may still be reading
         self._grad_nodes = []       # AccumulateGrad nodes, kept alive so the hooks stay theirs
+        self._names = {id(p): q for u in self.units for q, p in u.params}
+        self._pids = {id(p): pid for u in self.units for (_, p), pid in zip(u.params, u.pids)}
+        self.loads = 0              # checkpoints loaded: the weights state_dict() gave before are stale
         self._empty_parameters()
         self._move_buffers()
+        self._wrapped = []          # (module, its own forward attribute or None) to put back at close()
         self._install_hooks()
         self.micro_steps = 0
         self.global_steps = 0
         self.last_step = None
         self._callback_queued = False
+        self._backward_active = False   # between the first unit's backward and the end of that backward
+        self._backward_scaled = False   # the backward running is engine.backward's (the loss is scaled)
         self._forward_depth = 0
         self.optimizer = _LrHolder(self, [p for u in self.units for _, p in u.params], self.config.lr)
         self.lr_scheduler = lr_scheduler(self.optimizer) if callable(lr_scheduler) and not hasattr(
@@ -136,13 +130,15 @@ class StrataEngine:
         if self.lr_scheduler is None and "scheduler" in self.config.trainer:
             from . import schedulers
             self.lr_scheduler = schedulers.build(self.config.trainer["scheduler"], self.optimizer)
+        model._strata_engine = self
 
     # ---------------------------------------------------------------- setup
 
     @staticmethod
     def _config_for_device(config, model_device, device):
         """(config, compute device): the device is `device`, else the config's strata.backend, else the model's
-        GPU, else a GPU when torch sees one, else the CPU; the config's backend is made to agree. A model built on the CPU can so train on a GPU it does not fit."""
+        GPU, else a GPU when torch sees one, else the CPU; the config's backend is made to agree. A model built on
+        the CPU can so train on a GPU it does not fit."""
         cfg = config if isinstance(config, Config) else Config(config)
         doc = json.loads(json.dumps(cfg.document))
         section = doc.setdefault("strata", {})
@@ -198,6 +194,7 @@ class StrataEngine:
                     node = p.expand_as(p).grad_fn.next_functions[0][0]
                 node.register_hook(lambda grad_in, grad_out, u=unit, i=i: self._grad_accumulated(u, i))
                 self._grad_nodes.append(node)
+                p.register_hook(lambda grad, u=unit, p=p: self._grad_arriving(u, p))
                 p._strata_shape, p._strata_numel = tuple(p.shape), p.numel()
                 p.data = _tensors.empty(self.dtype, self.device)
 
@@ -209,26 +206,75 @@ class StrataEngine:
                     mod._buffers[key] = buf.to(self.device)
 
     def _install_hooks(self):
+        """Runs the protocol in the forward of each unit's top modules and of every module owning a parameter of a
+        unit (so a child called on its own, `.forward` called directly, fetches what it needs); the state_dict of
+        those modules gives the real weights."""
+        owner = {id(p): u for u in self.units for _, p in u.params}
+        targets = {}
         for unit in self.units:
             for mod in unit.modules:
-                mod.register_forward_pre_hook(lambda m, args, u=unit: self._acquire(u))
-                mod.register_forward_hook(lambda m, args, out, u=unit: self._forward_done(u, out))
+                targets.setdefault(id(mod), (mod, unit))
+        for mod in self.module.modules():
+            units = {id(owner[id(p)]): owner[id(p)] for p in mod._parameters.values()
+                     if p is not None and id(p) in owner}
+            if len(units) > 1:
+                raise InvalidArgument("strata.torch.initialize: module %s owns parameters of several strata "
+                                      "modules (%s)" % (type(mod).__name__, ", ".join(u.name for u in units.values())))
+            if units:
+                targets.setdefault(id(mod), (mod, next(iter(units.values()))))
+        for mod, unit in targets.values():
+            self._wrap_forward(mod, unit)
+        _state_dict.install(self, [mod for mod, _ in targets.values()])
+
+    def _wrap_forward(self, mod, unit):
+        own = mod.__dict__.get("forward")
+        inner = mod.forward
+
+        @functools.wraps(inner)
+        def forward(*args, **kwargs):
+            return self._run(unit, inner, args, kwargs)
+        mod.forward = forward
+        self._wrapped.append((mod, own))
+
+    def _remove_hooks(self):
+        for mod, own in self._wrapped:
+            if own is None:
+                mod.__dict__.pop("forward", None)
+            else:
+                mod.forward = own
+        self._wrapped = []
 
     # ---------------------------------------------------------------- lending memory
 
     def _lend(self, unit):
         e = self.engine
-        for (_, p), pid in zip(unit.params, unit.pids):
-            t = _tensors.wrap(e.param_data(pid), p._strata_numel, self.dtype, self.device).view(p._strata_shape)
+        unit.lent = []
+        for (qname, p), pid in zip(unit.params, unit.pids):
+            flat, alive = _tensors.wrap_watched(e.param_data(pid), p._strata_numel, self.dtype, self.device)
+            t = flat.view(p._strata_shape)
             p.data = t
             start = t.data_ptr()
-            bisect.insort(self._live, (start, start + t.numel() * t.element_size(), id(p), p))
+            self._live.append((start, start + t.numel() * t.element_size(), p))
+            unit.lent.append((qname, alive))
+        self._live.sort(key=lambda entry: entry[0])
 
     def _take_back(self, unit):
         ids = {id(p) for _, p in unit.params}
-        self._live = [entry for entry in self._live if entry[2] not in ids]
+        self._live = [entry for entry in self._live if id(entry[2]) not in ids]
         for _, p in unit.params:
             p.data = _tensors.empty(self.dtype, self.device)
+        kept = [q for q, alive in unit.lent if alive() is not None]
+        if kept:
+            gc.collect()  # a tensor in a reference cycle that is garbage already
+            kept = [q for q, alive in unit.lent if alive() is not None]
+        if kept:
+            self._lend(unit)  # the memory stays strata's and valid: nothing reads it after a reuse
+            raise StateError("strata: a tensor still refers to the memory of %s as strata takes it back (a view of "
+                             "the parameter kept outside the module's forward: in an attribute, a global, a hook, or "
+                             "saved by autograd past strata's hooks); strata keeps module %s fetched rather than let "
+                             "that tensor read reused memory; copy what you keep (.clone()) or keep the parameter "
+                             "itself" % (", ".join(kept[:3]), unit.name))
+        unit.lent = []
 
     def _fetch(self, unit):
         self.engine.fetch(unit.mid)
@@ -238,70 +284,111 @@ class StrataEngine:
         self._take_back(unit)
         self.engine.release(unit.mid)
 
+    def _lent_param(self, t):
+        """(parameter, its lent memory's start) when t's memory lies in a lent parameter's, else None."""
+        if not self._live or not t.numel():
+            return None
+        ptr = t.data_ptr()
+        lo, hi = 0, len(self._live)
+        while lo < hi:  # the last entry starting at or before ptr
+            mid = (lo + hi) // 2
+            if self._live[mid][0] <= ptr:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 0:
+            return None
+        start, end, p = self._live[lo - 1]
+        return (p, start) if ptr < end else None
+
+    def param_name(self, p):
+        return self._names.get(id(p), "?")
+
+    @staticmethod
+    def state_error(message):
+        return StateError(message)
+
     # ---------------------------------------------------------------- forward
+
+    def _run(self, unit, inner, args, kwargs):
+        """A wrapped module's forward: the unit is held (fetched) while it runs, with strata's saved-tensor hooks."""
+        self._acquire(unit)
+        outermost = unit.fwd_holds == 1
+        try:
+            if _saved_hooks.active_for(self):
+                out = inner(*args, **kwargs)
+            else:
+                with self._hooks():
+                    out = inner(*args, **kwargs)
+            if outermost:
+                out = self._own_outputs(out)
+        except BaseException:
+            self._let_go(unit)
+            raise
+        return self._forward_done(unit, out, outermost)
+
+    def _hooks(self):
+        return _saved_hooks.StrataHooks(self, self._keep, self._restore, _saved_hooks.innermost())
 
     def _acquire(self, unit):
         if unit.fwd_holds == 0 and not unit.in_backward:
             self._fetch(unit)
         unit.fwd_holds += 1
 
-    def _forward_done(self, unit, output):
+    def _let_go(self, unit):
         unit.fwd_holds -= 1
         if unit.fwd_holds == 0 and not unit.in_backward:
             self._release(unit)
-        if not torch.is_grad_enabled():
+
+    def _own_outputs(self, output):
+        """output with every tensor that is a view of lent memory copied: it outlives the release."""
+        rebuild, tensors = tensors_in(output)
+        if not any(self._lent_param(t) for t in tensors):
+            return output
+        return rebuild([t.clone() if self._lent_param(t) else t for t in tensors])
+
+    def _forward_done(self, unit, output, outermost):
+        if (outermost and self._backward_active and not unit.in_backward and unit.fwd_holds == 1 and
+                torch.is_grad_enabled()):
+            # A recompute inside backward (reentrant checkpointing): its backward follows at once, so the unit
+            # stays fetched for it instead of being released and fetched again.
+            unit.fwd_holds = 0
+            self._start_backward(unit)
+        else:
+            self._let_go(unit)
+        if not outermost or not torch.is_grad_enabled():
             return output
         rebuild, tensors = tensors_in(output)
         if not any(t.requires_grad for t in tensors):
             return output
         return rebuild([_BackwardFetch.apply(self, unit, t) if t.requires_grad else t for t in tensors])
 
-    def _pack(self, t):
-        """Saved for backward: a view of a lent parameter is kept as a recipe over the parameter (see the top)."""
-        if self._live and t.numel():
-            ptr = t.data_ptr()
-            i = bisect.bisect_right(self._live, (ptr, float("inf"))) - 1
-            if i >= 0:
-                start, end, _, p = self._live[i]
-                if ptr < end and t.dtype == p.dtype:
-                    return (p, tuple(t.shape), t.stride(), (ptr - start) // t.element_size())
-        if (self._offload_acts and t.dtype in _tensors.DTYPES.values() and t.device == self.device and
-                t.numel() * t.element_size() >= self.activation_min_bytes):
-            return _KeptActivation(self, t)
-        return t
+    def _keep(self, t, alone):
+        """What strata keeps of a tensor autograd saves (see the top), or None to leave it to the hooks beneath."""
+        lent = self._lent_param(t)
+        if lent is not None and t.dtype == lent[0].dtype:
+            p, start = lent
+            return ParamView(p, tuple(t.shape), t.stride(), (t.data_ptr() - start) // t.element_size())
+        if (alone and self._offload_acts and not self._backward_active and t.dtype in _tensors.DTYPES.values() and
+                t.device == self.device and t.numel() * t.element_size() >= self.activation_min_bytes):
+            return KeptActivation(self, t)
+        return None
 
-    def _unpack(self, saved):
-        if isinstance(saved, _KeptActivation):
-            return saved.unpack(self)
-        if isinstance(saved, tuple):
-            p, shape, stride, offset = saved
-            if p.data.numel() == 0:
-                raise StateError("strata: backward needs a parameter that is not fetched (a tensor saved in forward "
-                                 "was a view of it); run backward through engine.backward(loss)")
-            return p.data.as_strided(shape, stride, offset)
-        return saved
+    def _restore(self, saved):
+        return saved.restore(self)
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
-        """The wrapped model's forward (on strata's compute stream on CUDA)."""
+        """The wrapped model's forward (on strata's compute stream on CUDA): the same as engine.module(...), with
+        activation offload (when configured) also for what runs outside the units."""
         self._forward_depth += 1
         try:
-            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack), self._on_stream():
+            with self._hooks(), self._on_stream():
                 return self.module(*args, **kwargs)
-        except BaseException:
-            self._drop_forward_holds()
-            raise
         finally:
             self._forward_depth -= 1
-
-    def _drop_forward_holds(self):
-        """After a failed forward: give back what it held, so the engine stays usable."""
-        for unit in self.units:
-            if unit.fwd_holds and not unit.in_backward:
-                unit.fwd_holds = 0
-                self._release(unit)
 
     def _on_stream(self):
         if self._stream is None:
@@ -311,6 +398,15 @@ class StrataEngine:
     # ---------------------------------------------------------------- backward
 
     def _enter_backward(self, unit):
+        if not self._backward_active:
+            scale = self._loss_scale()
+            if not self._backward_scaled and scale != 1.0:
+                raise StateError(
+                    "strata: a backward that did not come through engine.backward(loss) reached module %s; this "
+                    "engine scales the loss by %g (1/gradient_accumulation_steps %d, 1/world %d, the fp16 loss scale) "
+                    "and a plain loss.backward() would give other gradients; call engine.backward(loss)" % (
+                        unit.name, scale, self._gas, self.world_size))
+            self._backward_active = True
         if not self._callback_queued:
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
             self._callback_queued = True
@@ -318,15 +414,28 @@ class StrataEngine:
             return
         if unit.fwd_holds == 0:
             self._fetch(unit)
+        self._start_backward(unit)
+
+    def _start_backward(self, unit):
+        """The unit (fetched) takes its gradients now: .grad points at strata's gradient buffers."""
         unit.in_backward = True
         e = self.engine
         for i, ((_, p), pid) in enumerate(zip(unit.params, unit.pids)):
             p.grad = _tensors.wrap(e.grad_data(pid), p._strata_numel, self.dtype, self.device).view(p._strata_shape)
             unit.pending.add(i)
 
+    def _grad_arriving(self, unit, p):
+        """A gradient is about to be accumulated into p: p must be taking its gradients in strata's buffer."""
+        if not unit.in_backward:
+            raise StateError(
+                "strata: a gradient for %s arrived before strata fetched module %s for backward: a tensor computed "
+                "in that module's forward reached the loss without passing through the module's outputs (kept in an "
+                "attribute or an object strata cannot see into); return it from the module's forward" % (
+                    self.param_name(p), unit.name))
+
     def _grad_accumulated(self, unit, i):
         if not unit.in_backward:
-            return  # a backward outside the engine's (e.g. of a tensor computed without engine(...))
+            return  # a gradient refused by _grad_arriving: the error is on its way
         unit.pending.discard(i)
         if not unit.pending:
             self._finish_backward(unit)
@@ -342,9 +451,22 @@ class StrataEngine:
 
     def _backward_done(self):
         self._callback_queued = False
-        for unit in self.units:
-            if unit.in_backward:
-                self._finish_backward(unit)
+        self._backward_active = False
+        missed = [u for u in self.units if u.in_backward]
+        for unit in missed:
+            self._finish_backward(unit)
+
+    def _loss_scale(self):
+        return self.engine.loss_scale() / (self._gas * self.world_size)
+
+    def _scaled(self, loss):
+        """loss / (accumulation steps x ranks), as a torch recipe writes it (a division: for 3 steps, x (1/3) would
+        round differently), times the fp16 loss scale."""
+        divisor = self._gas * self.world_size
+        if divisor != 1:
+            loss = loss / divisor
+        scale = self.engine.loss_scale()
+        return loss * scale if scale != 1.0 else loss
 
     def backward(self, loss):
         """loss.backward(), scaled as DeepSpeed scales it: by 1 / gradient_accumulation_steps, averaged over the
@@ -352,19 +474,22 @@ class StrataEngine:
         if self._forward_depth or any(u.fwd_holds for u in self.units):
             raise StateError("strata: engine.backward(loss) while a forward is still running; call it after "
                              "engine(...) returns")
-        scale = self.engine.loss_scale() / (self._gas * self.world_size)
+        self._backward_scaled = True
         try:
             with self._on_stream():
-                (loss * scale if scale != 1.0 else loss).backward()
+                self._scaled(loss).backward()
         except BaseException:
             self._abort_backward()
             raise
+        finally:
+            self._backward_scaled = False
         return loss
 
     def _abort_backward(self):
         """After a failed backward: the units still in it give their gradient buffers back unread (strata discards
         them on release); units that had finished keep their contribution in strata's gradient store."""
         self._callback_queued = False
+        self._backward_active = False
         for unit in self.units:
             if unit.in_backward:
                 for _, p in unit.params:
@@ -436,6 +561,14 @@ class StrataEngine:
                 out[qname] = t.view(p._strata_shape)
         return out
 
+    def full_weight(self, p):
+        """Parameter p's weights as a CPU tensor in the model's dtype and shape (its fp32 master weights,
+        rounded): what state_dict() gives. A collective with several ranks."""
+        pid = self._pids[id(p)]
+        t = torch.empty(p._strata_numel, dtype=torch.float32)
+        self.engine.read_master(pid, 0, p._strata_numel, t.data_ptr())
+        return t.view(p._strata_shape).to(self.dtype)
+
     def stats(self):
         return self.engine.stats()
 
@@ -451,8 +584,13 @@ class StrataEngine:
         return _checkpoint.load(self, load_dir, tag)
 
     def close(self):
-        """Frees strata's engine (its memory and files). The model keeps its empty parameters."""
+        """Frees strata's engine (its memory and files) and gives the model its own forward and state_dict back.
+        The model keeps its empty parameters."""
         if getattr(self, "engine", None) is not None:
+            self._remove_hooks()
+            _state_dict.remove(self)
+            if getattr(self.module, "_strata_engine", None) is self:
+                del self.module._strata_engine
             self.engine.close()
             self.engine = None
 
@@ -463,53 +601,3 @@ class _NoContext:
 
     def __exit__(self, *exc):
         return False
-
-
-def initialize(model=None, config=None, lr_scheduler=None, comm=None, model_parameters=None, optimizer=None,
-               config_params=None, device=None):
-    """Moves model's parameters and their optimizer state into strata and returns the engine that trains it
-    (DeepSpeed's deepspeed.initialize, returning the engine only: engine.optimizer and engine.lr_scheduler are
-    on it). config: a dict, a JSON path or a strata.Config in the DeepSpeed vocabulary (config_params is
-    DeepSpeed's other name for it). lr_scheduler: a torch lr scheduler or a callable making one from
-    engine.optimizer; else the config's "scheduler" section, if any. comm: a strata.Comm (default: the launcher's
-    world under mpirun, else a world of 1). model_parameters: what to train (default: every parameter that
-    requires grad); the others must not require grad. device: where to compute ("cpu", "cuda", "cuda:1"; default:
-    the config's strata.backend, else auto), so a model built on the CPU trains on a GPU it does not
-    fit; "auto" picks the model's GPU, else any GPU torch sees, else the CPU. optimizer: refused, strata runs its own Adam (the config's
-    "optimizer" section)."""
-    if optimizer is not None:
-        raise InvalidArgument("strata.torch.initialize: optimizer=%s is not taken: strata runs its own Adam/AdamW on "
-                              "the CPU; give its hyperparameters in the config's \"optimizer\" section (or keep your "
-                              "parameters and use strata.torch.OffloadAdam)" % type(optimizer).__name__)
-    if config is not None and config_params is not None:
-        raise InvalidArgument("strata.torch.initialize: give config or config_params, not both")
-    return StrataEngine(model, config if config is not None else config_params, lr_scheduler=lr_scheduler,
-                        comm=comm, trainable=_trainable(model, model_parameters), device=device)
-
-
-def _trainable(model, model_parameters):
-    """The set of ids of the parameters strata trains (one hyperparameter set: param groups may not differ)."""
-    if model_parameters is None or not isinstance(model, nn.Module):
-        return None
-    ids = set()
-    for item in model_parameters:
-        if isinstance(item, dict):
-            own = sorted(k for k in item if k != "params")
-            if own:
-                raise InvalidArgument("strata.torch.initialize: a param group sets %s; strata's engine runs one set "
-                                      "of optimizer hyperparameters (the config's \"optimizer\" section); hint: use "
-                                      "strata.torch.OffloadAdam for param groups of their own" % ", ".join(own))
-            params = item["params"]
-            ids.update(id(p) for p in ([params] if isinstance(params, torch.Tensor) else params))
-        else:
-            ids.add(id(item))
-    names = {id(p): n for n, p in model.named_parameters()}
-    stray = [names.get(i, "?") for i in ids if i not in names]
-    if stray:
-        raise InvalidArgument("strata.torch.initialize: model_parameters holds %d tensor(s) that are not parameters of "
-                              "the model" % len(stray))
-    untrained = [n for n, p in model.named_parameters() if id(p) not in ids and p.requires_grad]
-    if untrained:
-        raise InvalidArgument("strata.torch.initialize: %s require(s) grad but is not in model_parameters; hint: "
-                              "p.requires_grad_(False) for what stays frozen" % ", ".join(untrained[:5]))
-    return ids

@@ -1,0 +1,195 @@
+"""strata.torch.initialize: deepspeed.initialize's signature and return value, each argument honoured or refused
+with its reason."""
+import json
+import os
+
+import torch
+import torch.nn as nn
+
+from ..config import Config
+from ..engine import world
+from ..errors import ConfigError, InvalidArgument
+from .engine import StrataEngine
+
+_DEEPSPEED_DEFAULT_PORT = 29500
+
+
+def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None, lr_scheduler=None,
+               distributed_port=_DEEPSPEED_DEFAULT_PORT, mpu=None, dist_init_required=None, collate_fn=None,
+               config=None, mesh_param=None, config_params=None, comm=None, device=None):
+    """Moves model's parameters and their optimizer state into strata; returns DeepSpeed's 4-tuple
+    (engine, optimizer, training_dataloader, lr_scheduler):
+
+        engine, optimizer, _, scheduler = strata.torch.initialize(model=model, config="ds_config.json")
+
+    config / config_params: a dict, a JSON path or a strata.Config in the DeepSpeed vocabulary; else
+        args.deepspeed_config (DeepSpeed's command-line argument), as DeepSpeed reads it.
+    args: DeepSpeed's argparse namespace: deepspeed_config is read; local_rank, when set, must agree with the
+        launcher's (strata takes ranks from MPI).
+    optimizer: a torch.optim.AdamW or Adam (or a callable making one from the parameters) whose hyperparameters
+        become the config's "optimizer" section; strata runs that update itself, on its CPU Adam, bit for bit as
+        torch does. Any other optimizer is refused.
+    model_parameters: what to train (default: every parameter that requires grad, or the optimizer's).
+    training_data: a torch Dataset; the returned loader gives train_micro_batch_size_per_gpu samples a batch through
+        a DistributedSampler over the ranks (as DeepSpeed's), with collate_fn and dataloader_drop_last.
+    lr_scheduler: a torch lr scheduler or a callable making one from engine.optimizer; else the config's
+        "scheduler" section, if any.
+    distributed_port, dist_init_required: strata's ranks talk through MPI and never set up torch.distributed, so
+        these have nothing to do; a non-default port is refused (it would be ignored). mpu and mesh_param (model,
+        sequence and pipeline parallelism) are refused: strata is data-parallel only.
+    comm (strata): a strata.Comm (default: the launcher's world under mpirun, else a world of 1).
+    device (strata): where to compute ("cpu", "cuda", "cuda:1"; default: the config's strata.backend, else the
+        model's GPU, else any GPU torch sees, else the CPU), so a model built on the CPU trains on a GPU it does not
+        fit."""
+    if isinstance(args, nn.Module):
+        raise InvalidArgument("strata.torch.initialize: the first argument is DeepSpeed's args (an argparse "
+                              "namespace), not the model; hint: initialize(model=model, config=...)")
+    if mpu is not None:
+        raise InvalidArgument("strata.torch.initialize: mpu (model parallelism) is not supported: strata is "
+                              "data-parallel only (ZeRO stages 1-3); hint: drop mpu=")
+    if mesh_param is not None:
+        raise InvalidArgument("strata.torch.initialize: mesh_param (sequence / tensor parallel meshes) is not "
+                              "supported: strata is data-parallel only; hint: drop mesh_param=")
+    if distributed_port != _DEEPSPEED_DEFAULT_PORT:
+        raise InvalidArgument("strata.torch.initialize: distributed_port = %r would be ignored: strata's ranks talk "
+                              "through MPI (mpirun), not torch.distributed's TCP store; hint: drop distributed_port="
+                              % (distributed_port,))
+    if dist_init_required not in (None, True, False):
+        raise InvalidArgument("strata.torch.initialize: dist_init_required = %r must be None, True or False" %
+                              (dist_init_required,))
+    if model is None or not isinstance(model, nn.Module):
+        raise InvalidArgument("strata.torch.initialize: model must be a torch.nn.Module, got %s" %
+                              type(model).__name__)
+    config = _config_from(args, config, config_params)
+    comm = comm if comm is not None else world()
+    _check_local_rank(args, comm)
+    if optimizer is not None:
+        optimizer, config, model_parameters = _adopt_optimizer(optimizer, config, model_parameters, model)
+    engine = StrataEngine(model, config, lr_scheduler=lr_scheduler, comm=comm,
+                         trainable=_trainable(model, model_parameters), device=device)
+    engine.training_dataloader = None
+    if training_data is not None:
+        engine.training_dataloader = _loader(engine, training_data, collate_fn)
+    elif collate_fn is not None:
+        engine.close()
+        raise InvalidArgument("strata.torch.initialize: collate_fn without training_data has nothing to collate; "
+                              "hint: pass training_data= too, or drop collate_fn=")
+    return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
+
+
+def _config_from(args, config, config_params):
+    if config is not None and config_params is not None:
+        raise InvalidArgument("strata.torch.initialize: give config or config_params, not both")
+    config = config if config is not None else config_params
+    from_args = getattr(args, "deepspeed_config", None) if args is not None else None
+    if from_args is not None and config is not None:
+        raise InvalidArgument("strata.torch.initialize: a config came both in args.deepspeed_config (%r) and as "
+                              "config=; give one (as DeepSpeed asks)" % (from_args,))
+    if config is None:
+        config = from_args
+    if config is None:
+        raise ConfigError("strata.torch.initialize: no config: pass config= (a dict or a JSON path), config_params=, "
+                          "or args with deepspeed_config")
+    return config
+
+
+def _check_local_rank(args, comm):
+    local_rank = getattr(args, "local_rank", None) if args is not None else None
+    if local_rank is None or local_rank < 0:
+        return
+    if local_rank != comm.local_rank:
+        raise InvalidArgument("strata.torch.initialize: args.local_rank = %d but the launcher made this process local "
+                              "rank %d; strata takes ranks from MPI: hint: launch with mpirun and drop --local_rank"
+                              % (local_rank, comm.local_rank))
+
+
+_ADAM_FLAGS = ("amsgrad", "maximize", "capturable", "differentiable")
+
+
+def _adopt_optimizer(optimizer, config, model_parameters, model):
+    """(optimizer, config, model_parameters) with a torch Adam/AdamW turned into the config's optimizer section."""
+    if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
+        params = model_parameters if model_parameters is not None else [p for p in model.parameters()
+                                                                          if p.requires_grad]
+        optimizer = optimizer(params)
+    kind = type(optimizer)
+    if kind not in (torch.optim.AdamW, torch.optim.Adam):
+        raise InvalidArgument(
+            "strata.torch.initialize: optimizer=%s is not taken: strata runs its own Adam/AdamW on the CPU; pass a "
+            "torch.optim.AdamW or Adam (its hyperparameters are used), or give them in the config's \"optimizer\" "
+            "section (or keep your parameters and use strata.torch.OffloadAdam)" % kind.__name__)
+    groups = optimizer.param_groups
+    keys = ("lr", "betas", "eps", "weight_decay") + _ADAM_FLAGS
+    first = {k: groups[0].get(k) for k in keys}
+    for g in groups[1:]:
+        other = {k: g.get(k) for k in keys}
+        if other != first:
+            raise InvalidArgument(
+                "strata.torch.initialize: the optimizer's param groups differ (%s vs %s); strata's engine runs one set "
+                "of optimizer hyperparameters; hint: use strata.torch.OffloadAdam for param groups of their own" % (
+                    {k: v for k, v in other.items() if v != first[k]}, {k: first[k] for k in other if other[k] !=
+                                                                          first[k]}))
+    on = [k for k in _ADAM_FLAGS if first.get(k)]
+    if on:
+        raise InvalidArgument("strata.torch.initialize: the optimizer sets %s, which strata's Adam does not do; "
+                              "hint: leave them False" % ", ".join(on))
+    doc = _document(config)
+    if "optimizer" in doc:
+        raise InvalidArgument("strata.torch.initialize: an optimizer came both as optimizer= and in the config's "
+                              "\"optimizer\" section; give one (as DeepSpeed asks)")
+    params = {"lr": first["lr"], "betas": list(first["betas"]), "eps": first["eps"],
+              "weight_decay": first["weight_decay"]}
+    if kind is torch.optim.Adam:
+        params["adam_w_mode"] = False  # torch's Adam adds weight decay to the gradient (L2)
+    doc["optimizer"] = {"type": "AdamW" if kind is torch.optim.AdamW else "Adam", "params": params}
+    if model_parameters is None:
+        model_parameters = [p for g in groups for p in g["params"]]
+    return None, doc, model_parameters
+
+
+def _document(config):
+    if isinstance(config, Config):
+        return json.loads(json.dumps(config.document))
+    if isinstance(config, dict):
+        return json.loads(json.dumps(config))
+    with open(os.fspath(config)) as f:
+        return json.load(f)
+
+
+def _loader(engine, dataset, collate_fn):
+    _, micro, _ = engine.config.batch_sizes(engine.world_size)
+    if micro is None:
+        engine.close()
+        raise ConfigError("strata.torch.initialize: training_data needs a batch size: set "
+                          "train_micro_batch_size_per_gpu (or train_batch_size) in the config")
+    sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=engine.world_size, rank=engine.rank)
+    return torch.utils.data.DataLoader(dataset, batch_size=micro, sampler=sampler, collate_fn=collate_fn,
+                                       drop_last=engine.config.trainer.get("dataloader_drop_last", False))
+
+
+def _trainable(model, model_parameters):
+    """The set of ids of the parameters strata trains (one hyperparameter set: param groups may not differ)."""
+    if model_parameters is None:
+        return None
+    ids = set()
+    for item in model_parameters:
+        if isinstance(item, dict):
+            own = sorted(k for k in item if k != "params")
+            if own:
+                raise InvalidArgument("strata.torch.initialize: a param group sets %s; strata's engine runs one set "
+                                      "of optimizer hyperparameters (the config's \"optimizer\" section); hint: use "
+                                      "strata.torch.OffloadAdam for param groups of their own" % ", ".join(own))
+            params = item["params"]
+            ids.update(id(p) for p in ([params] if isinstance(params, torch.Tensor) else params))
+        else:
+            ids.add(id(item))
+    names = {id(p): n for n, p in model.named_parameters()}
+    stray = [names.get(i, "?") for i in ids if i not in names]
+    if stray:
+        raise InvalidArgument("strata.torch.initialize: model_parameters holds %d tensor(s) that are not parameters of "
+                              "the model" % len(stray))
+    untrained = [n for n, p in model.named_parameters() if id(p) not in ids and p.requires_grad]
+    if untrained:
+        raise InvalidArgument("strata.torch.initialize: %s require(s) grad but is not in model_parameters; hint: "
+                              "p.requires_grad_(False) for what stays frozen" % ", ".join(untrained[:5]))
+    return ids

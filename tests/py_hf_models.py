@@ -1,0 +1,203 @@
+"""Hugging Face transformers models trained through strata.torch, against torch.optim.AdamW in memory.
+
+Tiny random configs of GPT-2, Llama, Mistral, Mixtral, BERT and T5 (tests/helpers/hf_models.py) train at ZeRO
+stage 3 with parameters and optimizer state on NVMe, accumulation 2, padded attention masks, dropout where the
+config has it, driven every way a fine-tuning script drives a model:
+  engine(**batch)                              the DeepSpeed way
+  engine.module(**batch) + engine.backward     the model called directly
+  HF gradient_checkpointing_enable()           reentrant (transformers 4.x's default) and non-reentrant
+and each must end with losses and fp32 weights bit-identical to plain PyTorch (AdamW, the same accumulation, and the
+same checkpointing: HF's recompute restores the RNG, so dropout masks match). Also: save_checkpoint -> a fresh
+engine on other weights -> load_checkpoint -> the remaining steps, bit-identical; engine.module.state_dict() and
+save_pretrained() -> from_pretrained() give the trained weights (eval logits identical to the engine's); misuse that
+used to give wrong gradients silently now raises.
+Run with the venv's python (tools/run makes STRATA_BUILD_DIR/venv); under Debian's python the test re-runs itself
+there, or skips when the venv is missing.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
+import strata_test as T  # noqa: E402
+import hf_models as H  # noqa: E402
+
+torch = T.require_torch()
+transformers = H.require_transformers()
+transformers.logging.set_verbosity_error()
+import strata  # noqa: E402
+import strata.torch  # noqa: E402
+
+STEPS, GAS = 3, 2
+HP = dict(lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
+WAYS = ("engine", "module", "reentrant", "non-reentrant")
+
+
+def config(nvme, model):
+    # A device budget below the model's size: blocks come back at other addresses, which is what a stale view of
+    # a parameter would read wrongly.
+    model_bytes = sum(p.numel() * 4 for p in model.parameters())
+    layer = max(sum(p.numel() * 4 for p in layer.parameters()) for m in model.modules()
+                if isinstance(m, torch.nn.ModuleList) for layer in m)
+    return {
+        "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": nvme},
+                              "offload_optimizer": {"device": "nvme", "nvme_path": nvme},
+                              "stage3_param_persistence_threshold": 0},
+        "optimizer": {"type": "AdamW", "params": {"lr": HP["lr"], "betas": list(HP["betas"]), "eps": HP["eps"],
+                                                   "weight_decay": HP["weight_decay"]}},
+        "gradient_accumulation_steps": GAS,
+        "strata": {"device_budget_bytes": max(model_bytes * 6 // 10, layer * 4, 256 << 10), "prefetch_bytes": 64 << 10},
+    }
+
+
+def checkpointing(model, way):
+    if way in ("reentrant", "non-reentrant"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": way == "reentrant"})
+
+
+def train_torch(name, seed, way):
+    model = H.build(transformers, name, seed)
+    checkpointing(model, way)
+    opt = torch.optim.AdamW(model.parameters(), **HP)
+    losses = []
+    for step in range(STEPS):
+        torch.manual_seed(seed + step)  # dropout's masks, the same after a resume
+        for micro in range(GAS):
+            loss = model(**H.batch(transformers, name, seed, step, micro)).loss
+            (loss / GAS).backward()
+            losses.append(loss.item())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def new_engine(name, seed, way, nvme):
+    model = H.build(transformers, name, seed)
+    checkpointing(model, way)
+    engine, _, _, _ = strata.torch.initialize(model=model, config=config(nvme, model), device="cpu")
+    return model, engine
+
+
+def train_strata(engine, model, name, seed, way, first, last):
+    losses = []
+    for step in range(first, last):
+        torch.manual_seed(seed + step)
+        for micro in range(GAS):
+            b = H.batch(transformers, name, seed, step, micro)
+            out = engine(**b) if way == "engine" else model(**b)
+            engine.backward(out.loss)
+            engine.step()
+            losses.append(out.loss.item())
+    return losses
+
+
+def first_difference(got, want):
+    for n, w in want.items():
+        a, b = got[n].reshape(-1), w.reshape(-1)
+        diff = (a.view(torch.int32) != b.view(torch.int32)).nonzero()
+        if len(diff):
+            i = diff[0].item()
+            return "%s[%d]: %r vs %r" % (n, i, a[i].item(), b[i].item())
+    return None
+
+
+def same_losses(got, want):
+    return len(got) == len(want) and all(a == b for a, b in zip(got, want))
+
+
+def check_way(name, seed, way, want):
+    nvme = T.scratch("py_hf_models-%s-%s" % (name, way))
+    model, engine = new_engine(name, seed, way, nvme)
+    losses = train_strata(engine, model, name, seed, way, 0, STEPS)
+    got = engine.fp32_state_dict()
+    diff = first_difference(got, want[1])
+    T.check(same_losses(losses, want[0]), "%s %s: losses bit-identical to torch" % (name, way), losses, want[0])
+    T.check(diff is None, "%s %s: weights bit-identical to torch" % (name, way), diff, "no difference")
+    print("%-8s %-14s loss %.6f -> %.6f  %s" % (name, way, losses[0], losses[-1],
+                                                   "exact" if diff is None and same_losses(losses, want[0])
+                                                   else "DIFFERS"))
+    return model, engine
+
+
+def check_resume(name, seed, want):
+    """Save after one step, a fresh engine on other weights loads it, the rest is bit-identical."""
+    root = T.scratch("py_hf_models-%s-ckpt" % name)
+    model, engine = new_engine(name, seed, "engine", T.scratch("py_hf_models-%s-a" % name))
+    train_strata(engine, model, name, seed, "engine", 0, 1)
+    engine.save_checkpoint(root, tag="last")
+    engine.close()
+    model, engine = new_engine(name, seed + 1, "engine", T.scratch("py_hf_models-%s-b" % name))
+    engine.load_checkpoint(root)
+    losses = train_strata(engine, model, name, seed, "engine", 1, STEPS)
+    diff = first_difference(engine.fp32_state_dict(), want[1])
+    T.check(same_losses(losses, want[0][GAS:]), "%s: save -> fresh engine -> resume: losses" % name, losses,
+            want[0][GAS:])
+    T.check(diff is None, "%s: save -> fresh engine -> resume: weights bit-identical" % name, diff, "no difference")
+    engine.close()
+
+
+def check_pretrained(name, seed, model, engine):
+    """state_dict() and save_pretrained() give the trained weights; from_pretrained() computes the same logits."""
+    masters = engine.fp32_state_dict()
+    sd = model.state_dict()
+    wrong = [k for k, v in masters.items() if not torch.equal(sd[k], v)]
+    T.check(not wrong, "%s: engine.module.state_dict() holds the trained weights" % name, wrong[:3], "none wrong")
+    d = T.scratch("py_hf_models-%s-pretrained" % name)
+    model.save_pretrained(d)
+    loaded = type(model).from_pretrained(d)
+    loaded.eval()
+    engine.eval()
+    b = H.batch(transformers, name, seed, 99, 0)
+    with torch.no_grad():
+        want = engine(**b).logits
+        got = loaded(**b).logits
+    T.check(torch.equal(got, want), "%s: save_pretrained -> from_pretrained: logits identical" % name,
+            (got - want).abs().max().item(), 0.0)
+    T.check(all(p.data.numel() == 0 for p in model.parameters()), "%s: the parameters hold no storage between uses"
+            % name)
+    engine.train()
+
+
+def misuse(seed):
+    """What used to give wrong gradients without a word now raises, naming what to do."""
+    name = "llama"
+    model, engine = new_engine(name, seed, "module", T.scratch("py_hf_models-misuse"))
+    b = H.batch(transformers, name, seed, 0, 0)
+    # A plain loss.backward() with accumulation 2 would accumulate unscaled gradients.
+    T.check_raises(strata.StateError, "engine.backward(loss)", lambda: model(**b).loss.backward(),
+                   "loss.backward() that bypasses engine.backward's scaling")
+    # A view of a parameter kept past its module's forward would read memory strata reuses.
+    kept = []
+    layer = model.model.layers[0].mlp
+    handle = layer.register_forward_hook(lambda m, i, o: kept.append(m.up_proj.weight.t()))
+    T.check_raises(strata.StateError, "still refers to the memory", lambda: model(**b),
+                   "a parameter view kept after the module's forward")
+    handle.remove()
+    kept.clear()
+    T.check_raises(strata.StateError, "load_state_dict", lambda: model.load_state_dict(model.state_dict()),
+                   "load_state_dict on a managed model")
+    engine.close()
+
+
+def main():
+    seed = T.seed()
+    only = os.environ.get("STRATA_HF_MODELS")
+    names = only.split(",") if only else H.NAMES
+    print("transformers %s, torch %s" % (transformers.__version__, torch.__version__))
+    for name in names:
+        plain = train_torch(name, seed, "engine")
+        for way in WAYS:
+            want = plain if way in ("engine", "module") else train_torch(name, seed, way)
+            if way not in ("engine", "module") and not same_losses(want[0], plain[0]):
+                print("%-8s %-14s (torch itself: losses differ from no checkpointing; strata is compared with torch "
+                      "checkpointing the same way)" % (name, way))
+            model, engine = check_way(name, seed, way, want)
+            if way == "engine":
+                check_pretrained(name, seed, model, engine)
+            engine.close()
+        check_resume(name, seed, plain)
+    misuse(seed)
+    T.done()
+
+
+if __name__ == "__main__":
+    main()
