@@ -45,7 +45,8 @@ def config(nvme, model):
         "optimizer": {"type": "AdamW", "params": {"lr": HP["lr"], "betas": list(HP["betas"]), "eps": HP["eps"],
                                                    "weight_decay": HP["weight_decay"]}},
         "gradient_accumulation_steps": GAS,
-        "strata": {"device_budget_bytes": max(model_bytes * 6 // 10, layer * 4, 256 << 10), "prefetch_bytes": 64 << 10},
+        "strata": {"device_budget_bytes": max(model_bytes * 6 // 10, layer * 8, 256 << 10),
+                   "prefetch_bytes": 64 << 10},
     }
 
 
@@ -157,11 +158,43 @@ def check_pretrained(name, seed, model, engine):
     engine.train()
 
 
+class Wrapper(torch.nn.Module):
+    """A model inside a module of the user's (a trainer's wrapper): strata finds the units under it."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, **batch):
+        return self.inner(**batch)
+
+
+def check_wrapped(name, seed, want):
+    model = Wrapper(H.build(transformers, name, seed))
+    engine, _, _, _ = strata.torch.initialize(model=model, config=config(T.scratch("py_hf_models-wrapped"), model),
+                                              device="cpu")
+    losses = train_strata(engine, model, name, seed, "module", 0, STEPS)
+    diff = first_difference({k[len("inner."):]: v for k, v in engine.fp32_state_dict().items()}, want[1])
+    T.check(same_losses(losses, want[0]) and diff is None, "%s inside a wrapper module: bit-identical to torch" %
+            name, (losses, diff), (want[0], None))
+    engine.close()
+
+
 def misuse(seed):
-    """What used to give wrong gradients without a word now raises, naming what to do."""
+    """Other ways to call a module compute what torch computes; what used to give wrong gradients without a word
+    now raises, naming what to do."""
     name = "llama"
+    plain = H.build(transformers, name, seed)
     model, engine = new_engine(name, seed, "module", T.scratch("py_hf_models-misuse"))
     b = H.batch(transformers, name, seed, 0, 0)
+    h = torch.randn(H.BATCH, H.SEQ, 32)
+    with torch.no_grad():
+        for what, call in (("a child module called on its own", lambda m: m.model.layers[1].mlp(h)),
+                           ("a child's .forward called directly", lambda m: m.model.layers[1].mlp.forward(h)),
+                           ("a parameter-owning leaf called directly", lambda m: m.lm_head.forward(h))):
+            got, want = call(model), call(plain)
+            T.check(torch.equal(got, want), "%s under torch.no_grad(): the same output as torch" % what,
+                    (got - want).abs().max().item(), 0.0)
     # A plain loss.backward() with accumulation 2 would accumulate unscaled gradients.
     T.check_raises(strata.StateError, "engine.backward(loss)", lambda: model(**b).loss.backward(),
                    "loss.backward() that bypasses engine.backward's scaling")
@@ -195,6 +228,8 @@ def main():
                 check_pretrained(name, seed, model, engine)
             engine.close()
         check_resume(name, seed, plain)
+        if name == "llama":
+            check_wrapped(name, seed, plain)
     misuse(seed)
     T.done()
 

@@ -20,8 +20,11 @@ import torch
 from data import REPO, Batches, load_corpus
 from model import GPT, GPTConfig
 
-sys.path.insert(0, os.path.join(REPO, "python"))  # this checkout's strata package
-import strata.torch  # noqa: E402
+try:
+    import strata.torch  # the installed package (pip install ./python, see the README)
+except ImportError:
+    sys.path.insert(0, os.path.join(REPO, "python"))  # else this checkout's
+    import strata.torch  # noqa: E402
 
 
 def warmup_cosine(warmup, steps, min_ratio=0.1):
@@ -94,6 +97,7 @@ def main():
             engine.step()  # steps at the accumulation boundary only
             loss_sum += loss.item()
         scheduler.step()
+        loss_sum = engine.comm.allreduce_sum([loss_sum])[0] / engine.world_size  # the world's mean, as one rank sees
         dt = time.perf_counter() - t0
         if step > start:  # the first step warms up
             timed_s, timed_tokens = timed_s + dt, timed_tokens + tokens_per_step
@@ -104,9 +108,13 @@ def main():
     if timed_s:
         log("%.0f tokens/s over steps %d..%d" % (timed_tokens / timed_s, start + 1, args.steps - 1))
     st = engine.stats()
-    log("strata: NVMe read %.1f MB, written %.1f MB; stalled %.1f s; device peak %.1f MiB of %.1f MiB" % (
-        st["nvme_to_host_bytes"] / 1e6, st["host_to_nvme_bytes"] / 1e6, st["stall_ns"] / 1e9,
-        st["device_peak_bytes"] / 2**20, st["device_budget_bytes"] / 2**20))
+    # NVMe is the home of parameters and optimizer state; the host cache keeps what fits the host budget in memory,
+    # so a model this small is read from the drive rarely or never (written through at every step all the same).
+    log("strata: NVMe read %.1f MB, written %.1f MB (host cache %.1f MB, read %.1f MB from it); stalled %.1f s; "
+        "device peak %.1f MiB of %.1f MiB" % (
+            st["nvme_to_host_bytes"] / 1e6, st["host_to_nvme_bytes"] / 1e6, st["host_cache_bytes"] / 1e6,
+            st["host_cache_read_bytes"] / 1e6, st["stall_ns"] / 1e9, st["device_peak_bytes"] / 2**20,
+            st["device_budget_bytes"] / 2**20))
     if args.save:
         client_state = {"step": args.steps, "scheduler": scheduler.state_dict()}
         log("saved %s" % engine.save_checkpoint(args.save, client_state=client_state))

@@ -1,5 +1,6 @@
 """Hugging Face transformers models as test clients: tiny random configs, their batches, and the venv that has
-transformers (tools/run makes it: STRATA_BUILD_DIR/venv, with Debian's torch through --system-site-packages).
+transformers (tools/run makes it: STRATA_HF_PYTHON, else STRATA_BUILD_DIR/venv, with Debian's torch through
+--system-site-packages).
 
 Every model is built from a seed and trained on batches made from (seed, step, micro), so a strata run and its
 torch oracle see the same weights and data. The sizes are the smallest that still have every part: two layers,
@@ -11,7 +12,7 @@ import sys
 import strata_test as T
 
 VOCAB, SEQ, BATCH = 64, 16, 2
-VENV_PYTHON = os.path.join(T.BUILD_DIR, "venv", "bin", "python")
+VENV_PYTHON = os.environ.get("STRATA_HF_PYTHON") or os.path.join(T.BUILD_DIR, "venv", "bin", "python")
 
 
 def require_transformers():
