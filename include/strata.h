@@ -543,7 +543,10 @@ STRATA_API strata_status strata_act_drop(strata_engine *engine, strata_act act);
  * gathering the model in RAM. It is written to ".<name>.tmp" beside dir, every file and the directory
  * fsynced, then atomically exchanged with dir: a crash or a full disk at any point leaves the previous
  * checkpoint at dir loadable (STRATA_ENOSPC / STRATA_EIO name the file; the engine stays usable).
- * dir may be missing, empty or a checkpoint; anything else is refused (STRATA_EINVAL), never replaced.
+ * dir may be missing, empty or a checkpoint; anything else is refused (STRATA_EINVAL), never replaced. Saving to
+ * the same dir again and again is the intended use: the checkpoint it replaces is removed as a whole, with any
+ * files a trainer added beside strata's (symbolic links are removed, never followed), and a stale temporary that
+ * a crashed save left is removed first.
  * Call between steps: STRATA_ESTATE while modules are held or gradients have been accumulated since the
  * last strata_step. A delayed update in flight is waited for but not made visible early. One save per
  * dir at a time (not thread-safe; the engine's thread).

@@ -1,7 +1,6 @@
-/* Checkpoint directories on disk: checked writes, crash-safe replacement, cross-checked reading. */
+/* Checkpoint files on disk: checked writes and cross-checked reading (replacing directories: ckpt_dir.c). */
 #include "engine/ckpt/ckpt_files.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -111,142 +110,6 @@ strata_status ckpt_writer_close(ckpt_writer *w)
     return st;
 }
 
-/* ---------------------------------------------------------------- directories */
-
-/* "<parent>/.<base><suffix>": the temporary and old names live next to dir, on its filesystem. */
-static strata_status sibling(const char *dir, const char *suffix, char *out, size_t len)
-{
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/')
-        n--;
-    size_t slash = n;
-    while (slash > 0 && dir[slash - 1] != '/')
-        slash--;
-    if (n == slash)
-        return err_set(STRATA_EINVAL, "checkpoint directory \"%s\" has no name to save under", dir);
-    int w = snprintf(out, len, "%.*s.%.*s%s", (int)slash, dir, (int)(n - slash), dir + slash, suffix);
-    if (w < 0 || (size_t)w >= len)
-        return err_set(STRATA_EINVAL, "checkpoint directory \"%s\" is too long (at most %zu bytes)", dir, len - 16);
-    return STRATA_OK;
-}
-
-static void parent_of(const char *dir, char *out, size_t len)
-{
-    snprintf(out, len, "%s", dir);
-    size_t n = strlen(out);
-    while (n > 1 && out[n - 1] == '/')
-        out[--n] = '\0';
-    char *slash = strrchr(out, '/');
-    if (!slash)
-        snprintf(out, len, ".");
-    else if (slash == out)
-        out[1] = '\0';
-    else
-        *slash = '\0';
-}
-
-static strata_status fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "opening directory", dir);
-    strata_status st = STRATA_OK;
-    if (fsync(fd) != 0 && errno != EINVAL)
-        st = errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "fsync of directory", dir);
-    close(fd);
-    return st;
-}
-
-void ckpt_dir_remove(const char *dir)
-{
-    /* The manifest first: a removal cut short leaves no directory that claims to be a checkpoint. */
-    char manifest[STRATA_PATH_BYTES + 96];
-    snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
-    unlink(manifest);
-    DIR *d = opendir(dir);
-    if (d) {
-        int dfd = dirfd(d);
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL)
-            if (ckpt_file_name_parse(de->d_name, 0, NULL, NULL))
-                unlinkat(dfd, de->d_name, 0);
-        closedir(d);
-    }
-    if (rmdir(dir) != 0 && errno != ENOENT)
-        LOG_WARN(LOG_CORE, "checkpoint: could not remove \"%s\" (it holds files strata did not write?)", dir);
-}
-
-/* True when dir is an empty directory (what a user may create to save into). */
-static bool empty_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return false;
-    struct dirent *de;
-    bool empty = true;
-    while (empty && (de = readdir(d)) != NULL)
-        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
-    closedir(d);
-    return empty;
-}
-
-strata_status ckpt_dir_tmp(const char *dir, char *tmp, size_t len)
-{
-    return sibling(dir, ".tmp", tmp, len);
-}
-
-strata_status ckpt_dir_begin(const char *dir, char *tmp, size_t len)
-{
-    /* A save replaces dir as a whole: never a directory that holds something other than a checkpoint. */
-    char manifest[STRATA_PATH_BYTES + 96];
-    snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
-    struct stat sb;
-    if (stat(dir, &sb) == 0 && (!S_ISDIR(sb.st_mode) || (access(manifest, F_OK) != 0 && !empty_dir(dir))))
-        return err_set(STRATA_EINVAL, "strata_save: \"%s\" exists and is not a strata checkpoint (no %s); "
-                       "refusing to replace it — save to a new or empty directory", dir, CKPT_MANIFEST);
-    ERR_CHECK(ckpt_dir_tmp(dir, tmp, len));
-    ckpt_dir_remove(tmp); /* what a crashed save left behind */
-    if (mkdir(tmp, 0755) != 0)
-        return errno_status(errno, "checkpoint: %s \"%s\" failed: %s; the parent directory must exist and be "
-                            "writable", "creating", tmp);
-    return STRATA_OK;
-}
-
-strata_status ckpt_dir_commit(const char *tmp, const char *dir)
-{
-    char parent[STRATA_PATH_BYTES + 64], old[STRATA_PATH_BYTES + 64];
-    parent_of(dir, parent, sizeof parent);
-    ERR_CHECK(fsync_dir(tmp));
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
-        ERR_CHECK(fsync_dir(parent));
-        ckpt_dir_remove(tmp); /* now the previous checkpoint */
-        return STRATA_OK;
-    }
-    int ex = errno;
-    if (ex == ENOENT) {
-        if (rename(tmp, dir) != 0)
-            return errno_status(errno, "checkpoint: renaming to %s\"%s\" failed: %s", "", dir);
-        ERR_CHECK(fsync_dir(parent));
-        /* An interrupted save's ".old" copy (see below) is superseded now. */
-        if (sibling(dir, ".old", old, sizeof old) == STRATA_OK)
-            ckpt_dir_remove(old);
-        return STRATA_OK;
-    }
-    if (ex != EINVAL && ex != ENOSYS && ex != EOPNOTSUPP)
-        return errno_status(ex, "checkpoint: %s \"%s\" failed: %s", "exchanging the new checkpoint with", dir);
-    /* No atomic exchange on this filesystem: move the old one aside first. A crash between the two
-     * renames leaves it at the ".old" name, which strata_load falls back to. */
-    ERR_CHECK(sibling(dir, ".old", old, sizeof old));
-    ckpt_dir_remove(old);
-    if (rename(dir, old) != 0)
-        return errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "moving aside", dir);
-    if (rename(tmp, dir) != 0)
-        return errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "renaming the new checkpoint to", dir);
-    ERR_CHECK(fsync_dir(parent));
-    ckpt_dir_remove(old);
-    return STRATA_OK;
-}
-
 /* ---------------------------------------------------------------- reading */
 
 static strata_status read_exact(int fd, const char *path, uint64_t off, void *buf, size_t len, const char *what)
@@ -277,7 +140,7 @@ static void resolve(const char *dir, char *out, size_t len)
     char manifest[STRATA_PATH_BYTES + 96], old[STRATA_PATH_BYTES + 64];
     snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
     snprintf(out, len, "%s", dir);
-    if (access(manifest, F_OK) == 0 || sibling(dir, ".old", old, sizeof old) != STRATA_OK)
+    if (access(manifest, F_OK) == 0 || ckpt_dir_sibling(dir, ".old", old, sizeof old) != STRATA_OK)
         return;
     snprintf(manifest, sizeof manifest, "%s/%s", old, CKPT_MANIFEST);
     if (access(manifest, F_OK) == 0) {

@@ -1,5 +1,5 @@
 /*
- * The checkpoint directory on disk, without an engine: crash-safe replacement of a directory, checked
+ * The checkpoint directory on disk, without an engine: crash-safe replacement of a directory (ckpt_dir.c), checked
  * writes, reading and cross-checking the manifest against the safetensors headers, checksum
  * verification, and keep-last-N rotation. `strata ckpt` uses these directly.
  */
@@ -26,17 +26,27 @@ strata_status ckpt_writer_close(ckpt_writer *w);
 /* Closes without syncing (after a failure). Safe on a closed writer. */
 void ckpt_writer_abort(ckpt_writer *w);
 
-/* Starts a save to dir: a fresh temporary directory next to it, named in tmp (len bytes). */
+/* The directory functions (ckpt_dir.c). A save writes into ".<name>.tmp" beside dir and publishes it with
+ * ckpt_dir_commit; a crash at any point leaves the old or the new complete checkpoint at dir, plus at most that
+ * stale temporary, which the next ckpt_dir_begin removes. */
+
+/* "<parent>/.<base><suffix>" for dir "<parent>/<base>" (into out, len bytes): the temporary and old names live
+ * next to dir, on its filesystem. STRATA_EINVAL when dir has no last component or out is too short. */
+strata_status ckpt_dir_sibling(const char *dir, const char *suffix, char *out, size_t len);
+/* Starts a save to dir: removes a stale temporary directory (all of it) and makes a fresh one, named in tmp (len
+ * bytes). STRATA_EINVAL when dir exists and is neither empty nor a checkpoint (it is never replaced). */
 strata_status ckpt_dir_begin(const char *dir, char *tmp, size_t len);
 /* The name of that temporary directory, without making it (the ranks other than 0 of a sharded save). */
 strata_status ckpt_dir_tmp(const char *dir, char *tmp, size_t len);
 /* Makes tmp (complete, its files fsynced) the checkpoint at dir: fsync tmp, then an atomic exchange with an
- * existing dir (rename where there is none), fsync the parent, remove the old one. A crash at any point
- * leaves either the old or the new checkpoint at dir. */
+ * existing dir (rename where there is none), fsync the parent, remove the old one. Where the filesystem has no
+ * exchange, the old one is renamed aside to ".<name>.old" first, which ckpt_manifest_read falls back to. */
 strata_status ckpt_dir_commit(const char *tmp, const char *dir);
-/* Removes a checkpoint directory's own files (the manifest and every name ckpt_file_name_parse accepts, of any
- * world) and the directory (after a failed save, or by rotation). */
-void ckpt_dir_remove(const char *dir);
+/* Removes a checkpoint directory (the manifest first) with everything in it: a checkpoint is replaced as a whole,
+ * so files a trainer added beside strata's go with it (after a failed save, when a save replaced it, by
+ * rotation). Symbolic links are removed, never followed; a dir that is a link loses the link only. Returns 0 or
+ * the first failure's negative errno, which it also logs as a warning. */
+int ckpt_dir_remove(const char *dir);
 
 /* Reads and parses dir's manifest (size-bounded). */
 strata_status ckpt_manifest_read(const char *dir, ckpt_manifest *m);
