@@ -24,6 +24,16 @@ STRATA_API strata_status strata_param_add(strata_engine *e, strata_module_id mod
     return err_copy(&e->err, registry_param_add(e->reg, module, name, numel, init, init_ctx, out));
 }
 
+STRATA_API strata_status strata_param_set_shape(strata_engine *e, strata_param_id param, int ndim, const int64_t *dims)
+{
+    if (!e)
+        return err_set(STRATA_EINVAL, "strata_param_set_shape: engine is NULL");
+    if (e->finalized)
+        return err_copy(&e->err, err_set(STRATA_ESTATE, "strata_param_set_shape(param %u): the engine is already "
+                                         "finalized; declare shapes before strata_engine_finalize()", param));
+    return err_copy(&e->err, registry_param_set_shape(e->reg, param, ndim, dims));
+}
+
 static strata_status module_order(strata_engine *e, const strata_module_id *order, size_t count)
 {
     if (count == 0 || !order)

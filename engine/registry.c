@@ -1,6 +1,7 @@
 /* The model registry: modules, their parameters, and the flat layout. */
 #include "engine/registry.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,47 @@ strata_status registry_param_add(registry *r, strata_module_id module, const cha
     p->init_ctx = init_ctx;
     m->params[m->nparams++] = (strata_param_id)r->nparams;
     *out = (strata_param_id)r->nparams++;
+    return STRATA_OK;
+}
+
+void registry_shape_str(int ndim, const uint64_t *dims, char *out, size_t len)
+{
+    size_t at = (size_t)snprintf(out, len, "[");
+    for (int i = 0; i < ndim && at < len; i++)
+        at += (size_t)snprintf(out + at, len - at, "%s%" PRIu64, i ? ", " : "", dims[i]);
+    if (at < len)
+        snprintf(out + at, len - at, "]");
+}
+
+strata_status registry_param_set_shape(registry *r, strata_param_id param, int ndim, const int64_t *dims)
+{
+    const reg_param *cp = registry_find_param(r, param, "strata_param_set_shape");
+    if (!cp)
+        return STRATA_ESTATE;
+    reg_param *p = &r->params[param];
+    const char *mod = r->modules[p->module].name;
+    if (ndim < 1 || ndim > STRATA_MAX_DIMS || !dims)
+        return err_set(STRATA_EINVAL, "strata_param_set_shape(\"%s.%s\"): ndim = %d is outside [1, %d]%s", mod,
+                       p->name, ndim, STRATA_MAX_DIMS, dims ? "" : " or dims is NULL");
+    uint64_t d[STRATA_MAX_DIMS], product = 1;
+    bool overflow = false;
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] < 1)
+            return err_set(STRATA_EINVAL, "strata_param_set_shape(\"%s.%s\"): dims[%d] = %" PRId64 "; every "
+                           "dimension must be at least 1", mod, p->name, i, dims[i]);
+        d[i] = (uint64_t)dims[i];
+        overflow |= product > UINT64_MAX / d[i];
+        product = overflow ? UINT64_MAX : product * d[i];
+    }
+    if (overflow || product != p->numel) {
+        char shape[STRATA_MAX_DIMS * 24 + 8];
+        registry_shape_str(ndim, d, shape, sizeof shape);
+        return err_set(STRATA_EINVAL, "strata_param_set_shape(\"%s.%s\"): dims %s hold %s%" PRIu64 " elements, the "
+                       "parameter has numel %zu; the product of the dims must equal numel", mod, p->name, shape,
+                       overflow ? "more than " : "", product, p->numel);
+    }
+    p->ndim = ndim;
+    memcpy(p->dims, d, (size_t)ndim * sizeof *d);
     return STRATA_OK;
 }
 

@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "engine/plan.h"
 #include "strata.h"
@@ -35,6 +36,8 @@ typedef struct reg_param {
     size_t offset;                 /* in the flat partition (after registry_layout) */
     strata_init_fn init;
     void *init_ctx;
+    int ndim;                      /* the declared model shape (strata_param_set_shape); 0: none */
+    uint64_t dims[STRATA_MAX_DIMS];
 } reg_param;
 
 typedef struct reg_module {
@@ -56,6 +59,11 @@ void registry_destroy(registry *r);
 strata_status registry_module_add(registry *r, const char *name, strata_module_id *out);
 strata_status registry_param_add(registry *r, strata_module_id module, const char *name, size_t numel,
                                  strata_init_fn init, void *init_ctx, strata_param_id *out);
+/* Records param's model shape (see strata_param_set_shape); STRATA_EINVAL naming the parameter, the dims, their
+ * product and its numel when they do not fit. */
+strata_status registry_param_set_shape(registry *r, strata_param_id param, int ndim, const int64_t *dims);
+/* "[d0, d1, ...]" into out (len bytes; cut when too short). */
+void registry_shape_str(int ndim, const uint64_t *dims, char *out, size_t len);
 
 size_t registry_nmodules(const registry *r);
 size_t registry_nparams(const registry *r);

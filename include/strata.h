@@ -381,6 +381,17 @@ STRATA_API strata_status strata_param_add(strata_engine *engine, strata_module_i
                                           size_t numel, strata_init_fn init, void *init_ctx,
                                           strata_param_id *out);
 
+#define STRATA_MAX_DIMS 8
+/* Declares param's shape in the model: ndim (1..STRATA_MAX_DIMS) dimensions dims[0..ndim), each >= 1, whose product
+ * is the parameter's numel. Optional: strata stores and moves a parameter flat whatever its shape; the shape goes
+ * into checkpoints (the manifest's "model_shape"), so that `strata ckpt export` writes tensors in their model shape
+ * and strata_load refuses a checkpoint whose recorded shape differs from the one declared here (STRATA_ECORRUPT),
+ * while checkpoints without shapes still load. Declaring again replaces the shape; dims is copied.
+ * STRATA_EINVAL naming the parameter for a bad ndim, a zero dimension or a product other than numel; STRATA_ESTATE
+ * after finalize or for an unknown param. Not thread-safe (the engine's thread). */
+STRATA_API strata_status strata_param_set_shape(strata_engine *engine, strata_param_id param, int ndim,
+                                                const int64_t *dims);
+
 /* Lays out the partitions, checks that the budgets hold the plan (STRATA_EBUDGET with what is
  * needed, what is allowed and which knob to change), allocates every tier and writes the initial
  * state through the init callbacks. A failure (a budget, an NVMe path, a failing init callback) frees
@@ -527,8 +538,10 @@ STRATA_API strata_status strata_act_drop(strata_engine *engine, strata_act act);
 /*
  * A checkpoint is a directory: manifest.json (format version, the world size that wrote it, step, loss-scale
  * state, resolved config, every tensor piece with its file, dtype, shape, element range, offsets and crc32c),
- * model.safetensors (fp32 master weights named "<module>.<param>", 1-D [numel] since the engine knows no shapes;
- * loadable by safetensors/PyTorch), optimizer.safetensors ("<name>.exp_avg", "<name>.exp_avg_sq"), and
+ * model.safetensors (fp32 master weights named "<module>.<param>", stored 1-D [numel]; the manifest's "model_shape"
+ * gives a tensor's shape where the trainer declared one with strata_param_set_shape; loadable by safetensors/PyTorch,
+ * and `strata ckpt export` writes them as one file of whole, shaped tensors), optimizer.safetensors
+ * ("<name>.exp_avg", "<name>.exp_avg_sq"), and
  * params.safetensors (the trainer's bf16/fp16 parameter copy "<name>", plus "<name>.next" while a delayed update
  * is pending; absent for fp32 with nothing pending).
  *

@@ -62,6 +62,10 @@ int gpt_modules(const gpt_dims *d);
 /* The element counts of module i's parameters into sizes (at most GPT_MAX_MODULE_PARAMS), indexed by its slots;
  * returns how many. */
 int gpt_module_param_sizes(const gpt_dims *d, int module, size_t *sizes);
+/* The shape of parameter (module, index) into dims (at most 2), as the kernels lay it out: a weight of a linear map
+ * is out x in (PyTorch's nn.Linear), an embedding rows x hidden, a LayerNorm weight and every bias 1-D. Returns the
+ * number of dims; their product is the size gpt_module_param_sizes gives. */
+int gpt_param_shape(const gpt_dims *d, int module, int index, int64_t *dims);
 /* The names matching gpt_module_param_sizes (static strings). */
 const char *gpt_param_name(const gpt_dims *d, int module, int index);
 /* Elements of module i, and of the whole model. */

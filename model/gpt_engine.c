@@ -144,6 +144,10 @@ strata_status gpt_model_register(strata_engine *e, const gpt_dims *d, uint64_t s
             m->ctx[i][k] = (param_ctx){&m->d, seed, i, k};
             st = strata_param_add(e, m->mod[i], gpt_param_name(d, i, k), sizes[k], init_param, &m->ctx[i][k],
                                   &m->param[i][k]);
+            int64_t dims[2];
+            int ndim = gpt_param_shape(d, i, k, dims);
+            if (st == STRATA_OK) /* checkpoints record it: `strata ckpt export` writes each tensor in its shape */
+                st = strata_param_set_shape(e, m->param[i][k], ndim, dims);
             if (st != STRATA_OK)
                 goto fail;
             pos += sizes[k];

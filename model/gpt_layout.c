@@ -56,6 +56,29 @@ int gpt_module_param_sizes(const gpt_dims *d, int module, size_t *sizes)
     return GPT_BLOCK_PARAMS;
 }
 
+int gpt_param_shape(const gpt_dims *d, int module, int index, int64_t *dims)
+{
+    int64_t h = d->hidden, rows = 0, cols = h;
+    if (module == 0)
+        rows = index == GPT_WTE ? d->vocab : d->seq;
+    else if (module != d->layers + 1 && index == GPT_QKV_W)
+        rows = 3 * h;
+    else if (module != d->layers + 1 && index == GPT_PROJ_W)
+        rows = h;
+    else if (module != d->layers + 1 && index == GPT_FC_W)
+        rows = 4 * h;
+    else if (module != d->layers + 1 && index == GPT_FCPROJ_W)
+        rows = h, cols = 4 * h;
+    if (rows) {
+        dims[0] = rows, dims[1] = cols;
+        return 2;
+    }
+    size_t sizes[GPT_MAX_MODULE_PARAMS];
+    gpt_module_param_sizes(d, module, sizes);
+    dims[0] = (int64_t)sizes[index];
+    return 1;
+}
+
 const char *gpt_param_name(const gpt_dims *d, int module, int index)
 {
     if (module == 0)

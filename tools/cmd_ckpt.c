@@ -1,13 +1,16 @@
-/* `strata ckpt inspect DIR` (summary and a table of tensors with their checksum status) and
- * `strata ckpt verify DIR` (every checksum; exit 1 on any damage). DIR is a checkpoint or a directory holding
- * them (what `strata train --save DIR` writes), whose latest checkpoint is taken. A checkpoint of N ranks (each
- * rank's files hold pieces of the tensors) lists one row per piece, its element range after the tensor's shape. */
+/* `strata ckpt inspect DIR` (summary and a table of tensors with their checksum status),
+ * `strata ckpt verify DIR` (every checksum; exit 1 on any damage) and `strata ckpt export DIR --to FILE` (the master
+ * weights as one safetensors file, each tensor whole and in its model shape). DIR is a checkpoint or a directory
+ * holding them (what `strata train --save DIR` writes), whose latest checkpoint is taken. A checkpoint of N ranks
+ * (each rank's files hold pieces of the tensors) lists one row per piece, its element range after the tensor's
+ * shape. */
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/size.h"
+#include "engine/ckpt/ckpt_export.h"
 #include "engine/ckpt/ckpt_files.h"
 #include "strata.h"
 #include "tools/ckpt_locate.h"
@@ -17,12 +20,19 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: strata ckpt inspect DIR\n"
-            "       strata ckpt verify DIR\n\n"
+            "       strata ckpt verify DIR\n"
+            "       strata ckpt export DIR --to FILE.safetensors [--dtype fp32|bf16|fp16]\n\n"
             "inspect  print the checkpoint's step, precision, the ranks that wrote it and its files, and one row per\n"
             "         tensor (per piece of a tensor, for a checkpoint of several ranks): name, file, dtype, shape\n"
             "         (and the piece's elements), bytes and whether its crc32c matches the manifest\n"
             "verify   read every piece of every rank's files and check sizes, headers, checksums and that the pieces\n"
-            "         of each tensor cover it exactly once; exit 1 when anything is damaged\n\n"
+            "         of each tensor cover it exactly once; exit 1 when anything is damaged\n"
+            "export   write the fp32 master weights as ONE safetensors file that PyTorch loads (DeepSpeed's\n"
+            "         zero_to_fp32): every tensor gathered whole from all ranks' pieces, under its name and in the\n"
+            "         shape the trainer declared (1-D [numel] where none was recorded, with a note), every piece's\n"
+            "         checksum checked; written to a temporary file beside FILE, fsynced, then renamed over it\n"
+            "  --to FILE       the file to write (required)\n"
+            "  --dtype DTYPE   fp32 (default: the master weights exactly), bf16 or fp16 (rounded to nearest even)\n\n"
             "DIR is a checkpoint, or a directory holding checkpoints (such as `strata train --save DIR` writes:\n"
             "DIR/step-N), of which the latest is taken.\n");
 }
@@ -111,16 +121,79 @@ static int verify(const char *dir)
     return CLI_EXIT_OK;
 }
 
+static const struct {
+    const char *name;
+    strata_dtype dtype;
+} export_dtypes[] = {{"fp32", STRATA_DTYPE_FP32}, {"bf16", STRATA_DTYPE_BF16}, {"fp16", STRATA_DTYPE_FP16}};
+
+/* export's options after DIR (argv[3..]): --to FILE, --dtype DTYPE. Returns 0 or an exit code. */
+static int export_options(int argc, char **argv, const char **to, strata_dtype *dtype)
+{
+    for (int i = 3; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--to") != 0 && strcmp(a, "--dtype") != 0) {
+            fprintf(stderr, "strata ckpt export: unknown option \"%s\"; allowed: --to FILE, --dtype "
+                    "fp32|bf16|fp16 (see --help)\n", a);
+            return CLI_EXIT_USAGE;
+        }
+        if (!v || !*v) {
+            fprintf(stderr, "strata ckpt export: %s needs a value (see --help)\n", a);
+            return CLI_EXIT_USAGE;
+        }
+        if (a[2] == 't') {
+            *to = v;
+            continue;
+        }
+        size_t k = 0, n = sizeof export_dtypes / sizeof export_dtypes[0];
+        while (k < n && strcmp(v, export_dtypes[k].name) != 0)
+            k++;
+        if (k == n) {
+            fprintf(stderr, "strata ckpt export: --dtype \"%s\" is not one of fp32, bf16, fp16\n", v);
+            return CLI_EXIT_USAGE;
+        }
+        *dtype = export_dtypes[k].dtype;
+    }
+    if (!*to) {
+        fprintf(stderr, "strata ckpt export: --to FILE.safetensors is required: the file to write\n");
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int export(const char *dir, const char *to, strata_dtype dtype)
+{
+    ckpt_export_report rep;
+    if (ckpt_export(dir, to, dtype, &rep) != STRATA_OK) {
+        fprintf(stderr, "strata ckpt export: %s\n", strata_last_error(NULL));
+        return CLI_EXIT_FAIL;
+    }
+    char sz[32];
+    printf("%s: exported %zu tensors of step %" PRId64 " (gathered from %d rank%s) to %s as %s, %s\n", dir,
+           rep.tensors, rep.step, rep.world, rep.world == 1 ? "" : "s", to, ckpt_dtype_name(dtype),
+           size_format(rep.file_bytes, sz, sizeof sz));
+    if (rep.flat)
+        printf("note: %zu of %zu tensors (\"%s\"%s) have no recorded shape and are written flat [numel]; a trainer "
+               "declares shapes with strata_param_set_shape (Python: Engine.set_param_shape)\n", rep.flat,
+               rep.tensors, rep.first_flat, rep.flat > 1 ? " and others" : "");
+    return CLI_EXIT_OK;
+}
+
 int cmd_ckpt(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         usage(stdout);
         return CLI_EXIT_OK;
     }
-    if (argc != 3 || (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0)) {
+    bool is_export = argc >= 3 && strcmp(argv[1], "export") == 0;
+    if (!is_export && (argc != 3 || (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0))) {
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
+    const char *to = NULL;
+    strata_dtype dtype = STRATA_DTYPE_FP32;
+    int rc = is_export ? export_options(argc, argv, &to, &dtype) : CLI_EXIT_OK;
+    if (rc != CLI_EXIT_OK)
+        return rc;
     char buf[PATH_MAX];
     const char *dir = ckpt_locate(argv[2], buf, sizeof buf);
     if (!dir) {
@@ -129,5 +202,7 @@ int cmd_ckpt(int argc, char **argv)
     }
     if (dir != argv[2])
         printf("%s: latest checkpoint: %s\n", argv[2], dir);
+    if (is_export)
+        return export(dir, to, dtype);
     return strcmp(argv[1], "inspect") == 0 ? inspect(dir) : verify(dir);
 }

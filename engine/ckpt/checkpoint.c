@@ -68,6 +68,8 @@ static size_t rank_pieces(const ckpt_ctx *c, const save_plan *pl, int kind, int 
             t->total = p->numel;
             t->first = first;
             t->numel = numel;
+            t->ndim = p->ndim;
+            memcpy(t->dims, p->dims, sizeof t->dims);
         }
     return n;
 }
@@ -127,7 +129,7 @@ static strata_status save_file(save_ctx *sc, int kind, ckpt_tensor *pieces)
     size_t n = rank_pieces(c, &sc->plan, kind, e->rank, e->world, pieces);
     uint8_t *head;
     size_t head_len;
-    ERR_CHECK(ckpt_st_header_build(pieces, n, &head, &head_len));
+    ERR_CHECK(ckpt_st_header_build(pieces, n, false, &head, &head_len));
     char name[CKPT_FILE_NAME_BYTES];
     ckpt_file_name(e->world, e->rank, kind, name);
     ckpt_writer wr;
@@ -192,7 +194,7 @@ static strata_status collect(save_ctx *sc, ckpt_manifest *m, const uint32_t *rep
             size_t n = rank_pieces(c, &sc->plan, kind, r, e->world, t);
             uint8_t *head;
             size_t head_len;
-            ERR_CHECK(ckpt_st_header_build(t, n, &head, &head_len));
+            ERR_CHECK(ckpt_st_header_build(t, n, false, &head, &head_len));
             free(head);
             uint64_t want = head_len + (n ? t[n - 1].end : 0);
             uint64_t got = (uint64_t)rep[2 * kind] | (uint64_t)rep[2 * kind + 1] << 32;

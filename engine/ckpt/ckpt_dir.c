@@ -203,3 +203,12 @@ strata_status ckpt_dir_commit(const char *tmp, const char *dir)
         return errno_err(ex, "exchanging the new checkpoint with", dir, "");
     return commit_aside(tmp, dir, parent);
 }
+
+strata_status ckpt_file_publish(const char *tmp, const char *path)
+{
+    char parent[STRATA_PATH_BYTES + 64];
+    parent_of(path, parent, sizeof parent);
+    if (rename(tmp, path) != 0)
+        return errno_err(errno, "renaming the finished file to", path, "");
+    return fsync_dir(parent);
+}

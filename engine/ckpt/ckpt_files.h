@@ -47,6 +47,9 @@ strata_status ckpt_dir_commit(const char *tmp, const char *dir);
  * rotation). Symbolic links are removed, never followed; a dir that is a link loses the link only. Returns 0 or
  * the first failure's negative errno, which it also logs as a warning. */
 int ckpt_dir_remove(const char *dir);
+/* Makes the finished file tmp (written with ckpt_writer, fsynced) the file at path: one rename, then an fsync of
+ * path's directory. A crash leaves the old file at path or the new one. */
+strata_status ckpt_file_publish(const char *tmp, const char *path);
 
 /* Reads and parses dir's manifest (size-bounded). */
 strata_status ckpt_manifest_read(const char *dir, ckpt_manifest *m);

@@ -184,7 +184,16 @@ static json_t *u64_pair(uint64_t a, uint64_t b)
     return json_pack("[II]", (json_int_t)a, (json_int_t)b);
 }
 
-strata_status ckpt_st_header_build(ckpt_tensor *tensors, size_t n, uint8_t **out, size_t *out_len)
+/* [d0, d1, ...]: the model shape, or [n] when there is none. */
+static json_t *shape_json(int ndim, const uint64_t *dims, uint64_t n)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < (ndim ? ndim : 1); i++)
+        json_array_append_new(a, json_integer((json_int_t)(ndim ? dims[i] : n)));
+    return a;
+}
+
+strata_status ckpt_st_header_build(ckpt_tensor *tensors, size_t n, bool model_shape, uint8_t **out, size_t *out_len)
 {
     *out = NULL;
     json_t *root = json_object();
@@ -194,8 +203,10 @@ strata_status ckpt_st_header_build(ckpt_tensor *tensors, size_t n, uint8_t **out
         t->begin = pos;
         t->end = pos + t->numel * ckpt_dtype_bytes(t->dtype);
         pos = t->end;
-        json_t *e = json_pack("{s:s, s:[I], s:o}", "dtype", ckpt_dtype_name(t->dtype), "shape", (json_int_t)t->numel,
-                              "data_offsets", u64_pair(t->begin, t->end));
+        bool shaped = model_shape && t->ndim && t->numel == t->total;
+        json_t *e = json_pack("{s:s, s:o, s:o}", "dtype", ckpt_dtype_name(t->dtype), "shape",
+                              shape_json(shaped ? t->ndim : 0, t->dims, t->numel), "data_offsets",
+                              u64_pair(t->begin, t->end));
         if (!e || json_object_set_new(root, t->name, e) != 0) {
             json_decref(root);
             root = NULL;
@@ -277,11 +288,13 @@ strata_status ckpt_manifest_build(const ckpt_manifest *m, const strata_config *c
         char crc[16];
         snprintf(crc, sizeof crc, "%08x", t->crc);
         ckpt_file_name(m->world, t->rank, t->file, fname);
-        json_array_append_new(tensors, json_pack("{s:s, s:s, s:s, s:[I], s:[I,I], s:o, s:s}", "name", t->name, "file",
-                                                 fname, "dtype", ckpt_dtype_name(t->dtype), "shape",
-                                                 (json_int_t)t->total, "elements", (json_int_t)t->first,
-                                                 (json_int_t)(t->first + t->numel), "offsets",
-                                                 u64_pair(t->begin, t->end), "crc32c", crc));
+        json_t *e = json_pack("{s:s, s:s, s:s, s:[I], s:[I,I], s:o, s:s}", "name", t->name, "file", fname, "dtype",
+                              ckpt_dtype_name(t->dtype), "shape", (json_int_t)t->total, "elements",
+                              (json_int_t)t->first, (json_int_t)(t->first + t->numel), "offsets",
+                              u64_pair(t->begin, t->end), "crc32c", crc);
+        if (e && t->ndim)
+            json_object_set_new(e, "model_shape", shape_json(t->ndim, t->dims, 0));
+        json_array_append_new(tensors, e);
     }
     json_t *pending = json_null();
     if (m->pending)
@@ -341,6 +354,25 @@ static strata_status parse_pending(const json_t *p, const char *origin, ckpt_man
     return get_i64(p, "step", origin, &m->pending_result.step);
 }
 
+/* An entry's optional "model_shape": 1 to STRATA_MAX_DIMS dimensions, each >= 1, whose product is the tensor's. */
+static strata_status model_shape_parse(const json_t *a, const char *origin, ckpt_tensor *t)
+{
+    if (!a)
+        return STRATA_OK;
+    size_t n = json_is_array(a) ? json_array_size(a) : 0;
+    uint64_t product = 1;
+    bool ok = n >= 1 && n <= STRATA_MAX_DIMS;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = get_u64(json_array_get(a, i), &t->dims[i]) && t->dims[i] >= 1 && product <= UINT64_MAX / t->dims[i];
+        product = ok ? product * t->dims[i] : 0;
+    }
+    if (!ok || product != t->total)
+        return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": model_shape must be 1 to %d dimensions of at least 1 "
+                       "whose product is its %" PRIu64 " elements", origin, t->name, STRATA_MAX_DIMS, t->total);
+    t->ndim = (int)n;
+    return STRATA_OK;
+}
+
 static strata_status parse_tensors(const json_t *arr, const char *origin, ckpt_manifest *m)
 {
     if (!json_is_array(arr))
@@ -367,6 +399,7 @@ static strata_status parse_tensors(const json_t *arr, const char *origin, ckpt_m
         if (!json_is_string(crc) || *end != '\0' || strlen(json_string_value(crc)) != 8 || v > UINT32_MAX)
             return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": crc32c must be 8 hex digits", origin, t->name);
         t->crc = (uint32_t)v;
+        ERR_CHECK(model_shape_parse(json_object_get(e, "model_shape"), origin, t));
         m->ntensors++;
     }
     return STRATA_OK;

@@ -16,7 +16,9 @@
  * of one writes one piece per tensor (the whole tensor) under the names above.
  *
  * Versions: 1 (one rank, no "world_size" and no "elements": every entry is a whole tensor) is still read; 2 adds
- * "world_size" and each entry's "elements": [first, end).
+ * "world_size" and each entry's "elements": [first, end). An entry's "model_shape" (the tensor's shape in the
+ * model, [d0, ...] with the product of "shape", when the trainer declared one with strata_param_set_shape) is
+ * optional within version 2: readers that do not know it ignore it, and without it a tensor is only known flat.
  */
 #ifndef STRATA_ENGINE_CKPT_FORMAT_H
 #define STRATA_ENGINE_CKPT_FORMAT_H
@@ -51,6 +53,8 @@ typedef struct ckpt_tensor {
     uint64_t first, numel;    /* the piece: elements [first, first + numel) of the tensor */
     uint64_t begin, end;      /* data_offsets: bytes relative to the data section (numel elements) */
     uint32_t crc;             /* crc32c of the piece's bytes (manifest entries) */
+    int ndim;                 /* the tensor's model shape (manifest "model_shape"; strata_param_set_shape), whose */
+    uint64_t dims[STRATA_MAX_DIMS]; /* product is total; 0: none recorded (the tensor is only known flat) */
 } ckpt_tensor;
 
 /* A parsed safetensors file header. */
@@ -95,8 +99,10 @@ strata_status ckpt_st_header_parse(const uint8_t *bytes, size_t len, uint64_t fi
 void ckpt_st_header_free(ckpt_st_header *h);
 
 /* The header bytes (8-byte length + JSON padded to 8 bytes) for tensors laid out back to back in
- * order; sets each tensor's begin/end. malloc'd into *out. */
-strata_status ckpt_st_header_build(ckpt_tensor *tensors, size_t n, uint8_t **out, size_t *out_len);
+ * order; sets each tensor's begin/end. malloc'd into *out. Each tensor's "shape" is [numel] (a checkpoint's files
+ * hold pieces), or with model_shape its model shape where it has one and is whole (`strata ckpt export`). */
+strata_status ckpt_st_header_build(ckpt_tensor *tensors, size_t n, bool model_shape, uint8_t **out,
+                                   size_t *out_len);
 
 /* Parses a manifest's JSON text (version 1 or 2); STRATA_ECORRUPT naming origin and the field. Also checks that
  * the pieces of every tensor agree on its dtype and size and cover it exactly once (no gap, no overlap). free with

@@ -98,6 +98,16 @@ static strata_status match_stream(load_ctx *lc, const ckpt_stream *s, int kind)
             return err_set(STRATA_ECORRUPT, "strata_load: %s: tensor \"%s\" is %s x %" PRIu64 ", the engine's "
                            "parameter is %s x %zu; it was saved from a different model", ckpt_file_names[kind], name,
                            ckpt_dtype_name(t->dtype), t->total, ckpt_dtype_name(s->dtype), p->numel);
+        /* The same size in another shape (a transposed weight) would load without complaint and train on
+         * scrambled values: where both sides know the shape, it must agree. */
+        if (t->ndim && p->ndim && (t->ndim != p->ndim || memcmp(t->dims, p->dims, sizeof *t->dims * p->ndim) != 0)) {
+            char want[STRATA_MAX_DIMS * 24 + 8], have[STRATA_MAX_DIMS * 24 + 8];
+            registry_shape_str(t->ndim, t->dims, have, sizeof have);
+            registry_shape_str(p->ndim, p->dims, want, sizeof want);
+            return err_set(STRATA_ECORRUPT, "strata_load: %s: tensor \"%s\" has the model shape %s, the engine's "
+                           "parameter %s (strata_param_set_shape); it was saved from a differently shaped model — "
+                           "load it into a model of that shape", ckpt_file_names[kind], name, have, want);
+        }
         uint64_t first, numel;
         if (!ckpt_held_piece(e, s, p, &first, &numel))
             continue;

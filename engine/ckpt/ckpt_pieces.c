@@ -98,6 +98,9 @@ strata_status ckpt_manifest_index(ckpt_manifest *m, const char *origin)
             return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s files): its pieces disagree on its dtype or size (%s x "
                            "%" PRIu64 " and %s x %" PRIu64 ")", origin, t->name, kind, ckpt_dtype_name(prev->dtype),
                            prev->total, ckpt_dtype_name(t->dtype), t->total);
+        if (same && (prev->ndim != t->ndim || memcmp(prev->dims, t->dims, (size_t)t->ndim * sizeof *t->dims) != 0))
+            return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s files): its pieces disagree on its model_shape",
+                           origin, t->name, kind);
         if (t->first < want)
             return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\" (%s files): two pieces overlap: both hold elements [%"
                            PRIu64 ", %" PRIu64 ")", origin, t->name, kind, t->first, want);

@@ -142,6 +142,7 @@ _SIGNATURES = {
     "strata_module_add": (c_status, [c_voidp, c_char_p, ctypes.POINTER(c_uint32)]),
     "strata_param_add": (c_status, [c_voidp, c_uint32, c_char_p, c_size, INIT_FN, c_voidp,
                                     ctypes.POINTER(c_uint32)]),
+    "strata_param_set_shape": (c_status, [c_voidp, c_uint32, c_int, ctypes.POINTER(ctypes.c_int64)]),
     "strata_engine_finalize": (c_status, [c_voidp]),
     "strata_engine_placement": (c_status, [c_voidp, ctypes.POINTER(c_int), ctypes.POINTER(c_int),
                                            ctypes.POINTER(c_int), c_char_p, c_size]),

@@ -193,6 +193,15 @@ class Engine:
                     "strata_param_add(%r)" % name)
         return out.value
 
+    def set_param_shape(self, param, shape):
+        """Declares param's shape in the model (a sequence of 1 to 8 dims whose product is its numel; before
+        finalize): checkpoints record it, `strata ckpt export` writes the tensor in it, and a load refuses a
+        checkpoint of another shape."""
+        dims = [int(d) for d in shape]
+        arr = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+        self._check(self._lib.strata_param_set_shape(self._p(), param, len(dims), arr),
+                    "strata_param_set_shape(%r)" % (tuple(dims),))
+
     def finalize(self):
         self.init_error = None
         st = self._lib.strata_engine_finalize(self._p())

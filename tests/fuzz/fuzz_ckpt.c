@@ -29,7 +29,7 @@ static void safetensors(const uint8_t *data, size_t size)
     /* Round trip: the same tensors laid out back to back. */
     uint8_t *head = NULL;
     size_t head_len = 0;
-    if (ckpt_st_header_build(h.tensors, h.ntensors, &head, &head_len) == STRATA_OK) {
+    if (ckpt_st_header_build(h.tensors, h.ntensors, false, &head, &head_len) == STRATA_OK) {
         ckpt_st_header again;
         if (ckpt_st_header_parse(head, head_len, head_len + total, "rebuilt", &again) != STRATA_OK ||
             again.ntensors != h.ntensors)
