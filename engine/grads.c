@@ -250,6 +250,11 @@ strata_status grads_drain(strata_engine *e)
     return st;
 }
 
+bool grads_has_buffers(const grad_store *g, strata_module_id id)
+{
+    return g->bufs[id].dev != NULL;
+}
+
 void grads_discard(strata_engine *e, strata_module_id id)
 {
     grad_buffer *b = &e->grads->bufs[id];

@@ -7,6 +7,7 @@
 #ifndef STRATA_ENGINE_GRADS_H
 #define STRATA_ENGINE_GRADS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "offload/tier_array.h"
@@ -22,6 +23,8 @@ void grads_destroy(struct strata_engine *e, grad_store *g);
 
 /* Waits for every hand-off and reports the first failure since the last call. */
 strata_status grads_drain(struct strata_engine *e);
+/* Whether module id's device gradient buffers were taken (strata_grad_data) and not yet handed over. */
+bool grads_has_buffers(const grad_store *g, strata_module_id id);
 /* A released module's gradient buffer that was never handed over: discarded (with a warning, once). */
 void grads_discard(struct strata_engine *e, strata_module_id id);
 

@@ -439,6 +439,47 @@ STRATA_API strata_status strata_release(strata_engine *engine, strata_module_id 
  * The module must be held and its gradient buffers taken with strata_grad_data (STRATA_ESTATE otherwise). */
 STRATA_API strata_status strata_grads_ready(strata_engine *engine, strata_module_id module);
 
+/* ------------------------------------------------------------------ host arrays, without the device
+ *
+ * For a trainer whose parameters and gradients are host memory already (a model on the CPU; strata.torch's
+ * OffloadAdam over CPU tensors): gradients go into the gradient store and weights come out of the parameter tier
+ * directly, with no fetch, no device buffer and no copy through the device (on the host backend such copies cost
+ * three passes over memory for one). A trainer may even use the stores' own memory as its arrays
+ * (strata_grad_store_data, strata_param_home_data); the calls then copy nothing. One rank only, and not with
+ * strata.step_in_backward (both move gradients as they come off the device): STRATA_ESTATE there. Engine thread only.
+ */
+
+/* The host address of param's fp32 elements in the gradient store that gradients accumulate into now, or NULL
+ * (strata_last_error says why) when that store is not host memory (NVMe), before finalize, for an unknown param or
+ * where the calls of this block are refused. A trainer may accumulate its gradients there itself and hand the
+ * address to strata_grads_from_host. With strata.delayed_update the two stores alternate at each strata_step: ask
+ * again after it. Valid until the engine is destroyed. */
+STRATA_API float *strata_grad_store_data(strata_engine *engine, strata_param_id param);
+
+/* Hands module's gradients over from host arrays, as strata_grads_ready does from the device buffers, at once:
+ * grads[i] holds the gradient of the module's i-th parameter (in the order of strata_param_add; param_dtype
+ * elements) or is NULL (no gradient: zeros); count is the module's number of parameters. They are accumulated into
+ * the fp32 store (in place in host memory, read-add-write on NVMe), the first of a step overwriting; an address
+ * that strata_grad_store_data gave for the same parameter is taken as in place and not copied. The module need not
+ * be fetched, and the arrays may be reused on return. STRATA_EINVAL for a NULL grads or another count, STRATA_ESTATE
+ * before finalize, for an unknown module, when its device gradient buffers were taken (strata_grad_data) and not
+ * handed over, or where this block is refused. */
+STRATA_API strata_status strata_grads_from_host(strata_engine *engine, strata_module_id module,
+                                                const void *const *grads, size_t count);
+
+/* The host address of param's weights (param_dtype elements) in the parameter tier: the version a fetch would
+ * make resident now, which strata_step overwrites in place; NULL (strata_last_error says why) when the parameters
+ * live on NVMe or the device, or as strata_grad_store_data. With strata.delayed_update the two copies alternate at
+ * each strata_step and strata_sync, and a strata_load may change it: ask again after those. */
+STRATA_API void *strata_param_home_data(strata_engine *engine, strata_param_id param);
+
+/* Copies module's visible weights (as strata_param_home_data describes them) into host arrays: params[i] receives
+ * the module's i-th parameter (param_dtype elements); NULL, or the address strata_param_home_data gave for it, is
+ * skipped. Reads from whichever tier holds them (one copy from host memory; NVMe or the device through a
+ * buffer), without fetching the module. Errors as strata_grads_from_host. */
+STRATA_API strata_status strata_params_to_host(strata_engine *engine, strata_module_id module, void *const *params,
+                                               size_t count);
+
 typedef struct strata_step_args {
     double lr;                 /* this step's learning rate; 0 = the configured one (a schedule that reaches 0
                                   passes the smallest positive double, 5e-324: every fp32 constant of the update

@@ -239,6 +239,30 @@ class Engine:
     def grads_ready(self, module):
         self._check(self._lib.strata_grads_ready(self._p(), module), "strata_grads_ready")
 
+    # Host arrays exchanged with the stores directly, without the device (strata.h): addresses are ints, None
+    # where there is no array (a parameter without a gradient; a weight not wanted).
+
+    def grad_store_data(self, param):
+        """The host address of param's fp32 gradients in the store they accumulate into now, or None (the store
+        is on NVMe; several ranks; step in backward). Ask again after each step with the delayed update."""
+        return self._lib.strata_grad_store_data(self._p(), param) or None
+
+    def grads_from_host(self, module, addresses):
+        """Accumulates module's gradients from host arrays (one address or None per parameter, in add order)."""
+        arr = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
+        self._check(self._lib.strata_grads_from_host(self._p(), module, arr, len(addresses)),
+                    "strata_grads_from_host")
+
+    def param_home_data(self, param):
+        """The host address of param's weights in the parameter tier (what strata_step overwrites), or None (on
+        NVMe or the device). Ask again after each step and sync with the delayed update, and after load."""
+        return self._lib.strata_param_home_data(self._p(), param) or None
+
+    def params_to_host(self, module, addresses):
+        """Copies module's visible weights into host arrays (one address or None per parameter, in add order)."""
+        arr = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
+        self._check(self._lib.strata_params_to_host(self._p(), module, arr, len(addresses)), "strata_params_to_host")
+
     def step_begin(self, lr=None):
         """Begins a step at lr (as step()) before its backward: required with strata.step_in_backward, where each
         module's update runs during backward; a no-op otherwise. Pass step() the same lr (or None)."""
