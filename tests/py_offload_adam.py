@@ -9,7 +9,10 @@ On a small GPT with two param groups (own lr and weight decay) and a CosineAnnea
   5. the delayed update == a torch reference of its semantics (strata.delayed_update, delayed_warmup_steps);
   6. state_dict() -> a new process -> load_state_dict() -> continue == the uninterrupted run, with a delayed
      update pending at the save; save_checkpoint()/load_checkpoint() the same, in this process;
-  7. misuse raises, naming the problem.
+  7. misuse raises, naming the problem;
+  8. DeepSpeedCPUAdam's signature and defaults, bias_correction=False against its torch reference, and the flags
+     strata cannot honour refused with the reason.
+CPU parameters exchange with strata's stores without the device: checks 1 and 2 also demand 0 bytes through it.
 
 Why exact equality can be demanded: strata's CPU Adam is torch 1.13's formula with torch's fused multiply-adds
 (cpu_adam/adam_ref.c), and it derives 1 - beta, the bias corrections and 1 - lr * weight_decay from doubles (the
@@ -20,6 +23,7 @@ Run as `py_offload_adam.py --continue DIR` it is the second process of check 6.
 """
 import copy
 import json
+import math
 import os
 import pickle
 import subprocess
@@ -114,6 +118,10 @@ def check_tier(seed, what, config, nvme):
     want = train(ref, ref_opt, cosine(ref_opt), batches)
     same_run("%s == torch.optim.AdamW (2 groups, cosine lr through 0)" % what, losses, want, model, ref)
     to_nvme = sum(s["host_to_nvme_bytes"] for s in opt.stats())
+    # CPU parameters exchange with strata's stores directly: nothing goes through the device window.
+    via_device = [(s["host_to_device_bytes"], s["device_to_host_bytes"], s["device_peak_bytes"]) for s in opt.stats()]
+    T.check(all(v == (0, 0, 0) for v in via_device), "%s: no byte through the device (host->device, device->host, "
+            "device peak per group)" % what, via_device, "all 0")
     T.check((to_nvme > 0) == nvme, "%s: the optimizer state %s on NVMe" % (what, "is" if nvme else "is not"),
             "%d bytes written to NVMe" % to_nvme, "> 0" if nvme else "0")
     opt.close()
@@ -312,6 +320,64 @@ def check_load_adopts(seed):
              losses[2:], other, model, against_torch=False)
 
 
+# ------------------------------------------------------------------ 8: DeepSpeedCPUAdam's signature
+
+# DeepSpeedCPUAdam.__init__'s parameters and defaults (deepspeed/ops/adam/cpu_adam.py, 0.18 and 0.19).
+DEEPSPEED_SIGNATURE = [("model_params", None), ("lr", 1e-3), ("bias_correction", True), ("betas", (0.9, 0.999)),
+                       ("eps", 1e-8), ("weight_decay", 0), ("amsgrad", False), ("adamw_mode", True),
+                       ("fp32_optimizer_states", True)]
+
+
+def adamw_reference(params, grads, lr, wd, bias_correction):
+    """torch 1.13's single-tensor AdamW step, operation for operation, with the bias corrections optional (as
+    DeepSpeedCPUAdam's bias_correction): strata's Adam must match it bit for bit either way."""
+    state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
+    for step, gs in enumerate(grads, 1):
+        for p, g, (m, v) in zip(params, gs, state):
+            p.mul_(1 - lr * wd)
+            m.mul_(BETAS[0]).add_(g, alpha=1 - BETAS[0])
+            v.mul_(BETAS[1]).addcmul_(g, g, value=1 - BETAS[1])
+            bc1 = 1 - BETAS[0] ** step if bias_correction else 1.0
+            bc2 = 1 - BETAS[1] ** step if bias_correction else 1.0
+            denom = (v.sqrt() / math.sqrt(bc2)).add_(EPS)
+            p.addcdiv_(m, denom, value=-lr / bc1)
+
+
+def check_deepspeed_signature():
+    import inspect
+    got = [(name, None if p.default is inspect.Parameter.empty else p.default)
+           for name, p in list(inspect.signature(OffloadAdam).parameters.items())[:len(DEEPSPEED_SIGNATURE)]]
+    T.check(got == DEEPSPEED_SIGNATURE, "OffloadAdam takes DeepSpeedCPUAdam's arguments, in order, with its defaults",
+            got, DEEPSPEED_SIGNATURE)
+    g = torch.Generator().manual_seed(7)
+    init = [torch.randn(300, generator=g), torch.randn(17, 5, generator=g)]
+    grads = [[torch.randn(p.shape, generator=g) * 1e-2 for p in init] for _ in range(4)]
+    for bias_correction in (True, False):
+        want = [p.clone() for p in init]
+        adamw_reference(want, grads, 1e-2, 0.0, bias_correction)
+        params = [torch.nn.Parameter(p.clone()) for p in init]
+        opt = OffloadAdam(params, 1e-2, bias_correction, bucket_bytes=BUCKET)  # positional, as DeepSpeedCPUAdam's
+        for gs in grads:
+            for p, gr in zip(params, gs):
+                p.grad = gr.clone()
+            opt.step()
+        worst = max((a.detach() - b).abs().max().item() for a, b in zip(params, want))
+        T.check(all(adam_oracle.same_tensor(a.detach(), b) for a, b in zip(params, want)),
+                "bias_correction=%s, default weight_decay (0): 4 steps == torch 1.13's AdamW with%s bias correction" %
+                (bias_correction, "" if bias_correction else "out"), "max |diff| %g" % worst, adam_oracle.HOW)
+        opt.close()
+    a = torch.nn.Parameter(torch.zeros(8))
+    raises = T.check_raises
+    raises(ValueError, "amsgrad = True; strata's CPU Adam keeps no running maximum",
+           lambda: OffloadAdam([a], amsgrad=True), "DeepSpeedCPUAdam's amsgrad=True")
+    raises(ValueError, "fp32_optimizer_states = False; strata keeps the master weights and both moments in fp32",
+           lambda: OffloadAdam([a], fp32_optimizer_states=False), "DeepSpeedCPUAdam's fp32_optimizer_states=False")
+    raises(ValueError, "bias_correction = 'yes'", lambda: OffloadAdam([a], bias_correction="yes"),
+           "a bias_correction that is not a bool")
+    raises(strata.ConfigError, "optimizer.params.bias_correction = false", lambda: OffloadAdam(
+        [a], config={"optimizer": {"params": {"bias_correction": False}}}), "a config contradicting bias_correction")
+
+
 # ------------------------------------------------------------------ 7: misuse
 
 def check_misuse(seed, scratch, delayed_sd):
@@ -342,7 +408,7 @@ def check_misuse(seed, scratch, delayed_sd):
     raises(strata.ConfigError, "nvme_path", lambda: OffloadAdam(
         [a], config={"zero_optimization": {"offload_optimizer": {"device": "nvme"}}}), "the NVMe tier without a path")
 
-    opt = OffloadAdam([a], lr=1e-3)
+    opt = OffloadAdam([a], lr=1e-3, weight_decay=1e-2)  # explicit: the default is DeepSpeedCPUAdam's 0
     raises(TypeError, "torch.float16", lambda: opt.add_param_group({"params": [torch.nn.Parameter(
         torch.zeros(2).half())]}), "add_param_group with fp16")
     T.check(len(opt.param_groups) == 1 and len(opt.stats()) == 1, "a refused add_param_group leaves no group",
@@ -417,6 +483,7 @@ def main():
     delayed_sd = check_resume(seed, scratch)
     check_load_adopts(seed)
     check_misuse(seed, scratch, delayed_sd)
+    check_deepspeed_signature()
     print("%.1f s" % (time.time() - t0))
     T.done()
 

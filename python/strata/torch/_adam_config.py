@@ -74,12 +74,13 @@ def module_bytes(numels, elem_bytes):
     return -(-max(used, 1) // _MODULE_ALIGN) * _MODULE_ALIGN * elem_bytes
 
 
-def group_document(user_doc, hp, precision, device, largest_module_bytes, delayed_update, label):
+def group_document(user_doc, hp, precision, device, largest_module_bytes, delayed_update, label, numel=0):
     """The engine config of one group.
 
-    hp: the group's lr, betas, eps, weight_decay, adamw_mode. precision: "fp32" or "bf16" (of the parameters).
+    hp: the group's lr, betas, eps, weight_decay, adamw_mode, bias_correction. precision: "fp32" or "bf16" (of the parameters).
     device: the parameters' torch.device. largest_module_bytes: of the group's strata modules.
     delayed_update: None (the config decides) or a bool. label names the group in messages ("param group 0").
+    numel: the group's elements (sizes the NVMe tier's host memory).
     """
     doc = copy.deepcopy(user_doc)
     where = "the parameters of %s are %s on %s" % (label, precision, device)
@@ -88,8 +89,11 @@ def group_document(user_doc, hp, precision, device, largest_module_bytes, delaye
     params = opt.get("params", {})
     if not isinstance(params, dict):
         raise ConfigError("OffloadAdam config: optimizer.params must be an object, got %r" % (params,))
-    # The constructor and the param groups own the hyperparameters; bias_correction is the only one kept.
-    kept = {k: v for k, v in params.items() if k == "bias_correction"}
+    # The constructor and the param groups own the hyperparameters; a bias_correction in the config that contradicts
+    # the group's is refused rather than overridden.
+    _demand(params, "bias_correction", bool(hp["bias_correction"]), "optimizer.params.bias_correction",
+            "%s has bias_correction = %%s (OffloadAdam's argument, or the group's key)" % label)
+    kept = {"bias_correction": params["bias_correction"]}
     # adam_w_mode is explicit: DeepSpeed's "Adam" means AdamW unless adam_w_mode is false.
     kept.update(betas=[float(hp["betas"][0]), float(hp["betas"][1])], eps=float(hp["eps"]),
                 weight_decay=float(hp["weight_decay"]), adam_w_mode=bool(hp["adamw_mode"]))
@@ -116,6 +120,13 @@ def group_document(user_doc, hp, precision, device, largest_module_bytes, delaye
     zero.setdefault("stage3_param_persistence_threshold", 0)
 
     own = _section(doc, "strata")
+    if isinstance(offload_opt, dict) and offload_opt.get("device") == "nvme" and numel:
+        # The NVMe tier is there to keep the state out of host memory. strata's defaults would stage whole sub-groups
+        # of up to 1e8 elements (four pinned slots of master, moments and gradients: up to 16 x the state of a
+        # group that size) and mirror the drive in a host cache; an eighth of the group per sub-group keeps the
+        # slots at half the host tier's state, still overlapping reads with Adam, and no mirror.
+        zero.setdefault("sub_group_size", max(_MODULE_ALIGN, -(-numel // 8)))
+        own.setdefault("host_cache", False)
     if device.type == "cuda":
         _demand(own, "backend", "cuda", "strata.backend", where + ", which needs %s")
         _demand(own, "device_id", device.index if device.index is not None else 0, "strata.device_id",

@@ -19,6 +19,7 @@ import torch
 from ..engine import Engine
 from ..errors import StateError
 from . import _adam_config, _adam_memory
+from ._adam_host import HostExchange
 
 _PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
@@ -29,7 +30,8 @@ def hyperparameters(group):
     """What an engine is built with (everything but the lr, which each step passes)."""
     b1, b2 = group["betas"]
     return {"betas": (float(b1), float(b2)), "eps": float(group["eps"]),
-            "weight_decay": float(group["weight_decay"]), "adamw_mode": bool(group["adamw_mode"])}
+            "weight_decay": float(group["weight_decay"]), "adamw_mode": bool(group["adamw_mode"]),
+            "bias_correction": bool(group.get("bias_correction", True))}  # absent in state_dicts before issue 22
 
 
 def plan_modules(numels, elem_bytes, bucket_bytes):
@@ -64,7 +66,7 @@ class GroupEngine:
         plan = plan_modules([p.numel() for p in self.params], elem, bucket_bytes)
         largest = max(_adam_config.module_bytes([n for _, _, n in m], elem) for m in plan)
         doc = _adam_config.group_document(user_doc, dict(self.hp, lr=group["lr"]), self.precision, self.device,
-                                          largest, delayed_update, label)
+                                          largest, delayed_update, label, sum(p.numel() for p in self.params))
         self.engine = Engine(doc)
         self.delayed = bool(self.engine.config.resolved.get("strata.delayed_update"))
         self.modules = []  # (module id, [Chunk]) in step order
@@ -79,10 +81,14 @@ class GroupEngine:
                     chunks.append(Chunk(index, offset, numel, pid))
                 self.modules.append((mid, chunks))
             self.engine.finalize()
-            self.engine.module_order([mid for mid, _ in self.modules])
+            if self.device.type != "cpu":  # CPU tensors never fetch: an order would only start useless prefetches
+                self.engine.module_order([mid for mid, _ in self.modules])
         finally:
             self._cache = (None, None)
         self.memory = _adam_memory.for_device(self.engine, self.device)
+        # CPU tensors exchange with strata's stores directly (and alias them where they can); CUDA tensors through
+        # strata's device window.
+        self.host = HostExchange(self) if self.device.type == "cpu" else None
 
     def _initializer(self, index, offset):
         def init(at, count, out):
@@ -103,6 +109,8 @@ class GroupEngine:
 
     def push_grads(self):
         """Copies every .grad into strata's gradient buffers. A parameter without one contributes zeros."""
+        if self.host is not None:
+            return self.host.push_grads()
         flat = [None if p.grad is None else p.grad.detach().reshape(-1) for p in self.params]
         with self.memory.exchange():
             for mid, chunks in self.modules:
@@ -123,10 +131,15 @@ class GroupEngine:
                     self.engine.release(mid)
 
     def step(self, lr):
-        return self.engine.step(lr=lr)  # a float: 0 is a step at lr 0 (strata.Engine.step)
+        result = self.engine.step(lr=lr)  # a float: 0 is a step at lr 0 (strata.Engine.step)
+        if self.host is not None:
+            self.host.after_step()
+        return result
 
     def pull_weights(self):
         """Copies the weights strata makes visible into the parameters (in place: references to them stay valid)."""
+        if self.host is not None:
+            return self.host.pull_weights()
         targets = []
         for p in self.params:
             data = p.detach()
@@ -157,11 +170,15 @@ class GroupEngine:
 
     def load(self, directory):
         self.engine.load(directory)
+        if self.host is not None:
+            self.host.bind()
         self.pull_weights()
 
     def close(self):
         if getattr(self, "engine", None) is not None:
-            self.engine.close()
+            # A view of strata's memory that is still alive (the user's) keeps the engine until it goes.
+            if getattr(self, "host", None) is None or not self.host.release():
+                self.engine.close()
             self.engine = None
 
     def require_open(self):

@@ -52,25 +52,37 @@ _SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
 class OffloadAdam(torch.optim.Optimizer):
     """Adam/AdamW with master weights and moments in strata's host or NVMe tier.
 
+    The signature and defaults are DeepSpeedCPUAdam's (model_params, lr=1e-3, bias_correction=True,
+    betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, adamw_mode=True, fp32_optimizer_states=True), so
+    it replaces it as is. weight_decay defaults to 0 since issue 22 (it was 1e-2, torch.optim.AdamW's): pass
+    weight_decay=1e-2 for the old behaviour.
     params: tensors or param groups (dicts with their own lr, betas, eps, weight_decay, adamw_mode).
+    bias_correction: False drops Adam's bias corrections (as DeepSpeedCPUAdam and strata's optimizer.params do).
+    amsgrad: only False (strata's Adam keeps no running maximum of the second moment).
+    fp32_optimizer_states: only True (strata keeps the master weights and both moments in fp32).
     config: a dict, a JSON path or a strata.Config in the DeepSpeed vocabulary: the tiers
         (zero_optimization.offload_optimizer.device "cpu" | "nvme", nvme_path), aio, strata.host_budget_bytes,
         strata.delayed_update / delayed_warmup_steps, strata.cpu_threads ... (None: the host tier). Its optimizer
         section is replaced by the hyperparameters given here; precision and backend follow the parameters.
     delayed_update: None (the config decides), True or False.
     bucket_bytes: the size of the strata modules the parameters are packed (and large ones cut) into: the unit of
-        each exchange with strata, and so of strata's device window on the GPU (about six buckets per group).
+        each exchange with strata, and so of strata's device window on the GPU (about six buckets per group). CPU
+        parameters never use the device window: they exchange with strata's stores directly and, where those are
+        host memory (and without the delayed update), become views of them (see _adam_host.py).
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, adamw_mode=True,
-                 config=None, delayed_update=None, bucket_bytes=DEFAULT_BUCKET_BYTES):
+    def __init__(self, model_params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 amsgrad=False, adamw_mode=True, fp32_optimizer_states=True, *, config=None, delayed_update=None,
+                 bucket_bytes=DEFAULT_BUCKET_BYTES):
+        _check_deepspeed_flags(amsgrad, fp32_optimizer_states)
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < _MIN_BUCKET_BYTES:
             raise ValueError("OffloadAdam: bucket_bytes = %r must be an integer >= %d" %
                              (bucket_bytes, _MIN_BUCKET_BYTES))
         if delayed_update not in (None, True, False):
             raise ValueError("OffloadAdam: delayed_update = %r must be None (the config decides), True or False" %
                              (delayed_update,))
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adamw_mode=adamw_mode)
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adamw_mode=adamw_mode,
+                        bias_correction=bias_correction)
         _check_hyperparameters(defaults, "OffloadAdam")
         # Set before torch's constructor, which calls add_param_group for each group.
         self._user_doc = _adam_config.user_document(config)
@@ -78,7 +90,7 @@ class OffloadAdam(torch.optim.Optimizer):
         self._bucket_bytes = bucket_bytes
         self._engines = []
         self._warned_missing_grad = False
-        super().__init__(params, defaults)
+        super().__init__(model_params, defaults)
 
     # ---------------------------------------------------------------- groups
 
@@ -328,12 +340,25 @@ def _check_hyperparameters(group, who):
     if not (isinstance(betas, (tuple, list)) and len(betas) == 2 and
             all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas)):
         raise ValueError("%s: betas = %r; it must be two numbers in [0, 1)" % (who, betas))
+    if not isinstance(group.get("bias_correction", True), bool):
+        raise ValueError("%s: bias_correction = %r; it must be True or False" % (who, group["bias_correction"]))
     if not isinstance(group["adamw_mode"], bool):
         raise ValueError("%s: adamw_mode = %r; it must be True (AdamW) or False (Adam with L2 decay)" %
                          (who, group["adamw_mode"]))
     for key in ("amsgrad", "maximize"):
         if group.get(key):
             raise ValueError("%s: %s = True is not supported by strata's Adam" % (who, key))
+
+
+def _check_deepspeed_flags(amsgrad, fp32_optimizer_states):
+    """DeepSpeedCPUAdam's flags that strata's Adam cannot honour, refused with the reason."""
+    if amsgrad is not False:
+        raise ValueError("OffloadAdam: amsgrad = %r; strata's CPU Adam keeps no running maximum of the second moment, "
+                         "so only amsgrad=False is supported (as DeepSpeedCPUAdam, which also refuses it)" % (amsgrad,))
+    if fp32_optimizer_states is not True:
+        raise ValueError("OffloadAdam: fp32_optimizer_states = %r; strata keeps the master weights and both moments "
+                         "in fp32 whatever the parameters' dtype, so only True is supported (bf16 parameters already "
+                         "get fp32 state)" % (fp32_optimizer_states,))
 
 
 def _check_params(params, label):
