@@ -8,13 +8,15 @@ config has it, driven every way a fine-tuning script drives a model:
   HF gradient_checkpointing_enable()           reentrant (transformers 4.x's default) and non-reentrant
 and each must end with losses and fp32 weights bit-identical to plain PyTorch (AdamW, the same accumulation, and the
 same checkpointing: HF's recompute restores the RNG, so dropout masks match). Also: save_checkpoint -> a fresh
-engine on other weights -> load_checkpoint -> the remaining steps, bit-identical; engine.module.state_dict() and
+engine on other weights -> load_checkpoint -> the remaining steps, bit-identical, and `strata ckpt export` of that
+checkpoint gives each tensor in its model shape (read by the safetensors package); engine.module.state_dict() and
 save_pretrained() -> from_pretrained() give the trained weights (eval logits identical to the engine's); misuse that
 used to give wrong gradients silently now raises.
 Run with the venv's python (tools/run makes STRATA_BUILD_DIR/venv); under Debian's python the test re-runs itself
 there, or skips when the venv is missing.
 """
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
@@ -125,6 +127,7 @@ def check_resume(name, seed, want):
     model, engine = new_engine(name, seed, "engine", T.scratch("py_hf_models-%s-a" % name))
     train_strata(engine, model, name, seed, "engine", 0, 1)
     engine.save_checkpoint(root, tag="last")
+    check_export(name, os.path.join(root, "last"), engine.fp32_state_dict())
     engine.close()
     model, engine = new_engine(name, seed + 1, "engine", T.scratch("py_hf_models-%s-b" % name))
     engine.load_checkpoint(root)
@@ -134,6 +137,23 @@ def check_resume(name, seed, want):
             want[0][GAS:])
     T.check(diff is None, "%s: save -> fresh engine -> resume: weights bit-identical" % name, diff, "no difference")
     engine.close()
+
+
+def check_export(name, ckpt, masters):
+    """`strata ckpt export` writes one safetensors file (read here by the safetensors package, not by strata) with
+    every trained tensor under the model's name, in the model's shape, equal to the fp32 master weights."""
+    out = os.path.join(T.scratch("py_hf_models-%s-export" % name), "model.safetensors")
+    strata_bin = os.environ.get("STRATA_BIN") or os.path.join(T.BUILD_DIR, "strata")
+    p = subprocess.run([strata_bin, "ckpt", "export", ckpt, "--to", out], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if not T.check(p.returncode == 0, "%s: strata ckpt export exits 0" % name, p.stdout.strip()[-300:], 0):
+        return
+    from safetensors.torch import load_file
+    got = load_file(out)
+    wrong = [k for k, v in masters.items() if k not in got or got[k].shape != v.shape or not torch.equal(got[k], v)]
+    T.check(not wrong and len(got) == len(masters), "%s: the exported file holds every tensor in its model shape, "
+            "bit-identical to the master weights" % name, (wrong[:3], sorted(set(got) - set(masters))[:3]),
+            ([], []))
 
 
 def check_pretrained(name, seed, model, engine):

@@ -1,11 +1,14 @@
 """strata.torch's save_checkpoint under one reused tag ("last"), as a trainer that keeps only its newest checkpoint
 calls it: four saves of changing weights into save_dir/last, each followed by a fresh engine (other initial
 weights) that loads save_dir and must hold that save's weights bit for bit, its client_state and its step count.
-Before the third save a crashed save's stale temporary (.last.tmp, with a file and a subdirectory) is in the way;
+Before the third save a crashed save's leftovers are in the way: strata.torch's staging directory (.last.saving: a
+whole strata checkpoint, as a crash after strata's part leaves it, plus a subdirectory) and strata's own temporary
+beside it (..last.saving.tmp: a partial file and a subdirectory, as a crash inside strata's part leaves it);
 after every save no temporary is left and `latest` names the tag. (The bug this guards against: the second save
 could not remove the replaced checkpoint because of the engine's torch_engine.pt beside strata's files, and the third
 failed with EEXIST on the temporary left behind.)"""
 import os
+import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
@@ -38,7 +41,7 @@ def first_difference(got, want):
 def main():
     seed = T.seed()
     save_dir = T.scratch("py_torch_ckpt_tag")
-    tmp = os.path.join(save_dir, ".last.tmp")
+    leftovers = [os.path.join(save_dir, ".last.saving"), os.path.join(save_dir, "..last.saving.tmp")]
     engine = new_engine(seed)
     g = torch.Generator().manual_seed(seed)
     previous = None
@@ -51,9 +54,11 @@ def main():
         if previous is not None:
             T.check(first_difference(want, previous) is not None, "save %d: the step changed the weights" % (r + 1))
         previous = want
-        if r == 2:  # a crashed save's leftovers at the temporary name
-            os.makedirs(os.path.join(tmp, "sub"))
-            with open(os.path.join(tmp, "model.safetensors"), "wb") as f:
+        if r == 2:  # a crashed save's leftovers at the temporary names
+            shutil.copytree(os.path.join(save_dir, "last"), leftovers[0])
+            for tmp in leftovers:
+                os.makedirs(os.path.join(tmp, "sub"))
+            with open(os.path.join(leftovers[1], "model.safetensors"), "wb") as f:
                 f.write(b"partial")
         path = engine.save_checkpoint(save_dir, tag="last", client_state={"round": r})
         T.check(path == os.path.join(save_dir, "last"), "save %d: the path" % (r + 1), path,

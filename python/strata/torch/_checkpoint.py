@@ -5,28 +5,40 @@ import os
 import torch
 
 from .. import checkpoint as _checkpoint
-from .._files import atomic_write
+from .._files import atomic_write, replace_dir
+from ..errors import IOFailure
 
 
 def save(engine, save_dir, tag=None, client_state=None, save_latest=True):
-    """Writes the training state to save_dir/tag (tag default "global_step<N>"), atomically: strata's
-    checkpoint, then this engine's counters, the lr scheduler's state and client_state beside it, then
-    save_dir/latest. A collective with several ranks. Returns the checkpoint's path."""
-    tag = tag or "global_step%d" % engine.global_steps
-    path = os.path.join(os.fspath(save_dir), str(tag))
+    """Writes the training state to save_dir/tag (tag default "global_step<N>"; a tag may be reused), atomically:
+    strata's checkpoint and this engine's counters, the lr scheduler's state and client_state beside it are written
+    under a temporary name (.tag.saving), which then replaces save_dir/tag in one step; then save_dir/latest. A crash
+    leaves the previous save_dir/tag whole or the new one, each with its torch_engine.pt. A collective with several
+    ranks. Returns the checkpoint's path."""
+    tag = str(tag or "global_step%d" % engine.global_steps)
+    save_dir = os.fspath(save_dir)
+    path = os.path.join(save_dir, tag)
+    staging = os.path.join(save_dir, "." + tag + ".saving")  # strata replaces a crashed save's leftover
     if engine.rank == 0:
-        os.makedirs(os.fspath(save_dir), exist_ok=True)
+        os.makedirs(save_dir, exist_ok=True)
     engine.comm.allreduce_sum([0.0])  # the directory exists before any rank writes into it
-    engine.engine.save(path)
+    engine.engine.save(staging)
+    failed = 0.0
     if engine.rank == 0:
-        state = {"micro_steps": engine.micro_steps, "global_steps": engine.global_steps,
-                 "lr": [g["lr"] for g in engine.optimizer.param_groups],
-                 "lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler is not None else None,
-                 "client_state": client_state or {}}
-        atomic_write(os.path.join(path, "torch_engine.pt"), lambda f: torch.save(state, f))
-        if save_latest:
-            atomic_write(os.path.join(os.fspath(save_dir), "latest"), lambda f: f.write(str(tag).encode()))
-    engine.comm.allreduce_sum([0.0])
+        try:
+            state = {"micro_steps": engine.micro_steps, "global_steps": engine.global_steps,
+                     "lr": [g["lr"] for g in engine.optimizer.param_groups],
+                     "lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler is not None else None,
+                     "client_state": client_state or {}}
+            atomic_write(os.path.join(staging, "torch_engine.pt"), lambda f: torch.save(state, f))
+            replace_dir(staging, path)
+            if save_latest:
+                atomic_write(os.path.join(save_dir, "latest"), lambda f: f.write(tag.encode()))
+        except BaseException:
+            engine.comm.allreduce_sum([1.0])  # the other ranks fail too, rather than report a save that is not
+            raise
+    if engine.comm.allreduce_sum([failed])[0]:
+        raise IOFailure("save_checkpoint: rank 0 could not publish %s (its error names why)" % path)
     return path
 
 def load(engine, load_dir, tag=None):

@@ -26,7 +26,7 @@ class Unit:
         self.name = name
         self.modules = []           # torch modules whose hooks fetch this unit
         self.params = []            # (qualified name, nn.Parameter)
-        self.mid = None
+        self.mids = []              # its strata modules (one, or one per parent module: see engine._name_groups)
         self.pids = []
         self.fwd_holds = 0
         self.in_backward = False

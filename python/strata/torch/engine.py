@@ -169,18 +169,22 @@ class StrataEngine:
     def _register(self):
         e = self.engine
         for unit in self.units:
-            # strata names a tensor "<module>.<param>" (in checkpoints too): the module is named by its parameters'
-            # common prefix, so those names are the model's own state_dict keys.
-            prefix = common_prefix([q for q, _ in unit.params]) or unit.name
-            unit.mid = e.add_module(short_name(prefix))
-            for qname, p in unit.params:
-                src = p.detach().reshape(-1)
+            index = {id(p): i for i, (_, p) in enumerate(unit.params)}
+            unit.pids = [None] * len(unit.params)
+            for prefix, params in _name_groups(unit):
+                mid = e.add_module(short_name(prefix))
+                unit.mids.append(mid)
+                for qname, p in params:
+                    src = p.detach().reshape(-1)
 
-                def init(offset, count, out, src=src):
-                    dst = torch.frombuffer(out, dtype=torch.float32)
-                    dst.copy_(src[offset:offset + count].to("cpu", torch.float32))
-                pname = qname[len(prefix) + 1:] if qname.startswith(prefix + ".") else qname
-                unit.pids.append(e.add_param(unit.mid, short_name(pname), p.numel(), init))
+                    def init(offset, count, out, src=src):
+                        dst = torch.frombuffer(out, dtype=torch.float32)
+                        dst.copy_(src[offset:offset + count].to("cpu", torch.float32))
+                    pname = qname[len(prefix) + 1:] if qname.startswith(prefix + ".") else qname
+                    pid = e.add_param(mid, short_name(pname), p.numel(), init)
+                    if p.dim():  # checkpoints record the shape; `strata ckpt export` writes the tensor in it
+                        e.set_param_shape(pid, p.shape)
+                    unit.pids[index[id(p)]] = pid
 
     def _empty_parameters(self):
         """Frees the model's own parameter storage and hooks each parameter's AccumulateGrad node."""
@@ -277,12 +281,14 @@ class StrataEngine:
         unit.lent = []
 
     def _fetch(self, unit):
-        self.engine.fetch(unit.mid)
+        for mid in unit.mids:
+            self.engine.fetch(mid)
         self._lend(unit)
 
     def _release(self, unit):
         self._take_back(unit)
-        self.engine.release(unit.mid)
+        for mid in unit.mids:
+            self.engine.release(mid)
 
     def _lent_param(self, t):
         """(parameter, its lent memory's start) when t's memory lies in a lent parameter's, else None."""
@@ -445,7 +451,8 @@ class StrataEngine:
             p.grad = None
         unit.in_backward = False
         unit.pending.clear()
-        self.engine.grads_ready(unit.mid)
+        for mid in unit.mids:
+            self.engine.grads_ready(mid)
         if unit.fwd_holds == 0:
             self._release(unit)
 
@@ -593,6 +600,20 @@ class StrataEngine:
                 del self.module._strata_engine
             self.engine.close()
             self.engine = None
+
+
+def _name_groups(unit):
+    """[(strata module name, [(qualified name, parameter)])] of a unit. strata names a tensor "<module>.<param>"
+    (in checkpoints, and so in `strata ckpt export`'s file): a module named by its parameters' common prefix makes
+    those names the model's own state_dict keys. Tied units with no common prefix (BERT's word embeddings and its
+    prediction head's bias) become one strata module per parent module, fetched together."""
+    prefix = common_prefix([q for q, _ in unit.params])
+    if prefix:
+        return [(prefix, unit.params)]
+    groups = {}
+    for qname, p in unit.params:
+        groups.setdefault(qname.rpartition(".")[0] or unit.name, []).append((qname, p))
+    return list(groups.items())
 
 
 class _NoContext:
