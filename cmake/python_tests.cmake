@@ -47,7 +47,7 @@ if(NOT STRATA_TEST_PYTHON)
   set(STRATA_PY_SKIP "no python3 found; set STRATA_TEST_PYTHON")
 endif()
 # Python tests that start a world of ranks themselves: serial, like the mpi runs (a world already fills the cores).
-set(STRATA_PY_TESTS_LAUNCHING_MPIRUN py_torch_rank_fault)
+set(STRATA_PY_TESTS_LAUNCHING_MPIRUN py_torch_rank_fault py_hf_device_pressure)
 file(GLOB STRATA_PY_TESTS CONFIGURE_DEPENDS tests/py_*.py)
 file(GLOB STRATA_MPI_PY_TESTS CONFIGURE_DEPENDS tests/mpi_py_*.py)
 foreach(py IN LISTS STRATA_PY_TESTS STRATA_MPI_PY_TESTS)

@@ -119,15 +119,15 @@ static strata_status mark_loaded(void *arg)
     return STRATA_OK;
 }
 
-/* Frees the device copy of the resident, unheld module used furthest in the future. */
-static bool evict_one(strata_engine *e, const resident *keep)
+/* Frees the device copy of the unheld module in `state` used furthest in the future. */
+static bool evict_in(strata_engine *e, const resident *keep, mod_state state)
 {
     residency *r = e->res;
     resident *victim = NULL;
     size_t victim_dist = 0;
     for (size_t i = 0; i < r->nmods; i++) {
         resident *m = &r->mods[i];
-        if (m == keep || m->held || m->gathered_ahead || !m->dev_owned || m->state != MOD_RESIDENT)
+        if (m == keep || m->held || m->gathered_ahead || !m->dev_owned || m->state != state)
             continue;
         size_t d = fetch_order_next_use(e->order, (strata_module_id)i);
         if (!victim || d > victim_dist) {
@@ -139,6 +139,14 @@ static bool evict_one(strata_engine *e, const resident *keep)
         return false;
     drop(e, victim);
     return true;
+}
+
+/* Frees one unheld module's device copy: a resident one, else a prefetch still in flight (drop waits for it to
+ * land). Prefetches hold their room until they are used, and in a fragmented arena the block a gradient buffer or a
+ * demand fetch needs may lie among them: the prefetch is cheaper to repeat than the step is to fail. */
+static bool evict_one(strata_engine *e, const resident *keep)
+{
+    return evict_in(e, keep, MOD_RESIDENT) || evict_in(e, keep, MOD_LOADING);
 }
 
 /* Starts a fetch; a demand fetch (the trainer waits for it) may wait for prefetches to make room. */
