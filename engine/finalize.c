@@ -101,7 +101,8 @@ static strata_status build(strata_engine *e)
     ERR_CHECK(make_plan(e, &pl));
     ERR_CHECK(open_streams(e));
     ERR_CHECK(tiers_open(&e->tiers, &e->cfg, e->dev, e->copy, e->backend == STRATA_BACKEND_HOST, &pl,
-                         registry_view_numel(e->reg, e->views.param), registry_view_numel(e->reg, e->views.opt)));
+                         registry_view_numel(e->reg, e->views.param), registry_view_numel(e->reg, e->views.opt),
+                         e->world == 1));
     ERR_CHECK(deferred_create(e->dev, &e->frees));
     ERR_CHECK(grads_create(e, &e->grads));
     ERR_CHECK(ranks_create(e, &e->ranks));

@@ -374,7 +374,9 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
 
     tile_ctx tiles = {.e = e, .elem = e->tiers.param_bytes};
     adam_job job = {.ops = c->sp->adam, .consts = *consts, .numel = n, .threads = c->sp->threads};
-    if (c->pout->tier == STRATA_TIER_HOST) {
+    if (e->tiers.param_is_master) {
+        a.param_dtype = STRATA_DTYPE_NONE; /* the master weights Adam writes are the parameters */
+    } else if (c->pout->tier == STRATA_TIER_HOST) {
         a.param = tarr_host_ptr(c->pout, &e->tiers.env, first);
     } else {
         /* The staging buffer's previous sub-group must have left it. */

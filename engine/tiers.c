@@ -21,8 +21,17 @@ static strata_status open_nvme(engine_tiers *t, const strata_config *cfg, size_t
     return STRATA_OK;
 }
 
+static bool param_shares_master(const engine_tiers *t, const strata_config *cfg, size_t param_numel,
+                                size_t opt_numel, bool one_rank)
+{
+    return one_rank && param_numel == opt_numel && cfg->param_dtype == STRATA_DTYPE_FP32 && !cfg->delayed_update &&
+           !cfg->step_in_backward && cfg->offload_optimizer_ratio >= 1.0 && t->param_tier == STRATA_TIER_HOST &&
+           t->opt_tier == STRATA_TIER_HOST;
+}
+
 strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev, dev_stream *copy_stream,
-                         bool host_addressable_device, const plan *pl, size_t param_numel, size_t opt_numel)
+                         bool host_addressable_device, const plan *pl, size_t param_numel, size_t opt_numel,
+                         bool one_rank)
 {
     if (pl->tier_bytes[STRATA_TIER_NVME])
         ERR_CHECK(open_nvme(t, cfg, pl->tier_bytes[STRATA_TIER_NVME]));
@@ -31,11 +40,15 @@ strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev,
     t->host_tier_bytes = pl->tier_bytes[STRATA_TIER_HOST];
     ERR_CHECK(pool_create(dev, t->io, pl->pool_part_bytes, &t->pool));
     size_t n = opt_numel;
-    ERR_CHECK(tarr_alloc(&t->param[0], &t->env, t->param_tier, param_numel, t->param_bytes, "parameters"));
+    ERR_CHECK(tarr_alloc(&t->master, &t->env, t->opt_tier, n, 4, "master weights"));
+    t->param_is_master = param_shares_master(t, cfg, param_numel, opt_numel, one_rank);
+    if (t->param_is_master)
+        t->param[0] = t->master; /* the same memory: tiers_close frees it once */
+    else
+        ERR_CHECK(tarr_alloc(&t->param[0], &t->env, t->param_tier, param_numel, t->param_bytes, "parameters"));
     if (cfg->delayed_update)
         ERR_CHECK(tarr_alloc(&t->param[1], &t->env, t->param_tier, param_numel, t->param_bytes,
                              "parameters (second copy)"));
-    ERR_CHECK(tarr_alloc(&t->master, &t->env, t->opt_tier, n, 4, "master weights"));
     ERR_CHECK(tarr_alloc(&t->exp_avg, &t->env, t->opt_tier, n, 4, "Adam exp_avg"));
     ERR_CHECK(tarr_alloc(&t->exp_avg_sq, &t->env, t->opt_tier, n, 4, "Adam exp_avg_sq"));
     return STRATA_OK;
@@ -143,6 +156,8 @@ out:
 
 void tiers_close(engine_tiers *t)
 {
+    if (t->param_is_master)
+        memset(&t->param[0], 0, sizeof t->param[0]);
     tier_array *arrays[] = {&t->param[0], &t->param[1], &t->master, &t->exp_avg, &t->exp_avg_sq};
     for (size_t i = 0; i < ARRAY_LEN(arrays); i++)
         tarr_free(arrays[i], &t->env);

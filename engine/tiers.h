@@ -24,6 +24,7 @@ typedef struct engine_tiers {
     tier_array param[2];            /* [front, back] with the delayed update, else param[0] only */
     int param_front;                /* the copy the trainer's fetches read */
     tier_array master, exp_avg, exp_avg_sq;
+    bool param_is_master;           /* param[0] is master's memory, not a copy (tiers_open says when) */
     size_t host_tier_bytes;         /* what the plan puts in host memory */
     size_t cache_param_bytes;       /* the plan's host cache for parameters (host_cache.c) */
     bool cache_follows_order;       /* its modules were chosen from a valid fetch order */
@@ -32,9 +33,14 @@ typedef struct engine_tiers {
 /* Opens what the plan needs (the swap space over the config's NVMe paths when it places bytes there, the
  * pinned pool) and allocates the parameter arrays of param_numel elements and the optimizer arrays of opt_numel
  * (the sizes of the views the ZeRO stage puts them in). param_bytes and the three tiers must be set. On failure
- * t holds what was opened: tiers_close undoes it. */
+ * t holds what was opened: tiers_close undoes it.
+ * fp32 parameters equal the master weights except while a delayed update is pending: where both live in host
+ * memory, one rank holds them whole, nothing updates part of them elsewhere (Twin-Flow, step in backward) and no
+ * second copy alternates, the parameter array is the master array itself (param_is_master). Adam then writes one
+ * array instead of two: 28 bytes an element instead of 32, and 4 bytes of host memory an element less. */
 strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev, dev_stream *copy_stream,
-                         bool host_addressable_device, const plan *pl, size_t param_numel, size_t opt_numel);
+                         bool host_addressable_device, const plan *pl, size_t param_numel, size_t opt_numel,
+                         bool one_rank);
 /* Writes the initial state: each parameter's init callback, chunk by chunk, into the master weights and
  * the parameter copies (converted to param_dtype), each in its view (views: param and opt; rank picks the
  * shards); zero moments. A model larger than RAM never needs to fit in RAM. */

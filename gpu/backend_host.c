@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/big_alloc.h"
 #include "base/error.h"
 #include "base/size.h"
 #include "cpu_adam/adam.h"
@@ -409,8 +410,13 @@ static strata_status host_poison(dev_impl *d, void *ptr, size_t bytes)
 static strata_status host_host_alloc(dev_impl *d, size_t bytes, void **out)
 {
     /* Page-aligned heap memory: the "pinned" buffers of this backend. mlock is skipped on purpose,
-     * since locking gigabytes would only compete with the rest of the machine for nothing. */
-    int rc = posix_memalign(out, DEV_HOST_ALIGN_BYTES, bytes);
+     * since locking gigabytes would only compete with the rest of the machine for nothing. The state
+     * arrays Adam streams are large: those get huge pages (base/big_alloc.h). */
+    int rc = 0;
+    if (bytes >= BIG_ALLOC_PAGE)
+        rc = (*out = big_alloc(bytes)) ? 0 : ENOMEM;
+    else
+        rc = posix_memalign(out, DEV_HOST_ALIGN_BYTES, bytes);
     if (rc != 0) {
         char b[32];
         *out = NULL;

@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "base/big_alloc.h"
 #include "base/size.h"
 #include "base/util.h"
 #include "cpu_adam/adam.h"
@@ -200,17 +200,6 @@ static int parse_adam_opts(int argc, char **argv, adam_opts *o)
         return CLI_EXIT_FAIL;
     }
     return CLI_EXIT_OK;
-}
-
-/* Large arrays on 2 MiB boundaries with transparent huge pages asked for: fewer TLB misses while
- * streaming, and every tile starts on a page. */
-static void *big_alloc(size_t bytes)
-{
-    bytes = align_up(bytes ? bytes : 1, (size_t)2 << 20);
-    void *p = aligned_alloc((size_t)2 << 20, bytes);
-    if (p)
-        madvise(p, bytes, MADV_HUGEPAGE);
-    return p;
 }
 
 static float hash_unit(uint64_t x)
