@@ -1,8 +1,9 @@
 """A Hugging Face Llama under mpirun: 2 ranks train it data-parallel through strata.torch at ZeRO stage 3 with
 parameters and optimizer on NVMe, HF's reentrant gradient checkpointing, the model called directly
 (engine.module(**batch) + engine.backward), and each rank's own micro-batches; the weights must end bit-identical to
-one PyTorch process over all ranks' micro-batches (the oracle of tests/mpi_py_torch_ranks.py: each micro-batch's
-gradients summed over the ranks, then over the accumulation, the loss scaled by 1 / (accumulation x ranks)).
+one PyTorch process over all ranks' micro-batches (adam_oracle.stage3_steps, as tests/mpi_py_torch_ranks.py: each
+micro-batch's gradients summed over the ranks, then over the accumulation, the loss scaled by 1 / (accumulation x
+ranks)).
 Also: state_dict() (a collective: every rank calls it) gives every rank the trained weights.
 Run: bash tests/helpers/mpi.sh 2 /usr/bin/python3 tests/mpi_py_hf_ranks.py
 """
@@ -12,15 +13,14 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
 import strata_test as T  # noqa: E402
 import hf_models as H  # noqa: E402
+import adam_oracle  # noqa: E402
 
 torch = T.require_torch()
 transformers = H.require_transformers()
-transformers.logging.set_verbosity_error()
 import strata  # noqa: E402
 import strata.torch  # noqa: E402
 
 STEPS, GAS = 3, 2
-HP = dict(lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
 NAME = "llama"
 
 
@@ -31,22 +31,9 @@ def micro_batch(seed, step, micro, rank):
 def oracle(seed, world):
     model = H.build(transformers, NAME, seed)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
-    opt = torch.optim.AdamW(model.parameters(), **HP)
-    params = list(model.parameters())
-    for step in range(STEPS):
-        store = None
-        for micro in range(GAS):
-            summed = None
-            for r in range(world):
-                model.zero_grad(set_to_none=True)
-                (model(**micro_batch(seed, step, micro, r)).loss / (GAS * world)).backward()
-                g = [p.grad.clone() for p in params]
-                summed = g if summed is None else [a + b for a, b in zip(summed, g)]
-            store = summed if store is None else [a + b for a, b in zip(store, summed)]
-        for p, g in zip(params, store):
-            p.grad = g
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    opt = torch.optim.AdamW(model.parameters(), **H.HP)
+    adam_oracle.stage3_steps(list(model.parameters()), opt, STEPS, GAS, world,
+                             lambda step, micro, r: model(**micro_batch(seed, step, micro, r)).loss)
     return {n: p.detach() for n, p in model.named_parameters()}
 
 
@@ -60,8 +47,7 @@ def main():
     config = {
         "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": nvme},
                               "offload_optimizer": {"device": "nvme", "nvme_path": nvme}},
-        "optimizer": {"type": "AdamW", "params": {"lr": HP["lr"], "betas": list(HP["betas"]), "eps": HP["eps"],
-                                                   "weight_decay": HP["weight_decay"]}},
+        "optimizer": H.optimizer_section(),
         "train_micro_batch_size_per_gpu": H.BATCH,
         "gradient_accumulation_steps": GAS,
     }

@@ -34,25 +34,13 @@ def batch(seed, step, micro, rank):
 def oracle(model, seed, world):
     """Plain PyTorch over every rank's micro-batches, summed in stage 3's order. Returns (losses by rank, weights)."""
     opt = torch.optim.AdamW(model.parameters(), **HP)
-    params = list(model.parameters())
     losses = {r: [] for r in range(world)}
-    for step in range(STEPS):
-        store = None
-        for micro in range(GAS):
-            summed = None
-            for r in range(world):
-                model.zero_grad(set_to_none=True)
-                x, y = batch(seed, step, micro, r)
-                loss = model(x, y)
-                (loss / (GAS * world)).backward()
-                losses[r].append(loss.item())
-                g = [p.grad.clone() for p in params]
-                summed = g if summed is None else [a + b for a, b in zip(summed, g)]
-            store = summed if store is None else [a + b for a, b in zip(store, summed)]
-        for p, g in zip(params, store):
-            p.grad = g
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+
+    def micro_loss(step, micro, r):
+        loss = model(*batch(seed, step, micro, r))
+        losses[r].append(loss.item())
+        return loss
+    adam_oracle.stage3_steps(list(model.parameters()), opt, STEPS, GAS, world, micro_loss)
     return losses, {n: p.detach() for n, p in model.named_parameters()}
 
 

@@ -21,7 +21,6 @@ import hf_models as H  # noqa: E402
 
 torch = T.require_torch()
 transformers = H.require_transformers()
-transformers.logging.set_verbosity_error()
 import strata  # noqa: E402
 import strata.torch  # noqa: E402
 

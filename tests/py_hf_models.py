@@ -22,15 +22,14 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
 import strata_test as T  # noqa: E402
 import hf_models as H  # noqa: E402
+import adam_oracle  # noqa: E402
 
 torch = T.require_torch()
 transformers = H.require_transformers()
-transformers.logging.set_verbosity_error()
 import strata  # noqa: E402
 import strata.torch  # noqa: E402
 
 STEPS, GAS = 3, 2
-HP = dict(lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
 WAYS = ("engine", "module", "reentrant", "non-reentrant")
 
 
@@ -44,8 +43,7 @@ def config(nvme, model):
         "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": nvme},
                               "offload_optimizer": {"device": "nvme", "nvme_path": nvme},
                               "stage3_param_persistence_threshold": 0},
-        "optimizer": {"type": "AdamW", "params": {"lr": HP["lr"], "betas": list(HP["betas"]), "eps": HP["eps"],
-                                                   "weight_decay": HP["weight_decay"]}},
+        "optimizer": H.optimizer_section(),
         "gradient_accumulation_steps": GAS,
         "strata": {"device_budget_bytes": max(model_bytes * 6 // 10, layer * 8, 256 << 10),
                    "prefetch_bytes": 64 << 10},
@@ -60,7 +58,7 @@ def checkpointing(model, way):
 def train_torch(name, seed, way):
     model = H.build(transformers, name, seed)
     checkpointing(model, way)
-    opt = torch.optim.AdamW(model.parameters(), **HP)
+    opt = torch.optim.AdamW(model.parameters(), **H.HP)
     losses = []
     for step in range(STEPS):
         torch.manual_seed(seed + step)  # dropout's masks, the same after a resume
@@ -93,16 +91,6 @@ def train_strata(engine, model, name, seed, way, first, last):
     return losses
 
 
-def first_difference(got, want):
-    for n, w in want.items():
-        a, b = got[n].reshape(-1), w.reshape(-1)
-        diff = (a.view(torch.int32) != b.view(torch.int32)).nonzero()
-        if len(diff):
-            i = diff[0].item()
-            return "%s[%d]: %r vs %r" % (n, i, a[i].item(), b[i].item())
-    return None
-
-
 def same_losses(got, want):
     return len(got) == len(want) and all(a == b for a, b in zip(got, want))
 
@@ -112,7 +100,7 @@ def check_way(name, seed, way, want):
     model, engine = new_engine(name, seed, way, nvme)
     losses = train_strata(engine, model, name, seed, way, 0, STEPS)
     got = engine.fp32_state_dict()
-    diff = first_difference(got, want[1])
+    diff = adam_oracle.first_difference(got, want[1])
     T.check(same_losses(losses, want[0]), "%s %s: losses bit-identical to torch" % (name, way), losses, want[0])
     T.check(diff is None, "%s %s: weights bit-identical to torch" % (name, way), diff, "no difference")
     print("%-8s %-14s loss %.6f -> %.6f  %s" % (name, way, losses[0], losses[-1],
@@ -132,7 +120,7 @@ def check_resume(name, seed, want):
     model, engine = new_engine(name, seed + 1, "engine", T.scratch("py_hf_models-%s-b" % name))
     engine.load_checkpoint(root)
     losses = train_strata(engine, model, name, seed, "engine", 1, STEPS)
-    diff = first_difference(engine.fp32_state_dict(), want[1])
+    diff = adam_oracle.first_difference(engine.fp32_state_dict(), want[1])
     T.check(same_losses(losses, want[0][GAS:]), "%s: save -> fresh engine -> resume: losses" % name, losses,
             want[0][GAS:])
     T.check(diff is None, "%s: save -> fresh engine -> resume: weights bit-identical" % name, diff, "no difference")
@@ -194,7 +182,8 @@ def check_wrapped(name, seed, want):
     engine, _, _, _ = strata.torch.initialize(model=model, config=config(T.scratch("py_hf_models-wrapped"), model),
                                               device="cpu")
     losses = train_strata(engine, model, name, seed, "module", 0, STEPS)
-    diff = first_difference({k[len("inner."):]: v for k, v in engine.fp32_state_dict().items()}, want[1])
+    inner = {k[len("inner."):]: v for k, v in engine.fp32_state_dict().items()}
+    diff = adam_oracle.first_difference(inner, want[1])
     T.check(same_losses(losses, want[0]) and diff is None, "%s inside a wrapper module: bit-identical to torch" %
             name, (losses, diff), (want[0], None))
     engine.close()

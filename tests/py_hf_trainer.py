@@ -15,10 +15,10 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
 import strata_test as T  # noqa: E402
 import hf_models as H  # noqa: E402
+import adam_oracle  # noqa: E402
 
 torch = T.require_torch()
 transformers = H.require_transformers()
-transformers.logging.set_verbosity_error()
 import strata  # noqa: E402
 from strata.torch.hf import StrataTrainer  # noqa: E402
 
@@ -61,16 +61,6 @@ def weights(model_or_engine):
     return {n: p.detach().clone() for n, p in model_or_engine.named_parameters()}
 
 
-def first_difference(got, want):
-    for n, w in want.items():
-        a, b = got[n].reshape(-1), w.reshape(-1)
-        diff = (a.view(torch.int32) != b.view(torch.int32)).nonzero()
-        if len(diff):
-            i = diff[0].item()
-            return "%s[%d]: %r vs %r" % (n, i, a[i].item(), b[i].item())
-    return None
-
-
 def model(seed):
     m = H.build(transformers, "llama", seed)
     return m
@@ -92,7 +82,7 @@ def main():
 
     ref, st = run_pair(seed, data, 1e9, "exact")
     want, got = losses_of(ref), losses_of(st)
-    diff = first_difference(weights(st.engine), weights(ref.model))
+    diff = adam_oracle.first_difference(weights(st.engine), weights(ref.model))
     print("Trainer losses %s\nStrataTrainer  %s" % (want, got))
     T.check(len(got) == STEPS and got == want, "StrataTrainer logs Trainer's losses", got, want)
     T.check(diff is None, "StrataTrainer's weights bit-identical to Trainer + torch AdamW", diff, "no difference")
@@ -125,7 +115,7 @@ def main():
     second = StrataTrainer(model=model(seed + 1), args=args(run, save_strategy="no"), train_dataset=data,
                            strata_config=nvme_config(T.scratch("hf-trainer-nvme-r2")))
     second.train(resume_from_checkpoint=os.path.join(run, "checkpoint-2"))
-    diff = first_difference(weights(second.engine), end)
+    diff = adam_oracle.first_difference(weights(second.engine), end)
     T.check(diff is None, "resume_from_checkpoint: the weights end bit-identical to the uninterrupted run", diff,
             "no difference")
     second.engine.close()

@@ -12,13 +12,16 @@ import sys
 import strata_test as T
 
 VOCAB, SEQ, BATCH = 64, 16, 2
+HP = dict(lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)  # torch.optim.AdamW's and strata's
 VENV_PYTHON = os.environ.get("STRATA_HF_PYTHON") or os.path.join(T.BUILD_DIR, "venv", "bin", "python")
 
 
 def require_transformers():
-    """transformers, or this process re-run under the venv that has it, or a skip that says how to get it."""
+    """transformers (its warnings off), or this process re-run under the venv that has it, or a skip that says how
+    to get it."""
     try:
         import transformers
+        transformers.logging.set_verbosity_error()
         return transformers
     except ImportError:
         pass
@@ -50,6 +53,12 @@ def _configs(transformers):
 
 
 NAMES = ("gpt2", "llama", "mistral", "mixtral", "bert", "t5")
+
+
+def optimizer_section():
+    """The config's optimizer: torch.optim.AdamW(**HP)."""
+    return {"type": "AdamW", "params": {"lr": HP["lr"], "betas": list(HP["betas"]), "eps": HP["eps"],
+                                        "weight_decay": HP["weight_decay"]}}
 
 
 def build(transformers, name, seed):
