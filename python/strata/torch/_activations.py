@@ -4,6 +4,7 @@ A view of a lent parameter (nn.Linear saves weight.t()) is kept as a recipe over
 parameter's memory of the moment, which backward has fetched: the memory the view pointed at in forward may be
 released and reused by then. A large activation may be kept off the device by strata (strata_act_push).
 """
+from ..errors import StateError
 from . import _tensors
 
 
@@ -18,7 +19,7 @@ class ParamView:
     def restore(self, engine):
         data = self.param.data
         if data.numel() == 0:
-            raise engine.state_error(
+            raise StateError(
                 "strata: backward needs parameter %s, which is not fetched (autograd saved a view of it in forward); "
                 "run the module's backward through engine.backward(loss), or report the pattern that got here" %
                 engine.param_name(self.param))

@@ -6,8 +6,6 @@ every copy OffloadAdam makes runs on that stream, after the trainer's own work, 
 for it. The CUDA path could not be run where it was written (no GPU): it follows strata.h's contract.
 """
 import contextlib
-import ctypes
-import weakref
 
 import torch
 
@@ -62,10 +60,7 @@ def host_view(address, numel, dtype, keep):
     """(tensor, alive): a 1-D CPU tensor over strata's host memory at address that keeps `keep` (the strata.Engine
     that owns the memory) alive for as long as the tensor, or any view of it, lives; alive() is true while one does.
     A parameter or gradient that aliases strata's store can so never outlive it, whatever order Python frees in."""
-    nbytes = numel * torch.finfo(dtype).bits // 8
-    source = (ctypes.c_byte * nbytes).from_address(address)
-    source.owner = keep  # ctypes instances take attributes: the engine lives as long as the buffer object
-    return torch.frombuffer(memoryview(source), dtype=dtype, count=numel), weakref.ref(source)
+    return _tensors.wrap_watched(address, numel, dtype, torch.device("cpu"), keep=keep)
 
 
 def for_device(engine, device):

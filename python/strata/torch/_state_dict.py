@@ -9,8 +9,6 @@ state_dict() is a collective: every rank must call it.
 """
 import weakref
 
-import torch
-
 from ..errors import StateError
 
 

@@ -25,19 +25,21 @@ def wrap(address, numel, dtype, device):
     return wrap_watched(address, numel, dtype, device)[0]
 
 
-def wrap_watched(address, numel, dtype, device):
+def wrap_watched(address, numel, dtype, device, keep=None):
     """(tensor, alive) as wrap, where alive() is true while any tensor still refers to the memory: the tensor, a
     view of it, a tensor autograd saved. Every such tensor keeps the object torch took the memory from, which
-    alive watches through a weak reference."""
+    alive watches through a weak reference; that object also keeps `keep` (the owner of the memory, say) alive."""
     if device.type == "cuda":
         typestr, view_as = _CAI_TYPESTR[dtype]
         source = _DeviceMemory(address, numel, typestr)
+        source.owner = keep
         t = torch.as_tensor(source, device=device)
         assert t.data_ptr() == address  # a view of strata's memory, never a copy
         return (t.view(view_as) if view_as is not None else t), weakref.ref(source)
     nbytes = numel * torch.finfo(dtype).bits // 8
-    source = memoryview((ctypes.c_byte * nbytes).from_address(address))
-    return torch.frombuffer(source, dtype=dtype, count=numel), weakref.ref(source)
+    source = (ctypes.c_byte * nbytes).from_address(address)
+    source.owner = keep  # ctypes instances take attributes
+    return torch.frombuffer(memoryview(source), dtype=dtype, count=numel), weakref.ref(source)
 
 
 def empty(dtype, device):

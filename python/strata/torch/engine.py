@@ -308,11 +308,8 @@ class StrataEngine:
         return (p, start) if ptr < end else None
 
     def param_name(self, p):
+        """p's qualified name in the model (for messages)."""
         return self._names.get(id(p), "?")
-
-    @staticmethod
-    def state_error(message):
-        return StateError(message)
 
     # ---------------------------------------------------------------- forward
 
