@@ -10,7 +10,8 @@ and each must end with losses and fp32 weights bit-identical to plain PyTorch (A
 same checkpointing: HF's recompute restores the RNG, so dropout masks match). Also: save_checkpoint -> a fresh
 engine on other weights -> load_checkpoint -> the remaining steps, bit-identical, and `strata ckpt export` of that
 checkpoint gives each tensor in its model shape (read by the safetensors package); engine.module.state_dict() and
-save_pretrained() -> from_pretrained() give the trained weights (eval logits identical to the engine's); misuse that
+save_pretrained() -> from_pretrained() give the trained weights (eval logits identical to the engine's, and greedy
+generate() the same tokens); misuse that
 used to give wrong gradients silently now raises.
 Run with the venv's python (tools/run makes STRATA_BUILD_DIR/venv); under Debian's python the test re-runs itself
 there, or skips when the venv is missing.
@@ -161,6 +162,12 @@ def check_pretrained(name, seed, model, engine):
         got = loaded(**b).logits
     T.check(torch.equal(got, want), "%s: save_pretrained -> from_pretrained: logits identical" % name,
             (got - want).abs().max().item(), 0.0)
+    if name != "bert":  # greedy generation, with its cache, through strata and through the loaded copy
+        prompt = b["input_ids"][:1, :6]
+        a = model.generate(prompt, max_new_tokens=5, do_sample=False, pad_token_id=0)
+        c = loaded.generate(prompt, max_new_tokens=5, do_sample=False, pad_token_id=0)
+        T.check(torch.equal(a, c), "%s: generate() through strata gives the loaded model's tokens" % name,
+                a.tolist(), c.tolist())
     T.check(all(p.data.numel() == 0 for p in model.parameters()), "%s: the parameters hold no storage between uses"
             % name)
     engine.train()
