@@ -17,6 +17,7 @@ Run: tests/py_torch_engine.py [--resume-from DIR OUT SEED]  (the second form is 
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -283,6 +284,7 @@ def misuse(engine, model, seed):
     T.check_raises(strata.InvalidArgument, "not in model_parameters", lambda: strata.torch.initialize(
         model=fresh, config={}, model_parameters=list(fresh.transformer.h.parameters())), "trainable parameters left out")
     frozen(seed)
+    no_gradient(seed)
 
     # engine.step() from inside forward (a hook on a block)
     block = model.transformer.h[1]
@@ -307,6 +309,33 @@ def misuse(engine, model, seed):
     T.check(first_difference(after, before) is not None, "after misuse the engine still trains")
     T.check_raises(strata.StateError, "while a forward is still running", lambda: _backward_in_forward(engine, model),
                    "engine.backward inside forward")
+
+
+class _Branches(torch.nn.Module):
+    """Two linears of which forward uses one: the other gets no gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.used, self.unused = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.used(x).sum()
+
+
+def no_gradient(seed):
+    """A parameter no gradient reaches is stepped with a zero gradient: said once, naming it."""
+    import warnings
+    torch.manual_seed(seed)
+    engine = strata.torch.initialize(model=_Branches(), config={}, device="cpu")[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            engine.backward(engine(torch.randn(2, 4)))
+            engine.step()
+    said = [str(w.message) for w in caught if "got no gradient" in str(w.message)]
+    T.check(len(said) == 1 and "unused.weight" in said[0] and not re.search(r"\bused\.", said[0]),
+            "a parameter without a gradient is named once, the used one not", said, "one warning naming unused.*")
+    engine.close()
 
 
 def frozen(seed):

@@ -26,6 +26,7 @@ still referenced (a view kept elsewhere) raises instead of letting it be read af
 import functools
 import gc
 import json
+import warnings
 
 import torch
 import torch.nn as nn
@@ -123,6 +124,8 @@ class StrataEngine:
         self._callback_queued = False
         self._backward_active = False   # between the first unit's backward and the end of that backward
         self._backward_scaled = False   # the backward running is engine.backward's (the loss is scaled)
+        self._warned_no_grad = False
+        self._grad_seen = set()         # ids of the parameters a gradient reached since the last step
         self._forward_depth = 0
         self.optimizer = _LrHolder(self, [p for u in self.units for _, p in u.params], self.config.lr)
         self.lr_scheduler = lr_scheduler(self.optimizer) if callable(lr_scheduler) and not hasattr(
@@ -439,6 +442,7 @@ class StrataEngine:
     def _grad_accumulated(self, unit, i):
         if not unit.in_backward:
             return  # a gradient refused by _grad_arriving: the error is on its way
+        self._grad_seen.add(id(unit.params[i][1]))
         unit.pending.discard(i)
         if not unit.pending:
             self._finish_backward(unit)
@@ -534,6 +538,7 @@ class StrataEngine:
     def _optimizer_step(self):
         """strata's optimizer step with engine.optimizer's lr; what engine.optimizer.step() does."""
         self._check_between_steps("engine.optimizer.step()")
+        self._warn_no_grad()
         self.last_step = self.engine.step(lr=self.optimizer.param_groups[0]["lr"])
         self.global_steps += 1
         if self.lr_scheduler is not None and not self.last_step["skipped"]:
@@ -542,6 +547,20 @@ class StrataEngine:
             print("strata: step %d lr %.4g grad_norm %.4g loss_scale %g" % (
                 self.global_steps, self.optimizer.param_groups[0]["lr"], self.last_step["grad_norm"],
                 self.last_step["loss_scale"]), flush=True)
+
+    def _warn_no_grad(self):
+        """Once: parameters that got no gradient since the last step (a MoE expert no token reached, a branch not
+        taken) are stepped with a zero gradient, where torch.optim skips a None .grad."""
+        if not self._warned_no_grad:
+            names = [q for u in self.units for q, p in u.params if id(p) not in self._grad_seen]
+            if names:
+                warnings.warn(
+                    "strata: %s got no gradient since the last step; strata steps every parameter, so they are updated "
+                    "with a zero gradient (the moments decay, weight decay applies), as torch.optim does after "
+                    "zero_grad(set_to_none=False), while after set_to_none=True torch skips them" %
+                    ", ".join(names[:4] + (["..."] if len(names) > 4 else [])), stacklevel=3)
+                self._warned_no_grad = True
+        self._grad_seen = set()
 
     # ---------------------------------------------------------------- modes
 
