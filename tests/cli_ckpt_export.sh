@@ -69,8 +69,11 @@ else
 fi
 
 # ---- a checkpoint without shapes: flat tensors, and a note that names one
-check "flat: a checkpoint of an Engine without shapes" 0 "" -- "$py" "$checker" flat-ckpt "$scratch/flat" \
-    "$scratch/flat.pt" "$seed"
+# This one loads libstrata.so into Python: a sanitized build's runtimes go first (STRATA_PY_PRELOAD, from CMake).
+preload=()
+[ -n "${STRATA_PY_PRELOAD:-}" ] && preload=(env "LD_PRELOAD=$STRATA_PY_PRELOAD" "ASAN_OPTIONS=detect_leaks=0")
+check "flat: a checkpoint of an Engine without shapes" 0 "" -- "${preload[@]}" "$py" "$checker" flat-ckpt \
+    "$scratch/flat" "$scratch/flat.pt" "$seed"
 check "flat: export notes the missing shapes" 0 "note: 6 of 6 tensors (\"layer0.bias\" and others) have no recorded shape" \
     -- "$bin" ckpt export "$scratch/flat" --to "$scratch/flat.safetensors"
 check "flat: tensors equal read_master's, 1-D" 0 "compared with" -- "$py" "$checker" compare \
