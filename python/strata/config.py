@@ -23,6 +23,35 @@ def _positive_int(key, value):
     return value
 
 
+def read_document(source):
+    """(origin, the JSON object) of a config source (a dict comes back as a shallow copy): a dict, the path of a JSON file, a Config, or
+    None (empty). Nothing is checked but the file and the JSON: "auto" values and the like may still be filled in.
+    IOFailure when the file cannot be read, ConfigError when it is not a JSON object."""
+    if isinstance(source, Config):
+        origin, doc = source.origin, json.loads(json.dumps(source.document))
+    elif isinstance(source, (str, os.PathLike)):
+        origin = os.fspath(source)
+        try:
+            with open(origin, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise IOFailure("config: cannot read %s: %s" % (origin, e.strerror or e)) from None
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError("config: %s is not valid JSON: %s at line %d column %d" %
+                              (origin, e.msg, e.lineno, e.colno)) from None
+    elif source is None or isinstance(source, dict):
+        origin = "<dict>"
+        doc = dict(source or {})
+    else:
+        raise ConfigError("config: expected a dict, a JSON file path or a strata.Config, got %s" %
+                          type(source).__name__)
+    if not isinstance(doc, dict):
+        raise ConfigError("config: %s must hold a JSON object at the top level, not %s" % (origin, type(doc).__name__))
+    return origin, doc
+
+
 class Config:
     """A checked configuration.
 
@@ -31,29 +60,7 @@ class Config:
     """
 
     def __init__(self, source=None):
-        if isinstance(source, Config):
-            self.origin, doc = source.origin, json.loads(json.dumps(source.document))
-        elif isinstance(source, (str, os.PathLike)):
-            self.origin = os.fspath(source)
-            try:
-                with open(self.origin, encoding="utf-8") as f:
-                    text = f.read()
-            except OSError as e:
-                raise IOFailure("config: cannot read %s: %s" % (self.origin, e.strerror or e)) from None
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ConfigError("config: %s is not valid JSON: %s at line %d column %d" %
-                                  (self.origin, e.msg, e.lineno, e.colno)) from None
-        elif source is None or isinstance(source, dict):
-            self.origin = "<dict>"
-            doc = dict(source or {})
-        else:
-            raise ConfigError("config: expected a dict, a JSON file path or a strata.Config, got %s" %
-                              type(source).__name__)
-        if not isinstance(doc, dict):
-            raise ConfigError("config: %s must hold a JSON object at the top level, not %s" %
-                              (self.origin, type(doc).__name__))
+        self.origin, doc = read_document(source)
         self.document = doc
         self.trainer = {k: doc[k] for k in TRAINER_KEYS if k in doc}
         engine_doc = {k: v for k, v in doc.items() if k not in TRAINER_KEYS}

@@ -1,12 +1,11 @@
 """strata.torch.initialize: deepspeed.initialize's signature and return value, each argument honoured or refused
 with its reason."""
-import json
-import os
+import copy
 
 import torch
 import torch.nn as nn
 
-from ..config import Config
+from ..config import read_document
 from ..engine import world
 from ..errors import ConfigError, InvalidArgument
 from .engine import StrataEngine
@@ -57,6 +56,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if dist_init_required not in (None, True, False):
         raise InvalidArgument("strata.torch.initialize: dist_init_required = %r must be None, True or False" %
                               (dist_init_required,))
+    if collate_fn is not None and training_data is None:
+        raise InvalidArgument("strata.torch.initialize: collate_fn without training_data has nothing to collate; "
+                              "hint: pass training_data= too, or drop collate_fn=")
     if model is None or not isinstance(model, nn.Module):
         raise InvalidArgument("strata.torch.initialize: model must be a torch.nn.Module, got %s" %
                               type(model).__name__)
@@ -70,10 +72,6 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     engine.training_dataloader = None
     if training_data is not None:
         engine.training_dataloader = _loader(engine, training_data, collate_fn)
-    elif collate_fn is not None:
-        engine.close()
-        raise InvalidArgument("strata.torch.initialize: collate_fn without training_data has nothing to collate; "
-                              "hint: pass training_data= too, or drop collate_fn=")
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
@@ -148,12 +146,8 @@ def _adopt_optimizer(optimizer, config, model_parameters, model):
 
 
 def _document(config):
-    if isinstance(config, Config):
-        return json.loads(json.dumps(config.document))
-    if isinstance(config, dict):
-        return json.loads(json.dumps(config))
-    with open(os.fspath(config)) as f:
-        return json.load(f)
+    """The config's JSON object, a copy the caller may change (values are filled in before strata checks it)."""
+    return copy.deepcopy(read_document(config)[1])
 
 
 def _loader(engine, dataset, collate_fn):
