@@ -47,19 +47,25 @@ static strata_status find_module(strata_engine *e, strata_module_id id, size_t c
     return STRATA_OK;
 }
 
-STRATA_API float *strata_grad_store_data(strata_engine *e, strata_param_id param)
+/* The host address of parameter `param`'s elements in array a (indexed like the flat view), or
+ * NULL with the error set: a not in host memory says so and names `instead`, the call that copies. */
+static void *host_slot(strata_engine *e, strata_param_id param, const tier_array *a, const char *what,
+                       const char *instead)
 {
-    if (!e)
-        return NULL;
-    const reg_param *p = find_param(e, param, "strata_grad_store_data");
-    tier_array *store = p ? grads_store(e->grads, grads_front(e->grads)) : NULL;
-    float *at = store && store->numel ? tarr_host_ptr(store, &e->tiers.env, p->offset) : NULL;
+    const reg_param *p = find_param(e, param, what);
+    void *at = p && a->numel && a->tier == STRATA_TIER_HOST ? tarr_host_ptr(a, &e->tiers.env, p->offset) : NULL;
     if (p && !at)
-        err_set(STRATA_ESTATE, "strata_grad_store_data(\"%s\"): the gradient store is not in host memory (it is "
-                "on %s); hand gradients over with strata_grads_from_host", p->name, strata_tier_name(store->tier));
+        err_set(STRATA_ESTATE, "%s(\"%s\"): the array is on %s, not in host memory; use %s", what, p->name,
+                strata_tier_name(a->tier), instead);
     if (!at)
         err_copy(&e->err, err_last_status());
     return at;
+}
+
+STRATA_API float *strata_grad_store_data(strata_engine *e, strata_param_id param)
+{
+    return e ? host_slot(e, param, grads_store(e->grads, grads_front(e->grads)), "strata_grad_store_data",
+                         "strata_grads_from_host") : NULL;
 }
 
 /* Writes the module's gradients into dst (the module's fp32 range of the store, or a buffer for it): the first of
@@ -130,17 +136,8 @@ STRATA_API strata_status strata_grads_from_host(strata_engine *e, strata_module_
 
 STRATA_API void *strata_param_home_data(strata_engine *e, strata_param_id param)
 {
-    if (!e)
-        return NULL;
-    const reg_param *p = find_param(e, param, "strata_param_home_data");
-    const tier_array *home = p ? &e->tiers.param[e->tiers.param_front] : NULL;
-    void *at = home && home->tier == STRATA_TIER_HOST ? tarr_host_ptr(home, &e->tiers.env, p->offset) : NULL;
-    if (p && !at)
-        err_set(STRATA_ESTATE, "strata_param_home_data(\"%s\"): the parameters live on %s, not in host memory; "
-                "copy them out with strata_params_to_host", p->name, strata_tier_name(home->tier));
-    if (!at)
-        err_copy(&e->err, err_last_status());
-    return at;
+    return e ? host_slot(e, param, &e->tiers.param[e->tiers.param_front], "strata_param_home_data",
+                         "strata_params_to_host") : NULL;
 }
 
 static strata_status params_to_host(strata_engine *e, strata_module_id id, void *const *params, size_t count)
