@@ -7,7 +7,8 @@ clipping threshold is not reached (Trainer's torch clipping then multiplies by e
 the gradients); with clipping that triggers, strata clips (Trainer could not: strata holds the gradients) and the
 weights agree with Trainer's within float rounding of the norm. Then: trainer.save_model() writes weights that
 from_pretrained loads to the same logits; a checkpoint saved mid-run resumes to the same end; what strata cannot do
-as asked is refused with the reason.
+as asked (weight decay with Trainer's groups, another optimizer, a config that disagrees, several processes) is
+refused with the reason.
 """
 import os
 import sys
@@ -126,6 +127,12 @@ def main():
     T.check_raises(strata.InvalidArgument, "optim", lambda: StrataTrainer(
         model=model(seed), args=args(T.scratch("hf-trainer-sgd"), optim="sgd"), train_dataset=data,
         strata_config={}), "another optimizer")
+    # Trainer over several processes (torch.distributed): its sharding and DDP are not strata's ranks. Refused.
+    from unittest import mock
+    with mock.patch.object(transformers.TrainingArguments, "world_size", property(lambda self: 2)):
+        T.check_raises(strata.InvalidArgument, "one process", lambda: StrataTrainer(
+            model=model(seed), args=args(T.scratch("hf-trainer-ranks")), train_dataset=data,
+            strata_config=nvme_config(T.scratch("hf-trainer-nvme-ranks"))), "Trainer with 2 processes")
     T.check_raises(strata.ConfigError, "gradient_accumulation_steps", lambda: StrataTrainer(
         model=model(seed), args=args(T.scratch("hf-trainer-gas")), train_dataset=data,
         strata_config={"gradient_accumulation_steps": 2}), "a config that disagrees with TrainingArguments")

@@ -17,7 +17,7 @@ learning_rate, adam_beta1/2, adam_epsilon, weight_decay, per_device_train_batch_
 max_grad_norm (strata clips: Trainer's own clipping would see no gradients, strata holds them), fp16 / bf16. A key
 the strata config sets itself must agree with the argument or be "auto". Refused, with the reason: optimizers other
 than AdamW, a weight_decay above 0 (Trainer decays all but biases and norms, and strata's engine runs one set of
-hyperparameters), a user-made optimizer.
+hyperparameters), a user-made optimizer, more than one process (Trainer's data sharding and DDP are not strata's ranks).
 """
 import copy
 import os
@@ -53,6 +53,14 @@ class StrataTrainer(transformers.Trainer):
         args.max_grad_norm = 0.0
         super().__init__(model, args, *rest, optimizers=optimizers, **kwargs)
         self.engine, _, _, _ = initialize(model=self.model, config=config, device=self.args.device)
+        if self.engine.world_size > 1 or self.args.world_size > 1:
+            ranks = (self.engine.world_size, self.args.world_size)
+            self.engine.close()
+            raise InvalidArgument(
+                "StrataTrainer: strata's world has %d rank(s) and Trainer's %d process(es); StrataTrainer trains one "
+                "process for now (Trainer would shard its data over torch.distributed and wrap the model in DDP, which "
+                "strata's ranks do not use); hint: one process, or strata.torch.initialize with your own sharded "
+                "loader under mpirun" % ranks)
 
     def create_optimizer(self):
         self.optimizer = self.engine.optimizer
