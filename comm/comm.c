@@ -9,6 +9,32 @@
 
 #include "comm/comm_internal.h"
 
+const char *comm_dtype_name(comm_dtype dt)
+{
+    switch (dt) {
+    case COMM_BYTE: return "bytes";
+    case COMM_F32: return "f32";
+    case COMM_F64: return "f64";
+    case COMM_U64: return "u64";
+    case COMM_I32: return "i32";
+    }
+    return "?";
+}
+
+const char *comm_kind_name_of(comm_kind k)
+{
+    switch (k) {
+    case COMM_KIND_NONE: return "no collective";
+    case COMM_KIND_ALLREDUCE: return "all-reduce";
+    case COMM_KIND_REDUCE_SCATTER: return "reduce-scatter";
+    case COMM_KIND_ALLGATHER: return "all-gather";
+    case COMM_KIND_BROADCAST: return "broadcast";
+    case COMM_KIND_BARRIER: return "barrier";
+    case COMM_KIND_ATTACH_NCCL: return "NCCL attach";
+    }
+    return "?";
+}
+
 size_t comm_dtype_bytes(comm_dtype dt)
 {
     switch (dt) {
@@ -148,7 +174,7 @@ static strata_status allreduce(comm *c, const char *op, void *buf, size_t count,
     ERR_CHECK(comm_check_args(c, op, count, dt, true, buf, buf));
     if (rop != COMM_SUM && rop != COMM_MAX && rop != COMM_MIN)
         return err_set(STRATA_EINVAL, "%s: op %d is not a comm_op", op, (int)rop);
-    comm_req r = {.op = op, .run = run_allreduce, .recv = buf, .count = count, .dt = dt, .rop = rop,
+    comm_req r = {.op = op, .kind = COMM_KIND_ALLREDUCE, .run = run_allreduce, .recv = buf, .count = count, .dt = dt, .rop = rop,
                   .payload_bytes = counted ? 2 * count * comm_dtype_bytes(dt) : 0};
     return comm_run_blocking(c, &r);
 }
@@ -172,7 +198,7 @@ strata_status comm_make_reduce_scatter(comm *c, const char *op, const void *send
                                        comm_dtype dt, comm_req *r)
 {
     ERR_CHECK(comm_check_args(c, op, recv_count, dt, true, send, recv));
-    *r = (comm_req){.op = op, .run = run_reduce_scatter, .send = send, .recv = recv, .count = recv_count, .dt = dt,
+    *r = (comm_req){.op = op, .kind = COMM_KIND_REDUCE_SCATTER, .run = run_reduce_scatter, .send = send, .recv = recv, .count = recv_count, .dt = dt,
                     .payload_bytes = (uint64_t)c->size * recv_count * comm_dtype_bytes(dt)};
     return STRATA_OK;
 }
@@ -202,7 +228,7 @@ strata_status comm_make_allgather(comm *c, const char *op, const void *send, voi
 {
     ERR_CHECK(comm_check_args(c, op, send_count, dt, false, send, recv));
     size_t block = send_count * comm_dtype_bytes(dt);
-    *r = (comm_req){.op = op, .run = run_allgather, .send = send, .recv = recv, .count = send_count, .dt = dt,
+    *r = (comm_req){.op = op, .kind = COMM_KIND_ALLGATHER, .run = run_allgather, .send = send, .recv = recv, .count = send_count, .dt = dt,
                     .in_place = send == (const char *)recv + (size_t)c->rank * block,
                     .payload_bytes = (uint64_t)c->size * block};
     return STRATA_OK;
@@ -234,7 +260,7 @@ strata_status comm_broadcast(comm *c, void *buf, size_t count, comm_dtype dt, in
     ERR_CHECK(comm_check_args(c, op, count, dt, false, buf, buf));
     if (root < 0 || root >= c->size)
         return err_set(STRATA_EINVAL, "%s: root = %d is out of range [0, %d)", op, root, c->size);
-    comm_req r = {.op = op, .run = run_broadcast, .recv = buf, .count = count, .dt = dt, .root = root,
+    comm_req r = {.op = op, .kind = COMM_KIND_BROADCAST, .run = run_broadcast, .recv = buf, .count = count, .dt = dt, .root = root,
                   .payload_bytes = count * comm_dtype_bytes(dt)};
     return comm_run_blocking(c, &r);
 }
@@ -248,7 +274,7 @@ strata_status comm_barrier(comm *c)
 {
     if (!c)
         return err_set(STRATA_EINVAL, "comm_barrier: comm is NULL");
-    comm_req r = {.op = "comm_barrier", .run = run_barrier};
+    comm_req r = {.op = "comm_barrier", .kind = COMM_KIND_BARRIER, .run = run_barrier};
     return comm_run_blocking(c, &r);
 }
 

@@ -23,6 +23,11 @@
  * own CUDA stream ordered by events, MPI copies to pinned staging, runs the host collective, and copies
  * back. On the host backend device memory is host memory and the host path is used directly.
  *
+ * Agreement. Before each collective the ranks compare what they are about to run (kind, sizes, number): a rank
+ * in a different call fails every rank with STRATA_ECOMM naming both calls and ranks (comm_ops.check_order). A
+ * rank that destroys its comm tells the others; one waiting in a collective that rank never reached fails naming
+ * it, and so does one whose peer on the same host was killed (its process is gone).
+ *
  * Failures. A failed collective returns a status with err_set detail naming the operation, the rank and
  * the library's message. A rank that fails between collectives calls comm_abort_world, which makes every
  * other rank's pending and later collectives fail within a bounded time (comm_set_timeout) with a message
@@ -90,6 +95,8 @@ uint64_t comm_bytes(const comm *c);
 /* Bounded waits: a collective that has not completed after timeout_ms (default 120000; 0 = forever)
  * fails with STRATA_ECOMM naming the operation. */
 void comm_set_timeout(comm *c, uint32_t timeout_ms);
+/* The largest timeout in seconds (strata_comm_set_timeout, strata.comm_timeout_s): what fits timeout_ms. */
+#define COMM_TIMEOUT_MAX_S 4000000.0
 /* This rank failed with message why: tells every other rank (their collectives fail with STRATA_ECOMM,
  * "rank R failed: why"), and makes this rank's later collectives fail the same way. */
 void comm_abort_world(comm *c, const char *why);

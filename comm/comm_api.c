@@ -44,3 +44,14 @@ STRATA_API void strata_comm_abort(strata_comm *c, const char *why)
     if (c && comm_size(c) > 1)
         comm_abort_world(c, why && *why ? why : "aborted by the trainer");
 }
+
+STRATA_API strata_status strata_comm_set_timeout(strata_comm *c, double seconds)
+{
+    if (!c)
+        return err_set(STRATA_EINVAL, "strata_comm_set_timeout: comm is NULL");
+    if (!(seconds >= 0 && seconds <= COMM_TIMEOUT_MAX_S))
+        return err_set(STRATA_EINVAL, "strata_comm_set_timeout: seconds = %g is out of range [0, %g] (0 = wait "
+                       "forever)", seconds, COMM_TIMEOUT_MAX_S);
+    comm_set_timeout(c, (uint32_t)(seconds * 1000.0 + 0.5));
+    return STRATA_OK;
+}

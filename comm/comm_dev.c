@@ -159,6 +159,6 @@ strata_status comm_attach_nccl(comm *c, device *dev, void *nccl_comm)
     if (!nccl_comm && c->size == 1)
         return err_set(STRATA_EUNSUPPORTED, "%s: a world of 1 needs no NCCL (device collectives are copies)", op);
     /* On the worker: the bootstrap broadcasts over MPI, which only the worker calls. */
-    comm_req r = {.op = op, .run = run_attach, .dev = dev, .arg = nccl_comm};
+    comm_req r = {.op = op, .kind = COMM_KIND_ATTACH_NCCL, .run = run_attach, .dev = dev, .arg = nccl_comm};
     return comm_run_blocking(c, &r);
 }

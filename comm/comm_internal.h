@@ -36,14 +36,37 @@ typedef struct comm_ops {
     void (*abort_world)(comm *c, const char *msg);
     /* Whether a peer's abort message has arrived (msg receives it); never blocks. Worker thread. May be NULL. */
     bool (*peer_failed)(comm *c, char *msg, size_t len);
+    /* Before collective number r->seq (every request with a kind): every rank learns what every other is about to
+     * run, and a rank in a different collective, or with other sizes, fails every rank at once with one message
+     * naming both calls and ranks, instead of a transport error or a deadline. Worker thread. May be NULL. */
+    strata_status (*check_order)(comm *c, const comm_req *r);
     /* Frees impl after the worker has stopped, on the destroying thread. */
     void (*destroy)(comm *c);
 } comm_ops;
+
+/* What a request does to the world, compared across ranks before it runs (check_order). COMM_KIND_NONE: a
+ * request that is not a collective (an abort message, a device detach). */
+typedef enum comm_kind {
+    COMM_KIND_NONE,
+    COMM_KIND_ALLREDUCE,
+    COMM_KIND_REDUCE_SCATTER,
+    COMM_KIND_ALLGATHER,
+    COMM_KIND_BROADCAST,
+    COMM_KIND_BARRIER,
+    COMM_KIND_ATTACH_NCCL,
+} comm_kind;
+
+/* "all-reduce", "reduce-scatter", ... for messages. */
+const char *comm_kind_name_of(comm_kind k);
+/* "f32", "u64", ... for messages. */
+const char *comm_dtype_name(comm_dtype dt);
 
 /* One queued collective. The blocking calls keep it on their stack; comm_start_* hand it out as comm_req. */
 struct comm_req {
     comm *c;
     const char *op; /* the public name, for messages */
+    comm_kind kind;
+    uint64_t seq;   /* set by the worker: this collective's number on the comm, from 1 */
     /* Runs the collective on the worker thread. */
     strata_status (*run)(comm *c, comm_req *r);
     const void *send;
@@ -73,6 +96,7 @@ struct strata_comm {
     bool owns_mpi; /* comm_create_from_env initialised MPI: destroy finalises it */
     _Atomic uint64_t bytes;
     _Atomic uint32_t timeout_ms;
+    _Atomic uint64_t seq; /* collectives started so far (written by the worker only) */
     /* Set once, by the first failure that leaves the world unusable; read by every later call. */
     _Atomic bool broken;
     pthread_mutex_t broken_lock;

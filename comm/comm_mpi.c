@@ -6,6 +6,12 @@
  * leaves the others blocked inside MPI. The abort messages travel on a second duplicate of the embedder's
  * communicator ("ctl"), where one MPI_Irecv from any source stays posted for the comm's life.
  *
+ * Ranks that disagree or disappear. Before each collective the ranks exchange what they are about to run
+ * (comm_order.c): a rank in another call fails every rank at once, with one message naming both calls. A rank
+ * that destroys its comm tells the others how many collectives it ran ("leave" messages on ctl), so a survivor
+ * waiting in a later one knows it will never come; a rank on this host that is killed is found missing by its pid
+ * (comm_peers.c). Both are checked while a collective waits, so the survivors report within seconds.
+ *
  * After a failure the world is in an unknown state: the collective that failed is still posted (MPI forbids
  * cancelling or freeing a nonblocking collective's request), so the comm is marked broken and every later
  * call fails at once. Destroy then cancels the abort receive but leaves both communicators allocated: freeing
@@ -19,9 +25,14 @@
 
 #include "base/log.h"
 #include "comm/comm_internal.h"
+#include "comm/comm_order.h"
+#include "comm/comm_peers.h"
 
-/* The only message on ctl. */
+/* The messages on ctl: a rank failed (its text), a rank left the world (the count of collectives it ran). */
 #define ABORT_TAG 1
+#define LEAVE_TAG 2
+/* How often a waiting rank looks for the processes of its peers on this host. */
+#define PEER_CHECK_NS 500000000ull
 /* How long comm_abort_world lets its messages drain before it lets go of them. */
 #define ABORT_SEND_WAIT_NS 2000000000ull
 
@@ -29,8 +40,13 @@ struct comm_impl {
     MPI_Comm data; /* the collectives */
     MPI_Comm ctl;  /* abort messages */
     MPI_Request abort_recv; /* MPI_REQUEST_NULL once received or cancelled */
-    char abort_buf[ERR_MSG_BYTES];
+    char abort_buf[ERR_MSG_BYTES + 24]; /* "<world id> <message>" */
     bool abort_seen;
+    uint64_t world_id;    /* this comm's: rank 0's nonce; messages of an earlier comm carry another */
+    uint64_t *left_after; /* per rank: the collectives it ran before leaving the world; UINT64_MAX while it is in */
+    comm_peer *peers;     /* per rank: its process, to find it gone */
+    comm_order *orders;   /* per rank: the collective it is about to run (check_order's buffer) */
+    uint64_t next_peer_check_ns;
     int stranded; /* collectives left posted by a failure: the communicators must not be freed */
     bool owns_mpi; /* comm_create_from_env initialised MPI: destroy finalises it */
 };
@@ -60,19 +76,62 @@ static MPI_Op mpi_op(comm_op op)
     return op == COMM_MAX ? MPI_MAX : op == COMM_MIN ? MPI_MIN : MPI_SUM;
 }
 
+static strata_status post_ctl_recv(comm_impl *m)
+{
+    return MPI_Irecv(m->abort_buf, sizeof m->abort_buf, MPI_CHAR, MPI_ANY_SOURCE, MPI_ANY_TAG, m->ctl,
+                     &m->abort_recv) == MPI_SUCCESS ? STRATA_OK : STRATA_ECOMM;
+}
+
+/* Takes the messages that arrived on ctl: an abort is kept (the first one), a leave recorded and the receive posted
+ * again. */
+static void take_ctl_messages(comm_impl *m)
+{
+    while (!m->abort_seen && m->abort_recv != MPI_REQUEST_NULL) {
+        int flag = 0;
+        MPI_Status status;
+        if (MPI_Test(&m->abort_recv, &flag, &status) != MPI_SUCCESS || !flag)
+            return;
+        m->abort_buf[sizeof m->abort_buf - 1] = '\0';
+        /* MPI reuses a freed communicator's context for a new one, so a message a destroyed comm never received
+         * can arrive here: only this world's are taken. */
+        char *text = NULL;
+        bool ours = strtoull(m->abort_buf, &text, 16) == m->world_id && *text == ' ';
+        if (ours && status.MPI_TAG != LEAVE_TAG) {
+            memmove(m->abort_buf, text + 1, strlen(text + 1) + 1);
+            m->abort_seen = true;
+            return;
+        }
+        if (ours)
+            m->left_after[status.MPI_SOURCE] = strtoull(text + 1, NULL, 10);
+        if (post_ctl_recv(m) != STRATA_OK)
+            m->abort_recv = MPI_REQUEST_NULL;
+    }
+}
+
 static bool mpi_peer_failed(comm *c, char *msg, size_t len)
 {
     comm_impl *m = c->impl;
-    if (!m->abort_seen && m->abort_recv != MPI_REQUEST_NULL) {
-        int flag = 0;
-        if (MPI_Test(&m->abort_recv, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
-            m->abort_buf[sizeof m->abort_buf - 1] = '\0';
-            m->abort_seen = true;
-        }
-    }
-    if (m->abort_seen)
+    take_ctl_messages(m);
+    if (m->abort_seen) {
         snprintf(msg, len, "%s", m->abort_buf);
-    return m->abort_seen;
+        return true;
+    }
+    /* The collective this rank waits in is number seq: a rank that left after fewer will never join it. */
+    uint64_t seq = atomic_load(&c->seq);
+    for (int r = 0; r < c->size; r++)
+        if (m->left_after[r] < seq) {
+            snprintf(msg, len,
+                     "rank %d left the world after %llu collectives (it destroyed its comm: its trainer finished or "
+                     "stopped) while this rank waits in collective #%llu; every rank must make the same strata calls "
+                     "(the same number of steps and micro-batches)",
+                     r, (unsigned long long)m->left_after[r], (unsigned long long)seq);
+            return true;
+        }
+    uint64_t now = comm_now_ns();
+    if (now < m->next_peer_check_ns)
+        return false;
+    m->next_peer_check_ns = now + PEER_CHECK_NS;
+    return comm_peers_gone(m->peers, c->size, c->rank, msg, len) >= 0;
 }
 
 /* Polls a posted collective to completion within the comm's deadline (see the top of the file). */
@@ -140,9 +199,26 @@ static strata_status mpi_barrier(comm *c, const char *op)
     return wait_bounded(c, op, "MPI_Ibarrier", rc, &req);
 }
 
-static void mpi_abort_world(comm *c, const char *msg)
+static strata_status mpi_check_order(comm *c, const comm_req *r)
 {
     comm_impl *m = c->impl;
+    comm_order mine;
+    comm_order_of(r, &mine);
+    MPI_Request req;
+    int rc = MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, m->orders, sizeof mine, MPI_BYTE, m->data, &req);
+    ERR_CHECK(wait_bounded(c, r->op, "MPI_Iallgather (the order check)", rc, &req));
+    char msg[ERR_MSG_BYTES];
+    if (!comm_order_agree(m->orders, c->size, msg, sizeof msg))
+        return comm_mark_broken(c, r->op, msg);
+    return STRATA_OK;
+}
+
+/* Sends msg with tag to every other rank on ctl; a peer that is gone must not hold this rank (see below). */
+static void send_to_peers(comm *c, int tag, const char *what)
+{
+    comm_impl *m = c->impl;
+    char msg[ERR_MSG_BYTES + 24];
+    snprintf(msg, sizeof msg, "%016llx %s", (unsigned long long)m->world_id, what);
     MPI_Request *reqs = calloc((size_t)c->size, sizeof *reqs);
     if (!reqs) {
         LOG_WARN(LOG_CORE, "comm_abort_world: out of host memory; the other ranks will time out instead");
@@ -150,7 +226,7 @@ static void mpi_abort_world(comm *c, const char *msg)
     }
     int n = 0;
     for (int r = 0; r < c->size; r++)
-        if (r != c->rank && MPI_Isend(msg, (int)strlen(msg) + 1, MPI_CHAR, r, ABORT_TAG, m->ctl, &reqs[n]) ==
+        if (r != c->rank && MPI_Isend(msg, (int)strlen(msg) + 1, MPI_CHAR, r, tag, m->ctl, &reqs[n]) ==
                                 MPI_SUCCESS)
             n++;
     /* Small messages go out eagerly, so this is quick; a peer that is gone must not hold this rank, so after a
@@ -167,11 +243,24 @@ static void mpi_abort_world(comm *c, const char *msg)
     free(reqs);
 }
 
+static void mpi_abort_world(comm *c, const char *msg)
+{
+    send_to_peers(c, ABORT_TAG, msg);
+}
+
 static void mpi_destroy(comm *c)
 {
     comm_impl *m = c->impl;
     if (!m)
         return;
+    /* A rank that leaves a working world says after how many collectives, so that a peer still waiting for a later
+     * one (it runs more steps) fails at once, naming this rank. Every rank of a world that ends together sends it
+     * too; nobody waits for it then, and MPI drops it with the communicator. */
+    if (m->ctl != MPI_COMM_NULL && m->left_after && c->size > 1 && !m->stranded && !atomic_load(&c->broken)) {
+        char text[32];
+        snprintf(text, sizeof text, "%llu", (unsigned long long)atomic_load(&c->seq));
+        send_to_peers(c, LEAVE_TAG, text);
+    }
     if (m->abort_recv != MPI_REQUEST_NULL) {
         /* Cancelling a receive completes promptly whether or not a message had arrived. */
         MPI_Cancel(&m->abort_recv);
@@ -187,6 +276,9 @@ static void mpi_destroy(comm *c)
             MPI_Comm_free(&m->ctl);
     }
     bool finalize = m->owns_mpi, broken = m->stranded || atomic_load(&c->broken);
+    free(m->left_after);
+    free(m->peers);
+    free(m->orders);
     free(m);
     c->impl = NULL;
     /* MPI_Finalize progresses what is still posted: a failed world's collective would then write into the
@@ -207,6 +299,7 @@ static const comm_ops mpi_ops = {
     .barrier = mpi_barrier,
     .abort_world = mpi_abort_world,
     .peer_failed = mpi_peer_failed,
+    .check_order = mpi_check_order,
     .destroy = mpi_destroy,
 };
 
@@ -248,9 +341,23 @@ static strata_status open_impl(const char *op, MPI_Comm base, comm_impl *m)
         return mpi_fail(op, "MPI_Comm_dup", rc);
     MPI_Comm_set_errhandler(m->data, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(m->ctl, MPI_ERRORS_RETURN);
-    rc = MPI_Irecv(m->abort_buf, sizeof m->abort_buf, MPI_CHAR, MPI_ANY_SOURCE, ABORT_TAG, m->ctl, &m->abort_recv);
+    int size = 1;
+    MPI_Comm_size(m->data, &size);
+    m->left_after = malloc((size_t)size * sizeof *m->left_after);
+    m->peers = calloc((size_t)size, sizeof *m->peers);
+    m->orders = calloc((size_t)size, sizeof *m->orders);
+    if (!m->left_after || !m->peers || !m->orders)
+        return err_set(STRATA_ENOMEM, "%s: out of host memory for %d ranks", op, size);
+    for (int r = 0; r < size; r++)
+        m->left_after[r] = UINT64_MAX;
+    comm_peer self;
+    comm_peer_self(&self);
+    rc = MPI_Allgather(&self, sizeof self, MPI_BYTE, m->peers, sizeof self, MPI_BYTE, m->data);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(op, "MPI_Irecv", rc);
+        return mpi_fail(op, "MPI_Allgather (the ranks' processes)", rc);
+    m->world_id = m->peers[0].nonce;
+    if (post_ctl_recv(m) != STRATA_OK)
+        return err_set(STRATA_ECOMM, "%s: MPI_Irecv on the control communicator failed", op);
     return STRATA_OK;
 }
 

@@ -67,9 +67,10 @@ strata_status comm_poll_check(comm *c, const char *op, uint64_t deadline_ns)
         return comm_check_broken(c, op);
     if (comm_now_ns() >= deadline_ns) {
         snprintf(msg, sizeof msg,
-                 "timed out after %u ms waiting for ranks of the world of %d (rank %d was ready; a peer skipped "
-                 "this collective, is stuck or died; comm_set_timeout sets the limit)",
-                 atomic_load(&c->timeout_ms), c->size, c->rank);
+                 "timed out after %u ms waiting for ranks of the world of %d in collective #%llu (rank %d was ready; "
+                 "a peer is stuck or slow, or died on another host; the config key strata.comm_timeout_s or "
+                 "strata_comm_set_timeout sets the limit, 0 = wait forever)",
+                 atomic_load(&c->timeout_ms), c->size, (unsigned long long)atomic_load(&c->seq), c->rank);
         return comm_mark_broken(c, op, msg);
     }
     return STRATA_OK;
@@ -94,6 +95,11 @@ static void *worker_main(void *arg)
 
         err_clear();
         strata_status st = r->runs_when_broken ? STRATA_OK : comm_check_broken(c, r->op);
+        if (st == STRATA_OK && r->kind != COMM_KIND_NONE) {
+            r->seq = atomic_fetch_add(&c->seq, 1) + 1;
+            if (c->ops->check_order)
+                st = c->ops->check_order(c, r);
+        }
         if (st == STRATA_OK)
             st = r->run(c, r);
         if (st == STRATA_OK)

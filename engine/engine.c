@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "engine/config/config_validate.h"
+#include "engine/rank_agree.h"
 #include "engine/ranks.h"
 #include "engine/sib.h"
 #include "engine/step.h"
@@ -59,6 +60,8 @@ static strata_status join_world(strata_engine *e, strata_comm *c)
     }
     e->rank = comm_rank(e->comm);
     e->world = comm_size(e->comm);
+    /* The deadline is the config's (strata.comm_timeout_s); strata_comm_set_timeout after create overrides it. */
+    comm_set_timeout(e->comm, (uint32_t)(e->cfg.comm_timeout_s * 1000.0 + 0.5));
     return STRATA_OK;
 }
 
@@ -168,6 +171,7 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     trace_finish(e->trace);
     fetch_order_destroy(e->order);
     registry_destroy(e->reg);
+    agree_destroy(e->agree);
     if (e->comm_owned)
         comm_destroy(e->comm);
     free(e);

@@ -45,6 +45,7 @@ typedef struct rank_state rank_state;
 typedef struct sib sib;
 typedef struct twin_flow twin_flow;
 typedef struct act_store act_store;
+typedef struct rank_agree rank_agree;
 
 /* Bytes moved per link and time spent, counted by whichever thread moves them. */
 typedef struct eng_counters {
@@ -66,6 +67,7 @@ struct strata_engine {
     trace *trace;                   /* strata.trace_path, or NULL */
     registry *reg;
     fetch_order *order;
+    rank_agree *agree;              /* what the ranks compare at finalize (rank_agree.c), or NULL */
 
     /* from strata_engine_finalize, in the order it builds them */
     dev_stream *h2d, *d2h, *copy, *upd; /* fetches, gradients, sync copies, parameter updates */
@@ -86,6 +88,7 @@ struct strata_engine {
 
     eng_counters ctr;
     bool ckpt_incomplete;           /* a strata_load failed half-way: the state is a mix; steps refuse */
+    bool failed_alike;              /* every rank found the last failure alike (rank_agree.c): none aborts */
 };
 
 /* STRATA_ESTATE unless finalize has run (what names the call). */

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/host_cache.h"
 #include "engine/plan.h"
+#include "engine/rank_agree.h"
 #include "engine/ranks.h"
 #include "engine/sib.h"
 #include "engine/step.h"
@@ -107,7 +108,7 @@ static strata_status build(strata_engine *e)
     ERR_CHECK(grads_create(e, &e->grads));
     ERR_CHECK(ranks_create(e, &e->ranks));
     ERR_CHECK(host_cache_open(e, &pl)); /* before the initial state, whose writes fill it */
-    ERR_CHECK(tiers_write_initial(&e->tiers, e->reg, e->cfg.param_dtype, &e->views, e->rank));
+    ERR_CHECK(tiers_write_initial(&e->tiers, e->reg, e->cfg.param_dtype, &e->views, e->rank, agree_weight_crcs(e)));
     ERR_CHECK(twin_flow_create(e, &e->twin)); /* after the initial state, which it copies */
     ERR_CHECK(residency_create(e, &e->res));
     ERR_CHECK(act_store_create(e, e->placement.act_tier, &pl, &e->acts));
@@ -129,7 +130,7 @@ static strata_status finalize(strata_engine *e)
                        "parameters first");
     /* Every rank learns how every other's build went before any rank goes on, so none waits for a rank that
      * failed (a budget, an NVMe path) in the first collective of training. */
-    strata_status st = ranks_agree_finalize(e, build(e));
+    strata_status st = agree_finalize(e, build(e));
     if (st != STRATA_OK) {
         /* Unwinding may touch the thread's error: keep the stage's message. */
         char msg[ERR_MSG_BYTES];

@@ -41,7 +41,7 @@ typedef struct handoff {
 struct grad_store {
     tier_array store[2];           /* fp32 gradient stores: [accumulating, being consumed] */
     int front;
-    uint8_t *touched[2];           /* per store, per module: gradients arrived since its last step */
+    uint8_t *touched[2];           /* per store, per module: hand-overs since its last step (at most 255) */
     grad_buffer *bufs;             /* per module */
     size_t nmods;
     pthread_mutex_t lock;          /* accumulations run on the d2h stream */
@@ -288,7 +288,8 @@ const uint8_t *grads_touched(const grad_store *g, int index)
 
 void grads_mark_touched(grad_store *g, int index, strata_module_id id)
 {
-    g->touched[index][id] = 1;
+    if (g->touched[index][id] < UINT8_MAX)
+        g->touched[index][id]++;
 }
 
 void grads_consumed(grad_store *g, int index)
@@ -394,7 +395,7 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
     if (st == STRATA_OK)
         st = dev_memcpy_async(e->d2h, job->staging, b->dev, bytes);
     if (st == STRATA_OK && ranks_grads_sharded_at_handoff(e)) {
-        g->touched[g->front][id] = 1;
+        grads_mark_touched(g, g->front, id);
         atomic_fetch_add(&e->ctr.device_to_host, bytes);
         deferred_free_after(e->frees, b->dev, e->d2h);
         b->dev = NULL;
@@ -405,7 +406,7 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
         st = sib_hand_over(e, id, job->staging);
         if (st == STRATA_OK) {
             free(job);
-            g->touched[g->front][id] = 1; /* a checkpoint refuses until strata_step */
+            grads_mark_touched(g, g->front, id); /* a checkpoint refuses until strata_step */
             atomic_fetch_add(&e->ctr.device_to_host, bytes);
             deferred_free_after(e->frees, b->dev, e->d2h);
             b->dev = NULL;
@@ -421,7 +422,7 @@ static strata_status grads_ready(strata_engine *e, strata_module_id id)
         free(job);
         return st;
     }
-    g->touched[g->front][id] = 1;
+    grads_mark_touched(g, g->front, id);
     atomic_fetch_add(&e->ctr.device_to_host, bytes);
     deferred_free_after(e->frees, b->dev, e->d2h); /* once its copy off the device is done */
     b->dev = NULL;

@@ -33,10 +33,11 @@ void grads_discard(struct strata_engine *e, strata_module_id id);
 int grads_front(const grad_store *g);
 void grads_flip(grad_store *g);
 tier_array *grads_store(grad_store *g, int index);
-/* Per module: whether gradients arrived in store index since its last step; grads_consumed clears it. */
+/* Per module: how often gradients arrived in store index since its last step (0 = none; counts stop at 255);
+ * grads_consumed clears it. */
 const uint8_t *grads_touched(const grad_store *g, int index);
 void grads_consumed(grad_store *g, int index);
-/* Marks a module as having gradients in store index (the ranks agreed it has: ranks.c zeroed its part). */
+/* Counts one hand-over of a module's gradients into store index (or, from ranks.c, zeros every rank agreed on). */
 void grads_mark_touched(grad_store *g, int index, strata_module_id id);
 /* A module with gradients in the front store that no step has consumed, or STRATA_INVALID_ID. */
 strata_module_id grads_first_unconsumed(const grad_store *g);

@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/engine.h"
+#include "engine/rank_agree.h"
 
 struct rank_state {
     tier_array grad_shard;     /* stage 1: this rank's reduce-scattered gradients, which the step reads */
@@ -51,7 +52,7 @@ strata_status ranks_create(strata_engine *e, rank_state **out)
     size_t big = registry_largest_module_numel(e->reg), nmods = registry_nmodules(e->reg);
     size_t shards = registry_view_numel(e->reg, REG_SHARD), pb = e->tiers.param_bytes;
     if (posix_memalign((void **)&rs->full, 4096, big * 4) || posix_memalign((void **)&rs->shard, 4096, big * 4) ||
-        posix_memalign(&rs->pbuf, 4096, big * pb) || !(rs->flags = calloc(nmods, sizeof *rs->flags)))
+        posix_memalign(&rs->pbuf, 4096, big * pb) || !(rs->flags = calloc(nmods + AGREE_STEP_WORDS, sizeof *rs->flags)))
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the collectives' buffers "
                        "(%zu elements of the largest module)", big);
     if (e->views.opt == REG_SHARD && e->views.grad == REG_FULL)
@@ -76,107 +77,6 @@ void ranks_destroy(strata_engine *e, rank_state *rs)
     free(rs);
 }
 
-/* ---------------------------------------------------------------- finalize */
-
-/* What every rank must share, hashed: the settings that change the arithmetic or the layout. */
-typedef struct fingerprint {
-    int32_t status;
-    int32_t world;
-    uint64_t config, model;
-    uint64_t modules, params;
-    char msg[400];
-} fingerprint;
-
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-#define FNV_FIELD(h, x) ((h) = fnv((h), &(x), sizeof(x)))
-
-static uint64_t config_hash(const strata_config *c)
-{
-    uint64_t h = 1469598103934665603ull;
-    FNV_FIELD(h, c->zero_stage);
-    FNV_FIELD(h, c->offload_param.device);
-    FNV_FIELD(h, c->offload_optimizer.device);
-    FNV_FIELD(h, c->sub_group_size);
-    FNV_FIELD(h, c->param_persistence_threshold);
-    FNV_FIELD(h, c->optimizer);
-    FNV_FIELD(h, c->beta1);
-    FNV_FIELD(h, c->beta2);
-    FNV_FIELD(h, c->eps);
-    FNV_FIELD(h, c->weight_decay);
-    FNV_FIELD(h, c->beta1_exact);
-    FNV_FIELD(h, c->beta2_exact);
-    FNV_FIELD(h, c->eps_exact);
-    FNV_FIELD(h, c->weight_decay_exact);
-    FNV_FIELD(h, c->bias_correction);
-    FNV_FIELD(h, c->param_dtype);
-    FNV_FIELD(h, c->loss_scale);
-    FNV_FIELD(h, c->initial_scale_power);
-    FNV_FIELD(h, c->loss_scale_window);
-    FNV_FIELD(h, c->hysteresis);
-    FNV_FIELD(h, c->min_loss_scale);
-    FNV_FIELD(h, c->gradient_clipping);
-    FNV_FIELD(h, c->delayed_update);
-    FNV_FIELD(h, c->delayed_warmup_steps);
-    return h;
-}
-
-static uint64_t model_hash(const registry *r)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < registry_nmodules(r); i++) {
-        const reg_module *m = registry_module(r, (strata_module_id)i);
-        h = fnv(h, m->name, strlen(m->name) + 1);
-        for (size_t j = 0; j < m->nparams; j++) {
-            const reg_param *p = registry_param(r, m->params[j]);
-            h = fnv(h, p->name, strlen(p->name) + 1);
-            FNV_FIELD(h, p->numel);
-        }
-    }
-    return h;
-}
-
-strata_status ranks_agree_finalize(strata_engine *e, strata_status local)
-{
-    if (e->world == 1)
-        return local;
-    char msg[ERR_MSG_BYTES];
-    snprintf(msg, sizeof msg, "%s", local != STRATA_OK ? err_last() : "");
-    fingerprint mine = {.status = (int32_t)local, .world = e->world, .config = config_hash(&e->cfg),
-                        .model = model_hash(e->reg), .modules = registry_nmodules(e->reg),
-                        .params = registry_nparams(e->reg)};
-    snprintf(mine.msg, sizeof mine.msg, "%.399s", msg);
-    fingerprint *all = calloc((size_t)e->world, sizeof *all);
-    if (!all)
-        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory");
-    strata_status st = comm_allgather(e->comm, &mine, all, sizeof mine, COMM_BYTE);
-    for (int r = 0; st == STRATA_OK && r < e->world; r++) {
-        const fingerprint *f = &all[r];
-        if (f->status != STRATA_OK)
-            st = r == e->rank ? err_set(local, "%s", msg)
-                              : err_set(STRATA_ECOMM, "strata_engine_finalize: rank %d of %d failed: %.*s", r,
-                                        e->world, (int)sizeof f->msg, f->msg);
-        else if (f->config != all[0].config)
-            st = err_set(STRATA_ECONFIG, "strata_engine_finalize: rank %d's config differs from rank 0's (ZeRO "
-                         "stage, offload devices, precision, optimizer, clipping or delayed update); every rank must "
-                         "train with the same config (with offload device \"auto\", each rank places from its own "
-                         "budgets: give them the same budgets, or name the tiers)", r);
-        else if (f->model != all[0].model)
-            st = err_set(STRATA_ECONFIG, "strata_engine_finalize: rank %d's model differs from rank 0's (%llu modules "
-                         "and %llu parameters vs %llu and %llu, or a name or size differs); every rank must add the "
-                         "same modules and parameters in the same order", r, (unsigned long long)f->modules,
-                         (unsigned long long)f->params, (unsigned long long)all[0].modules,
-                         (unsigned long long)all[0].params);
-    }
-    free(all);
-    return st;
-}
-
 /* ---------------------------------------------------------------- the step */
 
 static strata_status write_back(strata_engine *e, tier_array *a, size_t off, size_t count, const void *buf)
@@ -187,15 +87,21 @@ static strata_status write_back(strata_engine *e, tier_array *a, size_t off, siz
 }
 
 /* Every rank learns which modules got gradients on any rank; a module only this rank did not touch gets zero
- * gradients here, so every rank enters the same collectives with the same sizes. */
-static strata_status agree_touched(strata_engine *e, int grad_index, tier_array *store)
+ * gradients here, so every rank enters the same collectives with the same sizes. The step's arguments ride in the
+ * same all-reduce (rank_agree.h): ranks that disagree on them fail here, before any gradient moves. */
+static strata_status agree_touched(strata_engine *e, int grad_index, tier_array *store, double lr, uint64_t step)
 {
     rank_state *rs = e->ranks;
     size_t n = registry_nmodules(e->reg);
     const uint8_t *touched = grads_touched(e->grads, grad_index);
-    for (size_t i = 0; i < n; i++)
+    agree_step mine = {.lr = lr, .step = step};
+    for (size_t i = 0; i < n; i++) {
         rs->flags[i] = touched[i];
-    ERR_CHECK(comm_allreduce_uncounted(e->comm, rs->flags, n, COMM_U64, COMM_MAX));
+        mine.micro_batches = MAX(mine.micro_batches, touched[i]);
+    }
+    agree_step_pack(&mine, rs->flags + n);
+    ERR_CHECK(comm_allreduce_uncounted(e->comm, rs->flags, n + AGREE_STEP_WORDS, COMM_U64, COMM_MAX));
+    ERR_CHECK(agree_step_check(e, &mine, rs->flags + n));
     for (size_t i = 0; i < n; i++) {
         if (!rs->flags[i] || touched[i])
             continue;
@@ -226,13 +132,13 @@ tier_array *ranks_step_grads(strata_engine *e, int grad_index)
     return grads_store(e->grads, grad_index);
 }
 
-strata_status ranks_exchange_grads(strata_engine *e, int grad_index)
+strata_status ranks_exchange_grads(strata_engine *e, int grad_index, double lr, uint64_t step)
 {
     rank_state *rs = e->ranks;
     tier_array *store = grads_store(e->grads, grad_index);
     if (e->world == 1)
         return STRATA_OK;
-    ERR_CHECK(agree_touched(e, grad_index, store));
+    ERR_CHECK(agree_touched(e, grad_index, store, lr, step));
     if (e->views.grad == REG_SHARD)
         return STRATA_OK; /* reduce-scattered as they were handed over */
     const uint8_t *touched = grads_touched(e->grads, grad_index);
@@ -257,7 +163,9 @@ strata_status ranks_exchange_grads(strata_engine *e, int grad_index)
 
 strata_status ranks_sum_gradstats(strata_engine *e, double *sumsq, bool *nonfinite)
 {
-    if (e->world == 1)
+    /* Stage 0 all-reduced the gradients: every rank's statistics are already the global ones (summing them would
+     * count every gradient N times and clip by a norm sqrt(N) too large). */
+    if (e->world == 1 || e->views.opt == REG_FULL)
         return STRATA_OK;
     double v[2] = {*sumsq, *nonfinite ? 1.0 : 0.0};
     ERR_CHECK(comm_allreduce_uncounted(e->comm, v, 2, COMM_F64, COMM_SUM));
@@ -343,7 +251,9 @@ uint64_t ranks_comm_bytes(const rank_state *rs)
 
 void ranks_fail(strata_engine *e, strata_status st)
 {
-    if (e->world == 1 || st == STRATA_OK || st == STRATA_ECOMM)
+    bool alike = e->failed_alike;
+    e->failed_alike = false;
+    if (e->world == 1 || st == STRATA_OK || st == STRATA_ECOMM || alike)
         return;
     char msg[ERR_MSG_BYTES];
     snprintf(msg, sizeof msg, "%s", err_last());

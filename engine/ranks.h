@@ -39,16 +39,11 @@ bool ranks_fetch_gathers(const struct strata_engine *e);
 strata_status ranks_create(struct strata_engine *e, rank_state **out);
 void ranks_destroy(struct strata_engine *e, rank_state *rs);
 
-/* The end of finalize, on every rank whatever its outcome (local is this rank's status so far): every rank
- * learns every other's status and its config and model fingerprints. STRATA_ECOMM naming the first rank that
- * failed (with its message), STRATA_ECONFIG naming the first rank whose config or model differs from rank 0's;
- * local's own error when it was this rank. */
-strata_status ranks_agree_finalize(struct strata_engine *e, strata_status local);
-
 /* Before the optimizer consumes gradient store grad_index: every rank learns which modules got gradients on
- * any rank, then stage 0 all-reduces the gradients, stage 1 reduce-scatters them into this rank's shard store.
- * Then ranks_step_grads is what the optimizer reads. */
-strata_status ranks_exchange_grads(struct strata_engine *e, int grad_index);
+ * any rank (and that every rank runs this step with lr as its step number `step`: rank_agree.h), then stage 0
+ * all-reduces the gradients, stage 1 reduce-scatters them into this rank's shard store. Then ranks_step_grads is
+ * what the optimizer reads. */
+strata_status ranks_exchange_grads(struct strata_engine *e, int grad_index, double lr, uint64_t step);
 /* The gradient store the optimizer reads after ranks_exchange_grads (in the optimizer's view). */
 tier_array *ranks_step_grads(struct strata_engine *e, int grad_index);
 /* Sums the local gradient statistics of every rank (the global norm and overflow). */

@@ -471,14 +471,17 @@ strata_status step_run(strata_engine *e, const step_job *job, strata_step_result
     if (st == STRATA_OK && !c.grad_nvme)
         zero_untouched(&c);
 
-    double grad_scale = 1.0 / loss_scale;
+    /* What the optimizer sees: the gradients as summed over the ranks, unscaled, divided by the world size for
+     * strata.gradient_reduction = mean (the norm too: it is the norm of what is clipped). */
+    double unscale = loss_scale * (e->cfg.gradient_reduction == STRATA_REDUCE_MEAN ? e->world : 1);
+    double grad_scale = 1.0 / unscale;
     bool fp16 = e->cfg.param_dtype == STRATA_DTYPE_FP16;
     if (st == STRATA_OK && (e->cfg.gradient_clipping > 0 || fp16)) {
         double sumsq = job->sumsq;
         bool nonfinite = job->nonfinite;
         if (!job->have_stats)
             st = grad_stats(&c, &sumsq, &nonfinite);
-        res->grad_norm = sqrt(sumsq) / loss_scale;
+        res->grad_norm = sqrt(sumsq) / unscale;
         if (st == STRATA_OK && nonfinite && fp16) {
             res->skipped = true; /* an overflowed fp16 step writes nothing */
             LOG_INFO(LOG_ADAM, "fp16 overflow at loss scale %g: step skipped", loss_scale);

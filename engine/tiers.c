@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/crc32c.h"
 #include "base/error.h"
 #include "base/util.h"
 #include "cpu_adam/convert.h"
@@ -110,7 +111,7 @@ static strata_status write_view(engine_tiers *t, tier_array *a, reg_view v, cons
 }
 
 strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype,
-                                  const engine_views *views, int rank)
+                                  const engine_views *views, int rank, uint32_t *module_crc)
 {
     size_t chunk = MIN(INIT_CHUNK_NUMEL, registry_largest_module_numel(reg));
     float *vals = NULL, *zeros = NULL;
@@ -129,11 +130,14 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
      * shards), each chunk written to every array in that array's view. */
     for (size_t i = 0; i < registry_nmodules(reg) && st == STRATA_OK; i++) {
         const reg_module *m = registry_module(reg, (strata_module_id)i);
+        uint32_t crc = 0;
         for (size_t first = m->offset; first < m->offset + m->numel && st == STRATA_OK; first += chunk) {
             size_t n = MIN(chunk, m->offset + m->numel - first);
             st = fill_chunk(reg, first, n, vals, &cursor);
             if (st != STRATA_OK)
                 break;
+            if (module_crc)
+                crc = crc32c(crc, vals, n * sizeof *vals);
             to_param_dtype(vals, pbuf, param_dtype, n);
             tier_array *targets[] = {&t->master, &t->exp_avg, &t->exp_avg_sq, &t->param[0], &t->param[1]};
             const void *sources[] = {vals, zeros, zeros, pbuf, pbuf};
@@ -145,6 +149,8 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
             if (st == STRATA_OK)
                 st = wst;
         }
+        if (module_crc)
+            module_crc[i] = crc;
     }
     io_wait_destroy(&w);
 out:

@@ -43,9 +43,10 @@ strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev,
                          bool one_rank);
 /* Writes the initial state: each parameter's init callback, chunk by chunk, into the master weights and
  * the parameter copies (converted to param_dtype), each in its view (views: param and opt; rank picks the
- * shards); zero moments. A model larger than RAM never needs to fit in RAM. */
+ * shards); zero moments. A model larger than RAM never needs to fit in RAM. module_crc (one per module, or NULL)
+ * receives the crc32c of each module's initial fp32 values, for the ranks to compare. */
 strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype,
-                                  const engine_views *views, int rank);
+                                  const engine_views *views, int rank, uint32_t *module_crc);
 /* Frees everything tiers_open made and zeroes t (a failed finalize can run again). */
 void tiers_close(engine_tiers *t);
 

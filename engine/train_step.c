@@ -121,7 +121,7 @@ static strata_status join_delayed(strata_engine *e, strata_step_result *r, bool 
  * with several ranks the global gradient statistics (clipping and the fp16 overflow need them). */
 static strata_status prepare_job(strata_engine *e, step_job *job)
 {
-    ERR_CHECK(ranks_exchange_grads(e, job->grad_index));
+    ERR_CHECK(ranks_exchange_grads(e, job->grad_index, job->lr, (uint64_t)e->driver->iterations));
     bool need_stats = e->cfg.gradient_clipping > 0 || e->cfg.param_dtype == STRATA_DTYPE_FP16;
     if (e->world == 1 || !need_stats)
         return STRATA_OK;

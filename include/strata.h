@@ -134,6 +134,12 @@ typedef enum strata_optimizer_kind {
     STRATA_OPTIMIZER_ADAM,      /* L2 weight decay added to the gradient (torch.optim.Adam) */
 } strata_optimizer_kind;
 
+/* How the ranks' gradients are combined (strata.gradient_reduction). */
+typedef enum strata_grad_reduction {
+    STRATA_REDUCE_SUM = 0,  /* the sum over ranks: a trainer divides its loss by the global batch itself */
+    STRATA_REDUCE_MEAN,     /* the mean over ranks (DeepSpeed's and DDP's rule): the sum times 1 / world size */
+} strata_grad_reduction;
+
 typedef enum strata_switch {
     STRATA_SWITCH_AUTO = 0, /* use it when the machine allows, else fall back and say so */
     STRATA_SWITCH_ON,       /* demand it: fail if the machine does not allow it */
@@ -246,6 +252,12 @@ typedef struct strata_config {
     strata_tier offload_activations;         /* strata.offload_activations.device; default none */
     size_t offloaded_activation_bytes;       /* strata.offload_activations.bytes: kept at once, at most */
     size_t offloaded_activation_max_bytes;   /* strata.offload_activations.max_bytes: the largest one; 0 = bytes */
+    /* strata.comm_timeout_s: how long a collective waits for the other ranks before it fails (0 = forever; default
+     * 120). An engine sets it on its comm when created (strata_comm_set_timeout). */
+    double comm_timeout_s;
+    /* strata.gradient_reduction: the gradients the optimizer sees with several ranks, the sum of the ranks' (default)
+     * or their mean. The clipping norm and strata_step_result.grad_norm are those of what the optimizer sees. */
+    strata_grad_reduction gradient_reduction;
 } strata_config;
 
 /* Sets every field to its default (see `strata config check` for the values) and struct_size.
@@ -309,6 +321,20 @@ STRATA_API const char *strata_last_error(const strata_engine *engine);
  * memory) and NCCL (device buffers). Every rank makes the same calls in the same order: the same modules,
  * the same fetches, the same steps.
  *
+ * Gradients. Each rank's gradients (what it hands over, summed over its micro-batches) are combined across ranks by
+ * strata.gradient_reduction: "sum" (the default: the optimizer sees the sum over ranks, so a trainer that wants the
+ * mean over the global batch divides its loss by the number of ranks as well as by its micro-batches, as
+ * strata train and strata.torch do) or "mean" (DeepSpeed's and DDP's rule: the sum divided by the number of ranks,
+ * folded into the optimizer's unscale factor). gradient_clipping and strata_step_result.grad_norm apply to what the
+ * optimizer sees.
+ *
+ * Agreement. Finalize checks that every rank has the same math: the config settings that change it (optimizer,
+ * precision, stage, clipping, ...; budgets, paths and threads are each rank's own), the model, the initial weights
+ * the init callbacks gave, and the trainer's own values declared with strata_engine_agree_on. Every strata_step
+ * checks its lr, its step number and the micro-batches handed over, and every collective checks that all ranks are
+ * in the same one. A difference fails every rank at once (STRATA_ECONFIG or STRATA_ECOMM) naming the field, both
+ * values and the ranks; a rank that left the world, or was killed on the same host, is named by the others.
+ *
  * A failed world. When a rank fails (a call returns STRATA_ECOMM on the others, naming it), the world is over:
  * the collective that was interrupted stays posted in MPI (MPI cannot cancel a collective) and the peers' parts
  * of it may still arrive. Destroy the engine and the comm and end the process without further MPI use; strata
@@ -337,16 +363,29 @@ STRATA_API int strata_comm_local_rank(const strata_comm *comm);
  * the mean loss. A collective: every rank calls it, in the same order as its other strata calls. Not counted in
  * strata_stats.comm_bytes. STRATA_ECOMM when a rank failed or the world timed out. */
 STRATA_API strata_status strata_comm_allreduce_sum(strata_comm *comm, double *values, size_t n);
+/* The collective deadline: a collective that waits longer than seconds for the other ranks fails on every waiting
+ * rank with STRATA_ECOMM (0 = wait forever; default 120). Ranks in different calls, a rank that left the world and a
+ * killed rank on the same host are reported at once, whatever the deadline; it catches a rank that is stuck, or gone
+ * on another host. An engine sets its config's strata.comm_timeout_s on its comm when it is created: call this
+ * after strata_engine_create_ranked to override it. STRATA_EINVAL for a NULL comm or seconds outside
+ * [0, 4e6]. Thread-safe. */
+STRATA_API strata_status strata_comm_set_timeout(strata_comm *comm, double seconds);
 /* This rank failed outside any strata call (its own file, its own data): every other rank's collectives, pending
  * and later, fail at once with STRATA_ECOMM and "rank R failed: why" instead of waiting for it, and so do this
  * rank's. No-op in a world of 1. */
 STRATA_API void strata_comm_abort(strata_comm *comm, const char *why);
 
+/* Declares a value of the trainer's own that every rank must share (a step count, a batch size, gradient
+ * accumulation, a data seed): strata_engine_finalize compares it across ranks with the config and fails every rank
+ * with STRATA_ECONFIG naming name, both values and the ranks when they differ. Declaring name again replaces its
+ * value. At most 16 values, name 1..47 bytes (STRATA_EINVAL); STRATA_ESTATE after finalize. Has no effect in a world
+ * of 1. Not thread-safe (the engine's thread). */
+STRATA_API strata_status strata_engine_agree_on(strata_engine *engine, const char *name, double value);
+
 /* As strata_engine_create, as one rank of comm's world (comm outlives the engine; NULL = world 1).
  * nccl_comm (an ncclComm_t of the same world, or NULL) is used for device buffers on the CUDA backend;
  * without it strata makes one over MPI when every rank on a host has its own GPU, and stages through
- * pinned memory over MPI when ranks share one. Finalize checks that every rank has the same config and
- * model (STRATA_ECONFIG naming the first difference and the ranks). */
+ * pinned memory over MPI when ranks share one. Finalize checks that the ranks agree (see Agreement above). */
 STRATA_API strata_status strata_engine_create_ranked(const strata_config *cfg, strata_comm *comm, void *nccl_comm,
                                                      strata_engine **out);
 

@@ -2,7 +2,11 @@
  * A failing rank never leaves the others hanging (comm/comm.h "Failures"), under mpirun with 2 and 3 ranks:
  *   (a) rank 1 calls comm_abort_world instead of its next collective: every other rank's collective fails
  *       with STRATA_ECOMM naming rank 1 and its reason within seconds, and the next call fails at once;
- *   (b) rank 0 skips a barrier: the others' barrier fails with STRATA_ECOMM naming the timeout, bounded.
+ *   (b) rank 0 skips a barrier and destroys its comm: the others' barrier fails at once, naming rank 0 as gone
+ *       after the collectives it ran (not a deadline);
+ *   (c) rank 0 skips a barrier but keeps its comm (it is stuck): the others' barrier fails at the deadline;
+ *   (d) rank 0 calls an all-reduce where the others call an all-gather: every rank fails at once with one message
+ *       that names collective #2, both calls and the ranks (never an MPI error or a deadline).
  * Each case runs on its own comm over MPI_COMM_WORLD, so a broken one does not affect the next; a healthy
  * comm made first (which initialised MPI) lines the ranks up at the end. A plain run (world 1) skips.
  */
@@ -58,7 +62,26 @@ static void abort_world(comm *world, int rank)
     comm_destroy(c);
 }
 
-static void skipped_barrier(int rank)
+static void left_world(int rank)
+{
+    comm *c = NULL;
+    T_OK(comm_create_mpi(NULL, &c));
+    if (!c)
+        return;
+    comm_set_timeout(c, 30000); /* the message, not the deadline, must end the wait */
+    if (rank != 0) {
+        double t0 = now_s();
+        T_STATUS(comm_barrier(c), STRATA_ECOMM);
+        double waited = now_s() - t0;
+        T_CONTAINS(strata_last_error(NULL), "comm_barrier: rank 0 left the world after 0 collectives");
+        T_CONTAINS(strata_last_error(NULL), "waits in collective #1");
+        T_CHECK(waited < 5, "rank %d: the barrier failed after %.2f s (limit 5 s)", rank, waited);
+        T_STATUS(comm_barrier(c), STRATA_ECOMM);
+    }
+    comm_destroy(c);
+}
+
+static void stuck_rank(comm *world, int rank)
 {
     comm *c = NULL;
     T_OK(comm_create_mpi(NULL, &c));
@@ -70,10 +93,36 @@ static void skipped_barrier(int rank)
         T_STATUS(comm_barrier(c), STRATA_ECOMM);
         double waited = now_s() - t0;
         T_CONTAINS(strata_last_error(NULL), "comm_barrier: timed out after 1500 ms");
+        T_CONTAINS(strata_last_error(NULL), "strata.comm_timeout_s");
         T_CHECK(waited >= 1.4 && waited < 10, "rank %d: the barrier failed after %.2f s (expected 1.5 s, < 10 s)",
                 rank, waited);
         T_STATUS(comm_barrier(c), STRATA_ECOMM);
     }
+    /* Rank 0 stays in the world until the others have given up on it (the world comm lines them up). */
+    T_OK(comm_barrier(world));
+    comm_destroy(c);
+}
+
+static void other_collective(int rank)
+{
+    comm *c = NULL;
+    T_OK(comm_create_mpi(NULL, &c));
+    if (!c)
+        return;
+    comm_set_timeout(c, 30000);
+    static double v[3];
+    static int x, all[4];
+    T_OK(comm_allreduce(c, v, 3, COMM_F64, COMM_SUM));
+    double t0 = now_s();
+    if (rank == 0)
+        T_STATUS(comm_allreduce(c, v, 3, COMM_F64, COMM_SUM), STRATA_ECOMM);
+    else
+        T_STATUS(comm_allgather(c, &x, all, 1, COMM_I32), STRATA_ECOMM);
+    double waited = now_s() - t0;
+    const char *msg = strata_last_error(NULL);
+    T_CONTAINS(msg, "the ranks are in different collectives: collective #2 is comm_allreduce (all-reduce of 3 f64) "
+                    "on rank 0 but comm_allgather (all-gather of 1 i32 per rank) on rank 1");
+    T_CHECK(waited < 5, "rank %d: the mismatch was reported after %.2f s (limit 5 s)", rank, waited);
     comm_destroy(c);
 }
 
@@ -89,7 +138,9 @@ int main(void)
         t_skip("world of 1: a peer's failure needs peers (run under mpirun, tests/helpers/mpi.sh)");
     }
     abort_world(world, rank);
-    skipped_barrier(rank);
+    left_world(rank);
+    stuck_rank(world, rank);
+    other_collective(rank);
     /* Everyone is past both cases before MPI is finalised. */
     T_OK(comm_barrier(world));
     comm_destroy(world);

@@ -61,6 +61,8 @@ static void set_defaults(strata_config *cfg)
     cfg->param_max_in_cpu = STRATA_NO_CAP; /* the host budget bounds the cache (DeepSpeed caps it at 1e9) */
     cfg->offload_optimizer_ratio = 1.0;
     cfg->step_in_backward = false;
+    cfg->comm_timeout_s = 120.0;
+    cfg->gradient_reduction = STRATA_REDUCE_SUM;
 }
 
 /* Range check of one numeric field against its table entry; the message mirrors the JSON loader's. */

@@ -10,6 +10,7 @@
 
 #include "base/size.h"
 #include "base/util.h"
+#include "comm/comm.h"
 #include "engine/config/config_validate.h"
 #include "nvme/io.h"
 
@@ -24,6 +25,8 @@ static const cfg_choice tier_choices[] = {
     {NULL, 0}};
 static const cfg_choice backend_choices[] = {
     {"auto", STRATA_BACKEND_AUTO}, {"host", STRATA_BACKEND_HOST}, {"cuda", STRATA_BACKEND_CUDA}, {NULL, 0}};
+static const cfg_choice reduction_choices[] = {
+    {"sum", STRATA_REDUCE_SUM}, {"mean", STRATA_REDUCE_MEAN}, {NULL, 0}};
 static const cfg_choice switch_choices[] = {
     {"auto", STRATA_SWITCH_AUTO}, {"true", STRATA_SWITCH_ON}, {"false", STRATA_SWITCH_OFF}, {NULL, 0}};
 
@@ -164,6 +167,8 @@ const cfg_key cfg_keys[] = {
     {"strata.offload_activations.bytes", CFG_BYTES, OFF(offloaded_activation_bytes), 0, SIZE_MAX_D, NULL, NULL},
     {"strata.offload_activations.max_bytes", CFG_BYTES, OFF(offloaded_activation_max_bytes), 0, SIZE_MAX_D, NULL,
      NULL},
+    {"strata.comm_timeout_s", CFG_DOUBLE, OFF(comm_timeout_s), 0, COMM_TIMEOUT_MAX_S, NULL, NULL},
+    {"strata.gradient_reduction", CFG_ENUM, OFF(gradient_reduction), 0, 0, reduction_choices, NULL},
     {"strata.ignore_unimplemented", CFG_BOOL, OFF(ignore_unimplemented), 0, 0, NULL, NULL},
     {"strata.aio", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
     {"strata.aio.direct", CFG_ENUM, OFF(aio.direct), 0, 0, switch_choices, NULL},
