@@ -447,6 +447,15 @@ static const char *pick_device_id(char *why, size_t len)
     return "1023";
 }
 
+/* Keys whose effect needs several ranks, which this program (world 1) does not have: the tests that show it. */
+static const char *pick_needs_ranks(char *why, size_t len)
+{
+    snprintf(why, len, "its effect needs several ranks: tests/mpi_grad_reduction.c (gradient_reduction: the norm and "
+             "weights of mean vs sum) and tests/cli_train_rank_agree.sh (comm_timeout_s: a stopped rank fails the "
+             "other at the configured deadline) show it under mpirun");
+    return NULL;
+}
+
 /* A thread count other than the default (the cores this process may use). */
 static const char *pick_cpu_threads(char *why, size_t len)
 {
@@ -563,6 +572,8 @@ static const probe probes[] = {
     {"strata.offload_activations.max_bytes", "\"64KiB\"",
      "{\"" ZO "\": {\"offload_optimizer\": {\"nvme_path\": \"$DIR\"}}, \"strata\": {\"offload_activations\": "
      "{\"device\": \"nvme\", \"bytes\": \"1MiB\"}}}", obs_finalize, NULL},
+    {"strata.comm_timeout_s", NULL, NULL, obs_create, pick_needs_ranks},
+    {"strata.gradient_reduction", NULL, NULL, obs_train, pick_needs_ranks},
     {"strata.ignore_unimplemented", "true", "{\"train_batch_size\": 8}", obs_load_only, NULL},
     {"strata.aio.direct", NULL, OPT_ON_NVME "}", obs_files, pick_direct},
     {"strata.aio.sqpoll", "true", OPT_ON_NVME "}", obs_files, NULL},

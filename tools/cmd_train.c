@@ -241,8 +241,8 @@ static int build_config(args *a, strata_config *cfg)
             return CLI_EXIT_USAGE;
         }
     }
-    if (a->lr >= 0)
-        cfg->lr = (float)a->lr;
+    if (a->lr >= 0) /* both spellings of the lr (strata.h, lr_exact): messages then show the value as given */
+        cfg->lr = (float)(cfg->lr_exact = a->lr);
     if (a->offload) {
         strata_tier t;
         if (strcmp(a->offload, "device") == 0)

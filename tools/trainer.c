@@ -147,6 +147,17 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
         return fail(NULL, "creating the engine");
     if (gpt_model_register(r->e, &o->dims, o->seed, &r->m) != STRATA_OK)
         return fail(r->e, "registering the model");
+    /* What every rank must be given alike beyond the config and the model, which finalize compares itself: a rank
+     * with other steps, batches or schedule would train other math, or wait for collectives that never come. */
+    const struct {
+        const char *flag;
+        double value;
+    } agreed[] = {{"--steps", (double)o->steps}, {"--grad-accum", o->grad_accum}, {"--batch", o->batch},
+                  {"--seq", o->seq}, {"--seed", (double)o->seed}, {"--lr", o->lr}, {"--min-lr", o->min_lr},
+                  {"--warmup", (double)o->warmup}, {"--schedule layerwise", o->layerwise}};
+    for (size_t i = 0; i < sizeof agreed / sizeof agreed[0]; i++)
+        if (strata_engine_agree_on(r->e, agreed[i].flag, agreed[i].value) != STRATA_OK)
+            return fail(r->e, "declaring what the ranks must agree on (strata_engine_agree_on)");
     /* Step in backward must know from the first step that the head's hand-over of the embeddings is not their last. */
     if (cfg->step_in_backward && gpt_model_declare_order(r->m) != STRATA_OK)
         return fail(r->e, "declaring the fetch order (strata_module_order)");
