@@ -89,8 +89,9 @@ static void take_share(const adam_cores *all, int index, int n, adam_cores *out)
     if (all->count == 0)
         return;
     if (all->count < n) {
-        LOG_WARN(LOG_ADAM, "%d ranks of this host share %d core(s): the Adam threads of several ranks run on one core",
-                 n, all->count);
+        /* Oversubscribed on purpose (mpirun --oversubscribe, a test): said once, not warned. */
+        LOG_ONCE(STRATA_LOG_INFO, LOG_ADAM, "%d ranks of this host share %d core(s): the Adam threads of several "
+                 "ranks run on one core", n, all->count);
         out->index[out->count++] = all->index[index % all->count];
         return;
     }
