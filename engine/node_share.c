@@ -13,7 +13,8 @@
 #include "engine/plan.h"
 
 struct node_share {
-    adam_cores cores;
+    adam_cores cores;   /* this rank's share */
+    adam_cores allowed; /* what it was taken from: the cores the process may run on (of the GPU's NUMA node) */
     int device_sharers;
 };
 
@@ -134,31 +135,27 @@ strata_status node_share_create(strata_engine *e, strata_status local, node_shar
     *out = NULL;
     char msg[ERR_MSG_BYTES];
     snprintf(msg, sizeof msg, "%s", local != STRATA_OK ? err_last() : "");
+    static const adam_cores none;
     node_share *s = calloc(1, sizeof *s);
-    adam_cores *allowed = malloc(sizeof *allowed);
-    if (allowed)
-        adam_cores_allowed(-1, allowed);
-    else
-        local = err_set(STRATA_ENOMEM, "strata_engine_create: out of memory dividing the node among its ranks");
+    if (s)
+        adam_cores_allowed(-1, &s->allowed);
     peer *all = NULL;
-    strata_status st = exchange(e, describe(e, allowed ? allowed : &(adam_cores){0}, local == STRATA_OK && s), &all);
-    if (local != STRATA_OK || !s || st != STRATA_OK) {
+    strata_status st = exchange(e, describe(e, s ? &s->allowed : &none, local == STRATA_OK && s), &all);
+    if (st == STRATA_OK && !s)
+        st = err_set(STRATA_ENOMEM, "strata_engine_create: out of memory dividing the node among its ranks");
+    if (local != STRATA_OK || st != STRATA_OK) {
         free(all);
-        free(allowed);
         free(s);
-        if (local != STRATA_OK)
-            return err_set(local, "%s", msg);
-        return s ? st : err_set(STRATA_ENOMEM, "strata_engine_create: out of memory dividing the node among its ranks");
+        return local != STRATA_OK ? err_set(local, "%s", msg) : st;
     }
     int local_size = comm_local_size(e->comm), index, of, numa;
     find_group(all, e->world, e->rank, local_size, &index, &of, &numa);
     if (index < 0)
         index = comm_local_rank(e->comm);
     if (numa >= 0)
-        adam_cores_allowed(numa, allowed);
-    take_share(allowed, index, of, &s->cores);
+        adam_cores_allowed(numa, &s->allowed);
+    take_share(&s->allowed, index, of, &s->cores);
     free(all);
-    free(allowed);
 
     if (!e->cfg.host_budget_bytes)
         e->cfg.host_budget_bytes = plan_host_budget(&e->cfg) / (size_t)(local_size > 0 ? local_size : 1);
