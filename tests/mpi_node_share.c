@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "engine/node_share.h"
 #include "synth.h"
 #include "testlib.h"
 #include "world.h"
@@ -139,9 +140,28 @@ static void run_explicit(const share *oracle, int local)
         check_disjoint("explicit cpu_threads", &mine, oracle);
 }
 
+/* Rank r of a host takes GPU (device_id + r) mod gpus: how many of the host's ranks use the GPU rank r uses. */
+static void check_device_sharers(void)
+{
+    static const struct {
+        int device_id, local_rank, local_size, gpus, want;
+    } cases[] = {
+        {0, 0, 1, 1, 1}, {0, 1, 2, 1, 2}, {0, 0, 2, 2, 1}, {0, 3, 4, 2, 2}, {0, 0, 3, 2, 2},
+        {0, 1, 3, 2, 1}, {1, 0, 3, 2, 2}, {1, 1, 3, 2, 1}, {0, 2, 8, 8, 1}, {0, 0, 2, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK(node_device_sharers(cases[i].device_id, cases[i].local_rank, cases[i].local_size, cases[i].gpus) ==
+                    cases[i].want,
+                "device_id %d, local rank %d of %d, %d GPU(s): %d rank(s) share its GPU, expected %d",
+                cases[i].device_id, cases[i].local_rank, cases[i].local_size, cases[i].gpus,
+                node_device_sharers(cases[i].device_id, cases[i].local_rank, cases[i].local_size, cases[i].gpus),
+                cases[i].want);
+}
+
 int main(void)
 {
     w = t_world_open();
+    check_device_sharers();
     /* The oracle: an engine of this process alone, with every default. */
     strata_config cfg = synth_config(STRATA_DTYPE_FP32);
     cfg.host_budget_bytes = 0;
