@@ -4,7 +4,9 @@
 #include <hwloc.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -13,6 +15,10 @@
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
 static hwloc_topology_t topo;
 static int core_count;
+static adam_cores process_cores; /* the default set: adam_cores_allowed(-1) when the topology was read */
+static _Thread_local const adam_cores *thread_cores;
+
+static void cores_of(int numa_node, adam_cores *out);
 
 static void load_topology(void)
 {
@@ -22,13 +28,78 @@ static void load_topology(void)
         return;
     }
     core_count = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    cores_of(-1, &process_cores);
+}
+
+/* The process's CPU binding, else the PUs it is allowed (a cgroup), into set. */
+static void process_binding(hwloc_bitmap_t set)
+{
+    if (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) != 0 || hwloc_bitmap_iszero(set))
+        hwloc_bitmap_copy(set, hwloc_topology_get_allowed_cpuset(topo));
+}
+
+static void cores_of(int numa_node, adam_cores *out)
+{
+    out->count = 0;
+    hwloc_bitmap_t bound = hwloc_bitmap_alloc();
+    if (!topo || core_count <= 0 || !bound) {
+        hwloc_bitmap_free(bound);
+        return;
+    }
+    process_binding(bound);
+    hwloc_obj_t node = numa_node >= 0 ? hwloc_get_numanode_obj_by_os_index(topo, (unsigned)numa_node) : NULL;
+    /* A node that holds none of the bound cores (or that hwloc does not know) restricts nothing. */
+    bool restrict_node = node && node->cpuset && hwloc_bitmap_intersects(node->cpuset, bound);
+    for (int c = 0; c < core_count && out->count < ADAM_MAX_CORES; c++) {
+        hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)c);
+        if (core && hwloc_bitmap_intersects(core->cpuset, bound) &&
+            (!restrict_node || hwloc_bitmap_intersects(core->cpuset, node->cpuset)))
+            out->index[out->count++] = c;
+    }
+    hwloc_bitmap_free(bound);
+}
+
+void adam_cores_allowed(int numa_node, adam_cores *out)
+{
+    pthread_once(&topo_once, load_topology);
+    cores_of(numa_node, out);
+}
+
+const adam_cores *adam_cores_use(const adam_cores *cores)
+{
+    const adam_cores *prev = thread_cores;
+    thread_cores = cores;
+    return prev;
+}
+
+void adam_cores_format(const adam_cores *cores, char *buf, size_t len)
+{
+    size_t at = 0;
+    if (len)
+        buf[0] = '\0';
+    for (int i = 0; i < cores->count && at < len;) {
+        int j = i;
+        while (j + 1 < cores->count && cores->index[j + 1] == cores->index[j] + 1)
+            j++;
+        char part[32];
+        if (j == i)
+            snprintf(part, sizeof part, "%s%d", i ? "," : "", cores->index[i]);
+        else
+            snprintf(part, sizeof part, "%s%d-%d", i ? "," : "", cores->index[i], cores->index[j]);
+        if (at + strlen(part) + 4 > len) { /* room for "..." and the terminator */
+            snprintf(buf + at, len - at, "...");
+            return;
+        }
+        at += (size_t)snprintf(buf + at, len - at, "%s", part);
+        i = j + 1;
+    }
 }
 
 int adam_default_threads(void)
 {
     pthread_once(&topo_once, load_topology);
-    if (core_count > 0)
-        return core_count;
+    if (process_cores.count > 0)
+        return process_cores.count;
     int n = omp_get_num_procs();
     return n > 0 ? n : 1;
 }
@@ -42,13 +113,13 @@ size_t adam_tile_numel(size_t numel, int threads, size_t requested)
     return MIN(ADAM_TILE_DEFAULT, MAX(per_thread, ADAM_TILE_ALIGN));
 }
 
-/* Binds the calling thread to core `index` (modulo the core count) and saves its old binding in *saved. */
-static void bind_thread(int index, hwloc_bitmap_t *saved)
+/* Binds the calling thread to the core of set at `index` (modulo its size) and saves its old binding in *saved. */
+static void bind_thread(const adam_cores *set, int index, hwloc_bitmap_t *saved)
 {
     *saved = NULL;
-    if (!topo || core_count <= 0)
+    if (!topo || set->count <= 0)
         return;
-    hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)(index % core_count));
+    hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)set->index[index % set->count]);
     hwloc_bitmap_t old = hwloc_bitmap_alloc();
     if (!core || !old || hwloc_get_cpubind(topo, old, HWLOC_CPUBIND_THREAD) != 0) {
         hwloc_bitmap_free(old);
@@ -94,13 +165,15 @@ static int run_tiles(const work *w, size_t numel, int threads, size_t tile)
     size_t tiles = (numel + tile - 1) / tile;
     int team = 1;
     pthread_once(&topo_once, load_topology);
+    /* Read on the thread that starts the team: the setting is that thread's. */
+    const adam_cores *set = thread_cores ? thread_cores : &process_cores;
 #pragma omp parallel num_threads(threads)
     {
         hwloc_bitmap_t saved;
         int t = omp_get_thread_num();
         if (t == 0)
             team = omp_get_num_threads();
-        bind_thread(t, &saved);
+        bind_thread(set, t, &saved);
 #pragma omp for schedule(static, 1)
         for (size_t k = 0; k < tiles; k++) {
             size_t begin = k * tile, end = MIN(numel, begin + tile);

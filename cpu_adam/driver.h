@@ -8,7 +8,9 @@
  * the arrays do). Tiles are dealt round-robin (OpenMP static schedule, chunk 1), so thread t takes
  * tiles t, t+T, t+2T, ...: the split is fixed (results never depend on timing) and tiles finish
  * roughly in ascending order, which lets the engine copy tile 0 to the device while later ones compute.
- * Threads are bound to distinct cores (hwloc) for the call and get their old binding back after it.
+ * Threads are bound to distinct cores (hwloc) for the call and get their old binding back after it: thread t
+ * to the t-th core of the calling thread's Adam cores (adam_cores_use), by default the cores this process may
+ * run on. The driver knows nothing of ranks: who shares a machine, and which share is whose, is the caller's.
  */
 #ifndef STRATA_CPU_ADAM_DRIVER_H
 #define STRATA_CPU_ADAM_DRIVER_H
@@ -33,6 +35,29 @@ typedef struct adam_job {
                                      (fewer than asked for under OMP_THREAD_LIMIT, for instance) */
 } adam_job;
 
+/* The most cores a set holds (strata.cpu_threads allows as many threads). */
+#define ADAM_MAX_CORES 1024
+
+/* A set of cores, as hwloc logical core indices ("core 3" of `lstopo`), in ascending order. */
+typedef struct adam_cores {
+    int count;
+    int index[ADAM_MAX_CORES];
+} adam_cores;
+
+/* The cores this process may run on: those its CPU binding touches (mpirun's --bind-to, taskset), else the
+ * machine's; restricted to the cores of NUMA node numa_node (an OS index) when numa_node >= 0 and that leaves
+ * any. count is 0 when hwloc cannot read the topology (threads then run unbound). Thread-safe. */
+void adam_cores_allowed(int numa_node, adam_cores *out);
+
+/* Sets the calling thread's Adam cores and returns the previous setting: a team this thread starts (every
+ * adam_run_* call) binds its thread t to cores->index[t % count]. NULL (the initial setting) means the
+ * cores of adam_cores_allowed(-1). Like OpenMP's own place partition, the setting belongs to the thread
+ * that starts the team; the driver keeps the pointer, which must stay valid until it is replaced. */
+const adam_cores *adam_cores_use(const adam_cores *cores);
+
+/* Writes the set as a list of ranges ("0-7", "0,2,4-6") into buf (truncated with "..."); "" for none. */
+void adam_cores_format(const adam_cores *cores, char *buf, size_t len);
+
 /* One Adam step over job->arrays[0, numel). */
 strata_status adam_run_step(const adam_job *job);
 
@@ -44,7 +69,7 @@ strata_status adam_run_gradstats(const adam_ops *ops, const void *grad, strata_d
 /* The same-shape roofline over job->arrays (consts and callback unused). */
 strata_status adam_run_roofline(const adam_job *job, adam_stores stores);
 
-/* The thread count used for 0: the cores this process may run on (hwloc), at least 1. */
+/* The thread count used for 0: the cores this process may run on (adam_cores_allowed(-1)), at least 1. */
 int adam_default_threads(void);
 
 /* The tile size a job uses (tile_numel rounded, or the default shrunk so every thread gets work). */

@@ -43,6 +43,7 @@ static strata_status open_device(strata_engine *e)
     if (gpus > 0)
         opt.device_id %= gpus;
     opt.budget_bytes = e->cfg.device_budget_bytes;
+    opt.budget_share = node_device_sharers(e->cfg.device_id, comm_local_rank(e->comm), comm_local_size(e->comm), gpus);
     ERR_CHECK(dev_create(e->cfg.backend, &opt, &e->dev));
     e->backend = dev_kind(e->dev);
     LOG_INFO(LOG_CORE, "engine on %s", dev_name(e->dev));
@@ -86,6 +87,9 @@ static strata_status create(const strata_config *cfg, strata_comm *c, void *nccl
         st = join_world(e, c);
     if (st == STRATA_OK)
         st = open_device(e);
+    /* A collective: a rank whose device failed takes part too, so the others do not wait for it. */
+    if (e->comm)
+        st = node_share_create(e, st, &e->node);
     if (st == STRATA_OK && e->world > 1 && e->backend != STRATA_BACKEND_HOST)
         st = attach_nccl(e, nccl_comm);
     if (st == STRATA_OK && cfg->trace_path[0])
@@ -170,6 +174,7 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     dev_destroy(e->dev);
     trace_finish(e->trace);
     fetch_order_destroy(e->order);
+    node_share_destroy(e->node);
     registry_destroy(e->reg);
     agree_destroy(e->agree);
     if (e->comm_owned)

@@ -15,6 +15,7 @@
  *   sib           sib.c            step in backward: module updates during backward, and their thread
  *   checkpoint    ckpt/            save and load (and the flag a failed load leaves)
  *   acts          act_store.c      offloaded activations: strata_act_push / pop / drop
+ *   node          node_share.c     this rank's share of its machine: host budget, Adam cores, device budget
  *
  * The registry and the fetch order exist from strata_engine_create (the trainer adds modules and may
  * declare the order before finalize); everything else is built by strata_engine_finalize (finalize.c),
@@ -29,6 +30,7 @@
 #include "engine/deferred_free.h"
 #include "engine/fetch_order.h"
 #include "engine/grads.h"
+#include "engine/node_share.h"
 #include "engine/opt_thread.h"
 #include "engine/plan_auto.h"
 #include "engine/registry.h"
@@ -68,6 +70,7 @@ struct strata_engine {
     registry *reg;
     fetch_order *order;
     rank_agree *agree;              /* what the ranks compare at finalize (rank_agree.c), or NULL */
+    node_share *node;               /* this rank's share of its machine (node_share.h) */
 
     /* from strata_engine_finalize, in the order it builds them */
     dev_stream *h2d, *d2h, *copy, *upd; /* fetches, gradients, sync copies, parameter updates */

@@ -35,6 +35,7 @@ static void *opt_main(void *arg)
     opt_thread *t = arg;
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), OPT_THREAD_NICE) != 0)
         LOG_INFO(LOG_ADAM, "the delayed-update thread keeps the trainer's priority (setpriority: %s)", strerror(errno));
+    adam_cores_use(node_adam_cores(t->e->node)); /* the teams this thread starts run on this rank's cores */
     pthread_mutex_lock(&t->lock);
     for (;;) {
         while (!t->job_pending && !t->quit)

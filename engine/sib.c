@@ -188,6 +188,7 @@ static strata_status update_handed(sib *s, strata_module_id id)
 static void *worker(void *arg)
 {
     sib *s = arg;
+    adam_cores_use(node_adam_cores(s->e->node)); /* the teams this thread starts run on this rank's cores */
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (!s->stop && s->count == 0)

@@ -56,6 +56,9 @@ STRATA_API strata_status strata_stats_get_sized(strata_engine *e, strata_stats *
     out->rank = e->rank;
     out->world_size = e->world;
     out->comm_bytes = ranks_comm_bytes(e->ranks);
+    out->adam_threads = e->cfg.cpu_threads;
+    if (e->node)
+        adam_cores_format(node_adam_cores(e->node), out->adam_cores, sizeof out->adam_cores);
     if (e->tiers.swap)
         out->nvme_peak_bytes = swap_capacity(e->tiers.swap) - swap_free_bytes(e->tiers.swap);
     memcpy(caller, out, size < sizeof *out ? size : sizeof *out);

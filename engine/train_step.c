@@ -125,7 +125,10 @@ static strata_status prepare_job(strata_engine *e, step_job *job)
     bool need_stats = e->cfg.gradient_clipping > 0 || e->cfg.param_dtype == STRATA_DTYPE_FP16;
     if (e->world == 1 || !need_stats)
         return STRATA_OK;
-    ERR_CHECK(step_grad_stats(e, job->grad_index, &job->sumsq, &job->nonfinite));
+    const adam_cores *prev = adam_cores_use(node_adam_cores(e->node));
+    strata_status st = step_grad_stats(e, job->grad_index, &job->sumsq, &job->nonfinite);
+    adam_cores_use(prev);
+    ERR_CHECK(st);
     ERR_CHECK(ranks_sum_gradstats(e, &job->sumsq, &job->nonfinite));
     job->have_stats = true;
     return STRATA_OK;
@@ -206,7 +209,11 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
         opt_job_submit(e->opt, &job);
         r.delayed = true;
     } else {
+        /* The Adam team this thread starts runs on this rank's cores (node_share.h); the trainer's thread keeps its
+         * own binding. */
+        const adam_cores *prev = adam_cores_use(node_adam_cores(e->node));
         strata_status st = step_run(e, &job, &r);
+        adam_cores_use(prev);
         if (st != STRATA_OK) {
             residency_invalidate_all(e);
             return st;

@@ -62,8 +62,12 @@ typedef struct dev_options {
                              for the CUDA context and libraries; host takes DEV_HOST_DEFAULT_BUDGET_BYTES */
     bool poison_on_free;  /* fill freed device blocks with DEV_POISON_WORD. Also on in debug builds
                              (!NDEBUG) and with STRATA_POISON=1; STRATA_POISON=0 turns the debug default off */
+    int budget_share;     /* processes that use this device (ranks of a host sharing a GPU): with budget_bytes 0,
+                             CUDA takes 1/budget_share of the device (total memory / budget_share less the headroom,
+                             and never more than is free); 0 or 1: all free memory. The host backend ignores it:
+                             its default is no share of anything */
 } dev_options;
-#define DEV_OPTIONS_INIT {0, 0, false}
+#define DEV_OPTIONS_INIT {0, 0, false, 0}
 
 /* Device memory in use; the engine's stats read it. */
 typedef struct dev_mem_stats {

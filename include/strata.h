@@ -308,6 +308,16 @@ STRATA_API void strata_engine_destroy(strata_engine *engine);
 /* The backend the engine runs on (never AUTO). */
 STRATA_API strata_backend_kind strata_engine_backend(const strata_engine *engine);
 
+/* The CPU cores this engine's Adam threads are bound to, as hwloc logical core indices in ascending order: thread t
+ * of an optimizer step runs on cores[t % count]. It is this rank's share of its machine: the cores the process may
+ * run on (its mpirun binding, else every core), divided among the ranks of its host bound to the same cores (see
+ * strata.cpu_threads in docs/config.md); a world of one rank keeps them all. *count receives the size of the set
+ * (0 when hwloc cannot read the topology and the threads run unbound), and cores the first max of them (cores may
+ * be NULL when max is 0); *threads (may be NULL) the threads a step runs with (strata.cpu_threads, or the set's
+ * size for 0). Valid from create on. STRATA_EINVAL for a NULL engine or count, or max < 0. Thread-safe. */
+STRATA_API strata_status strata_engine_adam_cores(const strata_engine *engine, int *cores, int max, int *count,
+                                                  int *threads);
+
 /* The message of the last failed call on engine, or of the calling thread's last failed
  * handle-less call when engine is NULL. "" when nothing failed. Valid until the next call on
  * the same engine (or thread). */
@@ -724,6 +734,10 @@ typedef struct strata_stats {
      * for a copy off the device (host backend) or a staging buffer's NVMe write not yet done. */
     uint64_t act_pushes, act_offload_bytes, act_restore_bytes, act_stall_ns;
     size_t act_kept_peak_bytes, act_device_peak_bytes;
+    /* This rank's CPU Adam: the threads a step runs with and the cores they are bound to, as ranges ("0-7",
+     * "0,2,4-6", "..." when longer; "" when unbound): strata_engine_adam_cores, for a report. */
+    int adam_threads;
+    char adam_cores[124];
 } strata_stats;
 
 /* Fills out with the counters since the engine was created. strata_stats only ever grows at its end: a caller

@@ -4,6 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tools/train_msg.h"
+
 #define TAIL_STEPS 10
 
 const char *report_bytes(double bytes, char *buf, size_t len)
@@ -29,9 +31,22 @@ static int rate_decimals(double rate)
     return rate < 10 ? 2 : rate < 100 ? 1 : 0;
 }
 
+/* The last line of the header: what this rank got of its host (engine/node_share.h), rank 0's for a world. */
+static void print_share(const strata_stats *s)
+{
+    char host[32], dev[32];
+    printf("  budgets%s host %s, device %s; Adam %d thread%s on cores %s\n",
+           s->world_size > 1 ? " (rank 0's; each rank has its own share of its host)" : "",
+           report_bytes((double)s->host_budget_bytes, host, sizeof host),
+           report_bytes((double)s->device_budget_bytes, dev, sizeof dev), s->adam_threads,
+           s->adam_threads == 1 ? "" : "s", s->adam_cores[0] ? s->adam_cores : "unbound");
+}
+
 void report_begin(train_report *r, int64_t first_step, int64_t total_steps, int64_t tokens_per_step,
                   const strata_stats *start, bool quiet, FILE *jsonl)
 {
+    if (train_msg_root())
+        print_share(start);
     memset(r, 0, sizeof *r);
     r->first_step = first_step;
     r->last_step = first_step - 1;

@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "base/size.h"
+#include "base/util.h"
 #include "gpu/cuda/adam.h"
 #include "gpu/cuda/poison.h"
 #include "gpu/device.h"
@@ -28,6 +29,7 @@
 
 struct dev_impl {
     int id;
+    int share;                  /* dev_options.budget_share, at least 1 */
     cudaStream_t poison_stream; /* poisoning runs here and is waited for: it is a debug aid */
 };
 
@@ -123,6 +125,7 @@ static strata_status cuda_create(const dev_options *opt, dev_impl **out, char *n
     if (!d)
         return err_set(STRATA_ENOMEM, "dev_create(cuda): out of host memory");
     d->id = opt->device_id;
+    d->share = opt->budget_share > 1 ? opt->budget_share : 1;
     struct cudaDeviceProp p;
     strata_status st = select_device(d);
     if (st == STRATA_OK && (e = cudaGetDeviceProperties(&p, d->id)) != cudaSuccess)
@@ -158,7 +161,12 @@ static strata_status cuda_arena_reserve(dev_impl *d, size_t *bytes, void **base)
         if (free_b <= CUDA_HEADROOM_BYTES + CUDA_ARENA_GRANULE)
             return err_set(STRATA_EBUDGET, "cuda:%d: only %s of %s device memory is free; nothing left for an arena",
                            d->id, size_format(free_b, fb, sizeof fb), size_format(total_b, tb, sizeof tb));
-        want = (free_b - CUDA_HEADROOM_BYTES) / CUDA_ARENA_GRANULE * CUDA_ARENA_GRANULE;
+        want = free_b - CUDA_HEADROOM_BYTES;
+        /* Ranks sharing the GPU reserve one after another: a share of the total, so the first does not take what
+         * the next needs, and never more than is free (each rank's context takes some, and other processes). */
+        if (d->share > 1 && total_b / (size_t)d->share > CUDA_HEADROOM_BYTES + CUDA_ARENA_GRANULE)
+            want = MIN(want, total_b / (size_t)d->share - CUDA_HEADROOM_BYTES);
+        want = want / CUDA_ARENA_GRANULE * CUDA_ARENA_GRANULE;
     }
     if (want > free_b)
         return err_set(STRATA_EBUDGET,
