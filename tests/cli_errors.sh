@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Errors that must surface, each named (issue 23): an unknown option names itself and the nearest known one; --data
+# says what a path that is not a text file is (and never blocks on a FIFO); --lr's range in --help is the one its
+# check applies; `ckpt frob` names the unknown subcommand before the usage.
+set -u
+bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
+scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_errors.XXXXXX" 2>/dev/null || mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
+
+# Unknown options: named as unknown (not "needs a value"), with the nearest known flag when one is close.
+check "unknown option at the end" 2 "unknown option --bogus; see \`strata train --help\`" -- "$bin" train --bogus
+check "unknown option, near one" 2 "unknown option --dtpye; did you mean --dtype?" -- "$bin" train --dtpye bf16
+check "known option without its value" 2 "--steps needs a value" -- "$bin" train --steps
+
+# --data: what the path is and what --data expects; a FIFO is refused at once (timeout 20 s: exit 124 if it blocks).
+check "data directory" 2 "--data \"$scratch\" is a directory; --data expects a regular file of training text" -- \
+    "$bin" train --data "$scratch"
+check "data device" 2 '--data "/dev/urandom" is a character device; --data expects a regular file' -- \
+    "$bin" train --data /dev/urandom
+if mkfifo "$scratch/fifo" 2>/dev/null; then
+    check "data FIFO" 2 "--data \"$scratch/fifo\" is a FIFO (named pipe); --data expects a regular file" -- \
+        timeout 20 "$bin" train --data "$scratch/fifo"
+else
+    echo "skip data FIFO: mkfifo failed in $scratch"
+fi
+
+# --lr: --help states the range the check applies, and the check's message states the same range.
+range=$("$bin" train --help | sed -n 's/.*--lr X  *peak learning rate in \([[(][^ ]* [^ ]*[])]\).*/\1/p')
+if [ -z "$range" ]; then
+    fail "--help does not state --lr's range"; "$bin" train --help | grep -- "--lr"
+else
+    check "lr 0 against --help's $range" 2 "--lr \"0\": must be a learning rate in $range" -- "$bin" train --lr 0
+    case $range in
+    \(0,*) check "lr 0 refused as help says" 2 "" -- "$bin" train --lr 0 ;;
+    \[0,*) fail "--help admits lr 0 but the engine refuses it (optimizer.params.lr)" ;;
+    esac
+fi
+check "lr 10 refused" 2 "--lr \"10\": must be a learning rate in $range" -- "$bin" train --lr 10
+check "min-lr 0 accepted" 0 "summary: 1 steps" -- "$bin" train --min-lr 0 --steps 1 --batch 1 --seq 8 --quiet
+
+# ckpt: an unknown subcommand is named before the usage.
+check "ckpt unknown subcommand" 2 'strata ckpt: unknown subcommand "frob"; allowed: inspect, verify, export' -- \
+    "$bin" ckpt frob
+first=$("$bin" ckpt frob 2>&1 | head -1)
+[[ $first == "strata ckpt: unknown subcommand"* ]] && passed=$((passed + 1)) ||
+    fail "ckpt frob: the first line is not the reason: $first"
+
+cli_done cli_errors
