@@ -39,6 +39,28 @@ fi
 check "lr 10 refused" 2 "--lr \"10\": must be a learning rate in $range" -- "$bin" train --lr 10
 check "min-lr 0 accepted" 0 "summary: 1 steps" -- "$bin" train --min-lr 0 --steps 1 --batch 1 --seq 8 --quiet
 
+# A long list of config problems: whole lines only, and the last one says how many more there are (400 in all),
+# for `config check` (8 KiB of message) and `train --config` (4 KiB).
+{
+    printf '{"strata": {'
+    for i in $(seq 1 400); do printf '%s"unknown_key_number_%03d_with_a_long_name": 1' "$([ "$i" -gt 1 ] && echo ,)" "$i"; done
+    printf '}}\n'
+} >"$scratch/many.json"
+long_list() { # long_list NAME command...: exit 2, every line a whole "config: unknown key" line, then "... and N more"
+    local name=$1 out shown more; shift
+    out=$("$@" 2>&1 | sed -n '/^config: /,$p')
+    shown=$(grep -c '^config: unknown key strata\.unknown_key_number_[0-9]*_with_a_long_name; keys allowed in strata: .*, aio$' <<<"$out")
+    more=$(tail -1 <<<"$out" | sed -n 's/^config: \.\.\. and \([0-9]*\) more problems$/\1/p')
+    if [ -z "$more" ] || [ $((shown + more)) -ne 400 ] || [ $(($(wc -l <<<"$out") - 1)) -ne "$shown" ]; then
+        fail "$name: expected whole lines and \"... and N more\" adding up to 400 (shown $shown, more '$more'); the end:"
+        tail -c 300 <<<"$out"; echo
+    else
+        passed=$((passed + 1))
+    fi
+}
+long_list "config check, 400 problems" "$bin" config check "$scratch/many.json"
+long_list "train --config, 400 problems" "$bin" train --config "$scratch/many.json"
+
 # ckpt: an unknown subcommand is named before the usage.
 check "ckpt unknown subcommand" 2 'strata ckpt: unknown subcommand "frob"; allowed: inspect, verify, export' -- \
     "$bin" ckpt frob
