@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Errors that must surface, each named (issue 23): an unknown option names itself and the nearest known one; --data
 # says what a path that is not a text file is (and never blocks on a FIFO); --lr's range in --help is the one its
-# check applies; `ckpt frob` names the unknown subcommand before the usage.
+# check applies; a long list of config problems ends with "and N more" on a line of its own; a log, trace or weights
+# file that cannot be written is warned about, fails the run and is named as failed in the summary; `ckpt frob`
+# names the unknown subcommand before the usage.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_errors.XXXXXX" 2>/dev/null || mktemp -d)
@@ -60,6 +62,43 @@ long_list() { # long_list NAME command...: exit 2, every line a whole "config: u
 }
 long_list "config check, 400 problems" "$bin" config check "$scratch/many.json"
 long_list "train --config, 400 problems" "$bin" train --config "$scratch/many.json"
+
+# Output files that cannot be written: a warning naming the file and strerror, once, when it happens; exit 1 at the
+# end; the summary names the file as failed and never offers it to open.
+run=(train --steps 3 --batch 1 --seq 8 --quiet)
+outputs() { # outputs NAME FLAG FILE TEXT: the run warns once with TEXT, exits 1, and the summary says FAILED
+    local name=$1 flag=$2 file=$3 text=$4 out rc
+    out=$("$bin" "${run[@]}" "$flag" "$file" 2>&1); rc=$?
+    if [ $rc -ne 1 ]; then fail "$name: exit $rc, expected 1; output:"; echo "$out"; return; fi
+    local warnings
+    warnings=$(grep -c "^strata train: warning: .*$text" <<<"$out")
+    [ "$warnings" -eq 1 ] || { fail "$name: $warnings warnings with \"$text\", expected 1; output:"; echo "$out"; return; }
+    grep -q "FAILED: .*$text" <<<"$out" || { fail "$name: the summary does not say the file failed:"; echo "$out"; return; }
+    if grep -q "open it at" <<<"$out"; then fail "$name: the summary offers the failed file to open:"; echo "$out"; return; fi
+    passed=$((passed + 1))
+}
+outputs "log to /dev/full" --log-jsonl /dev/full '--log-jsonl "/dev/full": writing failed at step 1: No space left on device'
+outputs "trace to /dev/full" --trace /dev/full 'strata.trace_path "/dev/full": writing the trace (.* events) failed: No space left on device'
+check "weights to /dev/full" 1 '--dump-weights "/dev/full": cannot write: No space left on device' -- \
+    "$bin" "${run[@]}" --dump-weights /dev/full
+
+# A nearly full filesystem (a 64 KiB tmpfs with 8 KiB free): the log keeps whole lines of the steps before the one
+# that failed, and the trace says it is incomplete. As root only; skipped with the reason otherwise.
+mkdir "$scratch/tiny"
+if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=64k strata-tiny "$scratch/tiny" 2>/dev/null; then
+    trap 'umount "$scratch/tiny"; rm -rf "$scratch"' EXIT
+    dd if=/dev/zero of="$scratch/tiny/fill" bs=4k count=14 2>/dev/null
+    run=(train --steps 40 --batch 1 --seq 8 --quiet)
+    outputs "log on a full disk" --log-jsonl "$scratch/tiny/log.jsonl" \
+        "writing failed at step [0-9]*: No space left on device; the log is incomplete (whole lines of the steps before it)"
+    /usr/bin/python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$scratch/tiny/log.jsonl" &&
+        passed=$((passed + 1)) || fail "the log on a full disk is not whole JSON lines"
+    rm -f "$scratch/tiny/log.jsonl"
+    outputs "trace on a full disk" --trace "$scratch/tiny/trace.json" \
+        "writing the trace (.* events) failed: No space left on device (ENOSPC); the file is incomplete"
+else
+    echo "skip full disk: mounting a 64 KiB tmpfs needs root with CAP_SYS_ADMIN"
+fi
 
 # ckpt: an unknown subcommand is named before the usage.
 check "ckpt unknown subcommand" 2 'strata ckpt: unknown subcommand "frob"; allowed: inspect, verify, export' -- \
