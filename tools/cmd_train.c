@@ -495,7 +495,10 @@ static int train(int argc, char **argv, strata_comm *comm, bool *training)
     }
     print_setup(&a, &cfg, t, a.data ? a.data : "built-in corpus");
     *training = true;
-    rc = trainer_run(t, &cfg);
+    bool world_done;
+    rc = trainer_run(t, &cfg, &world_done);
+    if (world_done)
+        *training = false; /* the ranks agreed on rc after their last collective: nobody waits for this one */
     data_free(&data);
     return rc;
 }

@@ -310,8 +310,9 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
     return 0;
 }
 
-int trainer_run(const trainer_opts *o, strata_config *cfg)
+int trainer_run(const trainer_opts *o, strata_config *cfg, bool *world_done)
 {
+    *world_done = false;
     /* A graceful stop needs every rank to stop after the same step, which a signal cannot promise; with more
      * than one rank the default action ends the rank and mpirun the others. */
     bool graceful = strata_comm_size(o->comm) == 1;
@@ -332,8 +333,8 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
         rc = train_loop(&r, o, start, cfg, &done);
     if (rc == 0 && o->dump_weights)
         rc = dump_weights(r.e, r.m, o);
-    if (rc == 0 && r.outputs_failed)
-        rc = 1; /* training went well, but a file the user asked for was not written (warned and summarized) */
+    bool finished = rc == 0; /* this rank got through the run (its trace or log may have failed) */
+    bool outputs_failed = finished && r.outputs_failed;
     if (rc == 0 && stop_signal) {
         printf("stopped by %s after step %lld%s\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)done,
                o->save_dir ? "; resume with --resume" : "");
@@ -343,6 +344,18 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
     if (graceful) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);
+    }
+    /* Training went well, but a file the user asked for was not written (warned and summarized): exit 1. Every rank
+     * that got this far learns whether any did, so that the world exits alike and one rank's early exit 1 cannot
+     * make mpirun end a rank still writing its checkpoint. A rank that failed earlier has aborted the world, and
+     * the sum then fails at once. */
+    if (finished) {
+        double failed = outputs_failed ? 1 : 0;
+        if (strata_comm_size(o->comm) > 1 && strata_comm_allreduce_sum(o->comm, &failed, 1) != STRATA_OK)
+            return 1;
+        if (failed > 0 && rc == 0)
+            rc = 1;
+        *world_done = true;
     }
     return rc;
 }
