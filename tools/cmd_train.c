@@ -2,9 +2,9 @@
  * launcher's world (one rank, or N under mpirun), turns the command line and an optional JSON config into a
  * strata_config and trainer options, and rejects bad input with exit code 2 and a message that names the argument. */
 #include <cblas.h>
+#include <omp.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +23,70 @@
 #include "tools/trainer.h"
 
 #define BUILTIN_DATA_BYTES (4u << 20)
+
+/* The range of a rate flag, from its entry in the option table below. */
+static const char *rate_range(const char *flag, char *buf, size_t len);
+
+static void usage(FILE *out)
+{
+    char lr[32], min_lr[32];
+    fprintf(out,
+            "usage: strata train [--model PRESET] [--layers N] [--heads N] [--hidden N] [--vocab N] [--context N]\n"
+            "                    [--config FILE] [--data FILE] [--steps N] [--batch N] [--grad-accum N] [--seq N]\n"
+            "                    [--schedule ordinary|layerwise]\n"
+            "                    [--lr X] [--min-lr X] [--warmup N] [--seed N] [--device auto|host|cuda]\n"
+            "                    [--dtype fp32|bf16|fp16]\n"
+            "                    [--offload device|host|nvme] [--nvme-dir DIR] [--device-budget SIZE]\n"
+            "                    [--host-budget SIZE] [--prefetch SIZE] [--delayed-update] [--delayed-warmup N]\n"
+            "                    [--step-in-backward] [--activation-checkpointing]\n"
+            "                    [--offload-activations host|nvme|auto]\n"
+            "                    [--threads N] [--trace FILE] [--log-jsonl FILE]\n"
+            "                    [--dump-weights FILE] [--save DIR] [--save-every K] [--keep N]\n"
+            "                    [--resume DIR] [--quiet]\n\n"
+            "Trains a GPT-2 style model (byte-level tokens) with strata holding its parameters and optimizer state.\n"
+            "Under `mpirun -np N` it trains as N data-parallel ranks (ZeRO stage from the config; --offload host|nvme\n"
+            "means stage 3): --batch and --grad-accum are per rank, rank r takes micro-batches r, N + r, 2N + r, ...\n"
+            "of each step, so N ranks x grad-accum k train as 1 rank x N*k. Only rank 0 prints (errors excepted);\n"
+            "--save writes sharded checkpoints (each rank its own files), which any number of ranks can --resume.\n"
+            "  --model PRESET     %s (default tiny); --layers/--heads/--hidden/--vocab/--context override it\n"
+            "  --config FILE      a DeepSpeed-style JSON config; the flags below override it\n"
+            "  --data FILE        training text (default: a built-in generated English-like corpus)\n"
+            "  --steps N          optimizer steps (default 100); --batch sequences per micro-batch (default 8);\n"
+            "                     --grad-accum micro-batches per step and rank (default 1); --seq tokens per sequence\n"
+            "                     (default: the model's context)\n"
+            "  --schedule S       ordinary (default): each micro-batch goes through all modules before the next;\n"
+            "                     layerwise: the step's --grad-accum micro-batches go through each module together,\n"
+            "                     so a step fetches every module once forward, once for the head and once backward\n"
+            "                     instead of grad-accum times each, for grad-accum times the activation memory; the\n"
+            "                     weights are the ordinary schedule's bit for bit\n"
+            "  --lr X             peak learning rate in %s (default 1e-3 or the config's); linear warmup over\n"
+            "                     --warmup steps (default steps/10), then cosine down to --min-lr X in %s\n"
+            "                     (default lr/10)\n"
+            "  --device KIND      where the model computes: cuda, host, or auto (default: cuda when a GPU answers)\n"
+            "  --dtype D          parameter and gradient dtype on the device (default bf16 on cuda, fp32 on host)\n"
+            "  --offload TIER     where parameters and optimizer state live: device (default), host or nvme;\n"
+            "                     on cuda the optimizer state stays in host memory for device\n"
+            "                     (nvme needs --nvme-dir DIR, a scratch directory for the swap files)\n"
+            "  --device-budget, --host-budget SIZE  memory strata may use per tier; --prefetch SIZE the bytes\n"
+            "                     of parameters fetched ahead\n"
+            "  --delayed-update   ZeRO-Offload's one-step-delayed optimizer step, after --delayed-warmup N steps\n"
+            "  --step-in-backward each module's optimizer update as soon as its gradients are complete, during\n"
+            "                     backward, without a gradient store (strata.step_in_backward; --grad-accum 1)\n"
+            "  --activation-checkpointing  each block keeps only its input and runs its forward again in backward:\n"
+            "                     2/3 of a block forward more per block, its internals held once instead of per block\n"
+            "  --offload-activations T  checkpointing, with the block inputs kept in host memory or on NVMe (the\n"
+            "                     swap space of --nvme-dir or the config's nvme_path; auto: host if the budget holds\n"
+            "                     them) instead of the device, restored ahead of backward (strata.offload_activations)\n"
+            "  --trace FILE       Chrome trace-event JSON of every transfer and step (open in ui.perfetto.dev)\n"
+            "  --log-jsonl FILE   one JSON object per step (loss, lr, tokens/s, stall, bytes per link, comm bytes, peak\n"
+            "                     bytes per tier, fetches); with N ranks each rank logs its own: rank 0 to FILE,\n"
+            "                     rank r to FILE.rank<r> (bytes are the rank's; loss and tokens/s the world's)\n"
+            "  --dump-weights F   write the final fp32 master weights (raw, model order) to F (rank 0 writes)\n"
+            "  --save DIR         checkpoints to DIR/step-N at the end, every --save-every K steps and on\n"
+            "                     SIGINT/SIGTERM, keeping the last --keep (default 2); --resume DIR continues\n"
+            "SIZE takes bytes or strings like 2GiB.\n",
+            gpt_preset_names(), rate_range("--lr", lr, sizeof lr), rate_range("--min-lr", min_lr, sizeof min_lr));
+}
 
 typedef struct args {
     const char *model, *config, *data, *offload, *nvme_dir, *trace, *dtype, *device, *schedule, *offload_acts;
@@ -89,67 +153,6 @@ static const char *rate_range(const char *flag, char *buf, size_t len)
     const opt *o = opt_find(flag);
     snprintf(buf, len, "%c%g, %g)", o->open_lo ? '(' : '[', o->lo, o->hi);
     return buf;
-}
-
-static void usage(FILE *out)
-{
-    char lr[32], min_lr[32];
-    fprintf(out,
-            "usage: strata train [--model PRESET] [--layers N] [--heads N] [--hidden N] [--vocab N] [--context N]\n"
-            "                    [--config FILE] [--data FILE] [--steps N] [--batch N] [--grad-accum N] [--seq N]\n"
-            "                    [--schedule ordinary|layerwise]\n"
-            "                    [--lr X] [--min-lr X] [--warmup N] [--seed N] [--device auto|host|cuda]\n"
-            "                    [--dtype fp32|bf16|fp16]\n"
-            "                    [--offload device|host|nvme] [--nvme-dir DIR] [--device-budget SIZE]\n"
-            "                    [--host-budget SIZE] [--prefetch SIZE] [--delayed-update] [--delayed-warmup N]\n"
-            "                    [--step-in-backward] [--activation-checkpointing]\n"
-            "                    [--offload-activations host|nvme|auto]\n"
-            "                    [--threads N] [--trace FILE] [--log-jsonl FILE]\n"
-            "                    [--dump-weights FILE] [--save DIR] [--save-every K] [--keep N]\n"
-            "                    [--resume DIR] [--quiet]\n\n"
-            "Trains a GPT-2 style model (byte-level tokens) with strata holding its parameters and optimizer state.\n"
-            "Under `mpirun -np N` it trains as N data-parallel ranks (ZeRO stage from the config; --offload host|nvme\n"
-            "means stage 3): --batch and --grad-accum are per rank, rank r takes micro-batches r, N + r, 2N + r, ...\n"
-            "of each step, so N ranks x grad-accum k train as 1 rank x N*k. Only rank 0 prints (errors excepted);\n"
-            "--save writes sharded checkpoints (each rank its own files), which any number of ranks can --resume.\n"
-            "  --model PRESET     %s (default tiny); --layers/--heads/--hidden/--vocab/--context override it\n"
-            "  --config FILE      a DeepSpeed-style JSON config; the flags below override it\n"
-            "  --data FILE        training text (default: a built-in generated English-like corpus)\n"
-            "  --steps N          optimizer steps (default 100); --batch sequences per micro-batch (default 8);\n"
-            "                     --grad-accum micro-batches per step and rank (default 1); --seq tokens per sequence\n"
-            "                     (default: the model's context)\n"
-            "  --schedule S       ordinary (default): each micro-batch goes through all modules before the next;\n"
-            "                     layerwise: the step's --grad-accum micro-batches go through each module together,\n"
-            "                     so a step fetches every module once forward, once for the head and once backward\n"
-            "                     instead of grad-accum times each, for grad-accum times the activation memory; the\n"
-            "                     weights are the ordinary schedule's bit for bit\n"
-            "  --lr X             peak learning rate in %s (default 1e-3 or the config's); linear warmup over\n"
-            "                     --warmup steps (default steps/10), then cosine down to --min-lr X in %s\n"
-            "                     (default lr/10)\n"
-            "  --device KIND      where the model computes: cuda, host, or auto (default: cuda when a GPU answers)\n"
-            "  --dtype D          parameter and gradient dtype on the device (default bf16 on cuda, fp32 on host)\n"
-            "  --offload TIER     where parameters and optimizer state live: device (default), host or nvme;\n"
-            "                     on cuda the optimizer state stays in host memory for device\n"
-            "                     (nvme needs --nvme-dir DIR, a scratch directory for the swap files)\n"
-            "  --device-budget, --host-budget SIZE  memory strata may use per tier; --prefetch SIZE the bytes\n"
-            "                     of parameters fetched ahead\n"
-            "  --delayed-update   ZeRO-Offload's one-step-delayed optimizer step, after --delayed-warmup N steps\n"
-            "  --step-in-backward each module's optimizer update as soon as its gradients are complete, during\n"
-            "                     backward, without a gradient store (strata.step_in_backward; --grad-accum 1)\n"
-            "  --activation-checkpointing  each block keeps only its input and runs its forward again in backward:\n"
-            "                     2/3 of a block forward more per block, its internals held once instead of per block\n"
-            "  --offload-activations T  checkpointing, with the block inputs kept in host memory or on NVMe (the\n"
-            "                     swap space of --nvme-dir or the config's nvme_path; auto: host if the budget holds\n"
-            "                     them) instead of the device, restored ahead of backward (strata.offload_activations)\n"
-            "  --trace FILE       Chrome trace-event JSON of every transfer and step (open in ui.perfetto.dev)\n"
-            "  --log-jsonl FILE   one JSON object per step (loss, lr, tokens/s, stall, bytes per link, comm bytes, peak\n"
-            "                     bytes per tier, fetches); with N ranks each rank logs its own: rank 0 to FILE,\n"
-            "                     rank r to FILE.rank<r> (bytes are the rank's; loss and tokens/s the world's)\n"
-            "  --dump-weights F   write the final fp32 master weights (raw, model order) to F (rank 0 writes)\n"
-            "  --save DIR         checkpoints to DIR/step-N at the end, every --save-every K steps and on\n"
-            "                     SIGINT/SIGTERM, keeping the last --keep (default 2); --resume DIR continues\n"
-            "SIZE takes bytes or strings like 2GiB.\n",
-            gpt_preset_names(), rate_range("--lr", lr, sizeof lr), rate_range("--min-lr", min_lr, sizeof min_lr));
 }
 
 static int bad(const char *flag, const char *value, const char *why)
