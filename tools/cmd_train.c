@@ -183,7 +183,7 @@ static int unknown_option(const char *f)
             best = opts[k].flag;
         }
     }
-    if (best && nearest_is_close(f + 2, best_d))
+    if (f[2] && best && nearest_is_close(f + 2, best_d))
         train_err("unknown option %s; did you mean %s? (see `strata train --help`)", f, best);
     else
         train_err("unknown option %s; see `strata train --help`", f);
