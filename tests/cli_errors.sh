@@ -106,5 +106,9 @@ check "ckpt unknown subcommand" 2 'strata ckpt: unknown subcommand "frob"; allow
 first=$("$bin" ckpt frob 2>&1 | head -1)
 [[ $first == "strata ckpt: unknown subcommand"* ]] && passed=$((passed + 1)) ||
     fail "ckpt frob: the first line is not the reason: $first"
+check "ckpt without DIR" 2 "strata ckpt inspect: takes one DIR, a checkpoint or a directory holding checkpoints; got 0 arguments" -- \
+    "$bin" ckpt inspect
+check "config unknown subcommand" 2 'strata config: unknown subcommand "frob"; allowed: check, defaults' -- "$bin" config frob
+check "config check without FILE" 2 "strata config check: takes one FILE, a JSON config; got 0 arguments" -- "$bin" config check
 
 cli_done cli_errors

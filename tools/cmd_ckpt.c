@@ -186,14 +186,12 @@ int cmd_ckpt(int argc, char **argv)
     }
     bool is_export = argc >= 3 && strcmp(argv[1], "export") == 0;
     if (!is_export && (argc != 3 || (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0))) {
-        /* Say what was wrong before the usage, so that the user need not diff the command line against it. */
-        if (argc < 2)
-            fprintf(stderr, "strata ckpt: a subcommand is needed: inspect, verify or export\n");
-        else if (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0 && strcmp(argv[1], "export") != 0)
-            fprintf(stderr, "strata ckpt: unknown subcommand \"%s\"; allowed: inspect, verify, export\n", argv[1]);
-        else
-            fprintf(stderr, "strata ckpt %s: %s\n", argv[1], argc < 3 ? "needs DIR, a checkpoint or a directory "
-                    "holding checkpoints" : "takes one DIR and no further arguments");
+        static const cli_subcommand subs[] = {
+            {"inspect", "one DIR, a checkpoint or a directory holding checkpoints"},
+            {"verify", "one DIR, a checkpoint or a directory holding checkpoints"},
+            {"export", "DIR --to FILE.safetensors [--dtype fp32|bf16|fp16]"},
+            {NULL, NULL}};
+        cli_subcommand_error("ckpt", argc, argv, subs);
         usage(stderr);
         return CLI_EXIT_USAGE;
     }

@@ -95,6 +95,9 @@ int cmd_config(int argc, char **argv)
         return CLI_EXIT_OK;
     }
     if (argc != 3 || strcmp(argv[1], "check") != 0) {
+        static const cli_subcommand subs[] = {
+            {"check", "one FILE, a JSON config"}, {"defaults", "no arguments"}, {NULL, NULL}};
+        cli_subcommand_error("config", argc, argv, subs);
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
