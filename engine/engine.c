@@ -182,6 +182,13 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     free(e);
 }
 
+STRATA_API strata_status strata_trace_write(strata_engine *e)
+{
+    if (!e)
+        return err_set(STRATA_EINVAL, "strata_trace_write: engine is NULL");
+    return err_copy(&e->err, trace_write(e->trace));
+}
+
 STRATA_API strata_backend_kind strata_engine_backend(const strata_engine *e)
 {
     return e ? e->backend : STRATA_BACKEND_AUTO;

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/stream.h"
 #include "base/util.h"
 
 typedef struct trace_rec {
@@ -23,6 +24,9 @@ struct trace {
     pthread_mutex_t lock;
     trace_rec *recs;
     size_t n, cap;
+    bool written;           /* trace_write ran: later events are dropped, the file is closed */
+    strata_status status;   /* what trace_write returned, for a second call */
+    char error[ERR_MSG_BYTES];
 };
 
 static const char *const track_names[TRACK_COUNT] = {"trainer", "h2d stream", "d2h stream", "optimizer (CPU Adam)",
@@ -58,6 +62,10 @@ void trace_event(trace *t, trace_track track, const char *name, const char *deta
     trace_rec r = {.t0 = t0_ns, .t1 = t1_ns, .track = (uint8_t)track};
     snprintf(r.name, sizeof r.name, "%s%s%s", name, detail ? " " : "", detail ? detail : "");
     pthread_mutex_lock(&t->lock);
+    if (t->written) { /* the file is closed: what comes after it (a checkpoint's gather, teardown) is not in it */
+        pthread_mutex_unlock(&t->lock);
+        return;
+    }
     if (t->n == t->cap) {
         size_t ncap = t->cap ? t->cap * 2 : 4096;
         trace_rec *nr = realloc(t->recs, ncap * sizeof *nr);
@@ -89,11 +97,11 @@ static void put_json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-void trace_finish(trace *t)
+/* Writes the JSON to t->f and closes it; STRATA_OK, or the error (a full disk, an I/O error) naming the file. */
+static strata_status write_file(trace *t)
 {
-    if (!t)
-        return;
     FILE *f = t->f;
+    t->f = NULL;
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     for (int k = 0; k < TRACK_COUNT; k++) {
         fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":", k);
@@ -102,7 +110,7 @@ void trace_finish(trace *t)
                 k, k);
     }
     fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"strata\"}}");
-    for (size_t i = 0; i < t->n; i++) {
+    for (size_t i = 0; i < t->n && !ferror(f); i++) {
         const trace_rec *r = &t->recs[i];
         uint64_t t0 = r->t0 > t->origin_ns ? r->t0 - t->origin_ns : 0;
         uint64_t dur = r->t1 > r->t0 ? r->t1 - r->t0 : 0;
@@ -112,10 +120,38 @@ void trace_finish(trace *t)
         fputc('}', f);
     }
     fprintf(f, "\n]}\n");
-    if (fclose(f) != 0)
-        LOG_WARN(LOG_CORE, "trace \"%s\": writing failed: %s", t->path, strerror(errno));
-    else
-        LOG_INFO(LOG_CORE, "trace written to %s (%zu events); open it at https://ui.perfetto.dev", t->path, t->n);
+    int e = stream_close_errno(f);
+    if (e == 0)
+        return STRATA_OK;
+    char why[96];
+    return err_set(err_from_errno(e), "strata.trace_path \"%s\": writing the trace (%zu events) failed: %s; the file is "
+                   "incomplete", t->path, t->n, err_errno_str(e, why, sizeof why));
+}
+
+strata_status trace_write(trace *t)
+{
+    if (!t)
+        return STRATA_OK;
+    pthread_mutex_lock(&t->lock);
+    if (!t->written) {
+        t->written = true;
+        t->status = write_file(t);
+        snprintf(t->error, sizeof t->error, "%s", t->status == STRATA_OK ? "" : err_last());
+        if (t->status == STRATA_OK)
+            LOG_INFO(LOG_CORE, "trace written to %s (%zu events); open it at https://ui.perfetto.dev", t->path, t->n);
+    }
+    strata_status st = t->status;
+    pthread_mutex_unlock(&t->lock);
+    return st == STRATA_OK ? STRATA_OK : err_set(st, "%s", t->error);
+}
+
+void trace_finish(trace *t)
+{
+    if (!t)
+        return;
+    /* Nobody can be told of a failure now but the log. */
+    if (!t->written && trace_write(t) != STRATA_OK)
+        LOG_WARN(LOG_CORE, "%s", err_last());
     pthread_mutex_destroy(&t->lock);
     free(t->recs);
     free(t);

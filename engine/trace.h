@@ -1,8 +1,8 @@
 /*
  * Chrome trace-event JSON (open it in Perfetto or chrome://tracing): one track per stream and
  * thread, so the overlap of fetches, gradient hand-offs, NVMe I/O and Adam can be seen.
- * Events are kept in memory (a few dozen bytes each) and written when the engine is destroyed,
- * so recording costs a lock and a copy, never file I/O in the training loop.
+ * Events are kept in memory (a few dozen bytes each) and written by strata_trace_write or, failing that, when the
+ * engine is destroyed, so recording costs a lock and a copy, never file I/O in the training loop.
  */
 #ifndef STRATA_ENGINE_TRACE_H
 #define STRATA_ENGINE_TRACE_H
@@ -33,7 +33,13 @@ strata_status trace_create(const char *path, trace **out);
  * NULL trace: no-op. */
 void trace_event(trace *t, trace_track track, const char *name, const char *detail, uint64_t t0_ns, uint64_t t1_ns);
 
-/* Writes the JSON and frees the trace; NULL is a no-op. Errors are logged (the run is not failed). */
+/* Writes the JSON now, with the events recorded so far, and closes the file; events recorded later are dropped.
+ * STRATA_OK, or the write's error (STRATA_ENOSPC for a full disk, else STRATA_EIO) naming the file and errno, the
+ * same for every later call. Thread-safe; NULL: STRATA_OK. (strata_trace_write) */
+strata_status trace_write(trace *t);
+
+/* Writes the JSON unless trace_write did, and frees the trace; NULL is a no-op. A failure here is logged as a
+ * warning: the engine is going, with no caller left to tell. */
 void trace_finish(trace *t);
 
 #endif

@@ -305,6 +305,13 @@ STRATA_API strata_status strata_engine_create(const strata_config *cfg, strata_e
 /* Drains in-flight work and frees everything the engine owns. NULL is a no-op. */
 STRATA_API void strata_engine_destroy(strata_engine *engine);
 
+/* Writes the trace (strata.trace_path) now, with every event recorded so far, and closes its file; later events
+ * are not recorded. Call it when the work to trace is done, to learn whether the file was written: without it,
+ * strata_engine_destroy writes the trace and can only log a failure. STRATA_OK when written, when the engine has no
+ * trace, and when an earlier call wrote it; STRATA_ENOSPC (full disk) or STRATA_EIO naming the file and errno
+ * otherwise, for every later call too (the file is then incomplete). Thread-safe. */
+STRATA_API strata_status strata_trace_write(strata_engine *engine);
+
 /* The backend the engine runs on (never AUTO). */
 STRATA_API strata_backend_kind strata_engine_backend(const strata_engine *engine);
 

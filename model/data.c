@@ -5,10 +5,12 @@
 #include "model/gpt.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -43,36 +45,65 @@ strata_status data_builtin(size_t len, gpt_data *out)
     return STRATA_OK;
 }
 
+/* What a path that is not a regular file is, for the message that refuses it. */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "not a regular file";
+}
+
 strata_status data_load(const char *path, gpt_data *out, char *errmsg, size_t errlen)
 {
     out->bytes = NULL;
     out->len = 0;
-    FILE *f = fopen(path, "rb");
+    /* O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever; what is not a regular file is then
+     * refused by fstat, before anything is read. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat sb;
-    if (!f || fstat(fileno(f), &sb) != 0) {
+    if (fd < 0 || fstat(fd, &sb) != 0) {
         int err = errno;
         snprintf(errmsg, errlen, "--data \"%s\": cannot open: %s", path, strerror(err));
-        if (f)
-            fclose(f);
+        if (fd >= 0)
+            close(fd);
         return err == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO;
     }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        snprintf(errmsg, errlen, "--data \"%s\" is %s; --data expects a regular file of training text (read whole, "
+                 "one byte per token)", path, file_kind(sb.st_mode));
+        return STRATA_EINVAL;
+    }
     if (sb.st_size == 0) {
-        fclose(f);
+        close(fd);
         snprintf(errmsg, errlen, "--data \"%s\": the file is empty; give a text file of at least --seq + 1 bytes",
                  path);
         return STRATA_EINVAL;
     }
     out->bytes = malloc((size_t)sb.st_size);
     if (!out->bytes) {
-        fclose(f);
+        close(fd);
         snprintf(errmsg, errlen, "--data \"%s\": out of memory for %lld bytes", path, (long long)sb.st_size);
         return STRATA_ENOMEM;
     }
-    out->len = fread(out->bytes, 1, (size_t)sb.st_size, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || out->len == 0) {
-        snprintf(errmsg, errlen, "--data \"%s\": read failed", path);
+    int err = 0;
+    while (out->len < (size_t)sb.st_size) {
+        ssize_t n = read(fd, out->bytes + out->len, (size_t)sb.st_size - out->len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            err = n < 0 ? errno : 0;
+            break;
+        }
+        out->len += (size_t)n;
+    }
+    close(fd);
+    if (err || out->len == 0) {
+        snprintf(errmsg, errlen, "--data \"%s\": reading failed after %zu of %lld bytes: %s", path, out->len,
+                 (long long)sb.st_size, err ? strerror(err) : "the file shrank to nothing while it was read");
         data_free(out);
         return STRATA_EIO;
     }

@@ -16,7 +16,8 @@ typedef struct gpt_data {
 /* The built-in corpus of about len bytes (the same bytes for every call with the same len). */
 strata_status data_builtin(size_t len, gpt_data *out);
 /* Reads path whole. STRATA_ENOTFOUND / STRATA_EIO with errmsg naming the path and the errno text;
- * STRATA_EINVAL for an empty file. */
+ * STRATA_EINVAL for an empty file, and for a path that is not a regular file (a directory, a device, a FIFO:
+ * refused by what it is, without blocking on a FIFO that has no writer). */
 strata_status data_load(const char *path, gpt_data *out, char *errmsg, size_t errlen);
 void data_free(gpt_data *d);
 

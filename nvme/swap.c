@@ -119,9 +119,12 @@ strata_status swap_create(nvme_io *io, const char *const *paths, int npaths, uin
     if (s->per_file == 0)
         s->per_file = s->unit;
     s->capacity = s->per_file * (uint64_t)npaths;
+    /* Every path is checked, by the function `strata config check` calls, before any swap file is made. */
     strata_status st = STRATA_OK;
-    for (int i = 0; i < npaths && st == STRATA_OK; i++)
-        st = check_path(paths[i], s->per_file, NULL);
+    for (int i = 0; i < npaths && st == STRATA_OK; i++) {
+        swap_path_report unused;
+        st = swap_check_path(io, paths[i], s->per_file, &unused);
+    }
     for (int i = 0; i < npaths && st == STRATA_OK; i++) {
         st = open_private(s->io, paths[i], s, &s->files[i]);
         if (st == STRATA_OK) {
@@ -148,10 +151,15 @@ strata_status swap_create(nvme_io *io, const char *const *paths, int npaths, uin
     return STRATA_OK;
 }
 
-strata_status swap_check_path(nvme_io *io, const char *dir, swap_path_report *out)
+uint64_t swap_min_bytes(const nvme_io *io)
+{
+    return nvme_io_config(io)->block_size;
+}
+
+strata_status swap_check_path(nvme_io *io, const char *dir, uint64_t need_bytes, swap_path_report *out)
 {
     *out = (swap_path_report){0};
-    ERR_CHECK(check_path(dir, 0, &out->free_bytes));
+    ERR_CHECK(check_path(dir, need_bytes, &out->free_bytes));
     nvme_file *f;
     ERR_CHECK(open_private(io, dir, out, &f));
     out->direct = f->direct;

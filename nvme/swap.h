@@ -49,12 +49,17 @@ typedef struct swap_path_report {
     uint64_t free_bytes;  /* free space for this user (statvfs) */
 } swap_path_report;
 
-/* Checks dir the way swap_create does, with the same messages: an existing directory in which a private
- * file can be opened under io's aio.direct policy (so it is writable, and O_DIRECT is accepted or, with
- * auto, the fallback to buffered I/O is said once); the file is closed (and so gone) before this returns.
- * STRATA_ECONFIG (missing, not a directory), STRATA_EUNSUPPORTED (O_DIRECT refused with aio.direct on),
- * or the open's error (STRATA_EIO for a read-only filesystem or no permission). */
-strata_status swap_check_path(nvme_io *io, const char *dir, swap_path_report *out);
+/* The one check of an nvme_path, which swap_create runs on every path (need_bytes: what each swap file takes)
+ * before it makes any file, and `strata config check` runs with swap_min_bytes (it knows no model), so that the
+ * two agree on every path: an existing directory with need_bytes free, in which a private file can be opened under
+ * io's aio.direct policy (so it is writable, and O_DIRECT is accepted or, with auto, the fallback to buffered I/O
+ * is said once); the file is closed (and so gone) before this returns. STRATA_ECONFIG (missing, not a directory),
+ * STRATA_ENOSPC (less than need_bytes free, with both numbers), STRATA_EUNSUPPORTED (O_DIRECT refused with
+ * aio.direct on), or the open's error (STRATA_EIO for a read-only filesystem or no permission). */
+strata_status swap_check_path(nvme_io *io, const char *dir, uint64_t need_bytes, swap_path_report *out);
+
+/* The least swap_create puts in a path: one stripe unit (the io's aio.block_size). */
+uint64_t swap_min_bytes(const nvme_io *io);
 
 /* Closes (and so deletes) the swap files. The caller has waited for all swap I/O. NULL-safe. */
 void swap_destroy(nvme_swap *s);

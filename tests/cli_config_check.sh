@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # `strata config check` looks at every nvme_path on this machine the way `strata train` would: a missing path,
-# a file, a read-only directory and O_DIRECT refused under aio.direct = true are errors (exit 2, the swap space's
-# own message); a good path and a tmpfs path (O_DIRECT or the buffered fallback) pass with their free space.
+# a file, a read-only directory, a full filesystem and O_DIRECT refused under aio.direct = true are errors (exit 2,
+# the swap space's own message, the one train refuses the path with); a good path and a tmpfs path (O_DIRECT or
+# the buffered fallback) pass with their free space.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_config_check.XXXXXX" 2>/dev/null || mktemp -d)
 shm=""
 ro_mounted=""
+full_mounted=""
 cleanup() {
     [ -n "$ro_mounted" ] && umount "$ro_mounted"
+    [ -n "$full_mounted" ] && umount "$full_mounted"
     [ -n "$shm" ] && rm -rf "$shm"
     rm -rf "$scratch"
 }
@@ -51,7 +54,7 @@ if [ "$(id -u)" -ne 0 ]; then
     check "read-only dir" 2 "nvme_path \"$scratch/ro\": cannot create a swap file there: open \"$scratch/ro/.strata-swap-" -- \
         "$bin" config check "$cfg"
     check "read-only dir errno" 2 "Permission denied (EACCES)" -- "$bin" config check "$cfg"
-elif mount -t tmpfs -o ro,size=1m strata-ro "$scratch/ro" 2>/dev/null; then
+elif mount -t tmpfs -o ro,size=8m strata-ro "$scratch/ro" 2>/dev/null; then
     ro_mounted="$scratch/ro"
     cfg=$(config ro "$scratch/ro")
     check "read-only dir" 2 "nvme_path \"$scratch/ro\": cannot create a swap file there: open \"$scratch/ro/.strata-swap-" -- \
@@ -84,6 +87,28 @@ if [ -d /dev/shm ] && shm=$(mktemp -d /dev/shm/cli_config_check.XXXXXX 2>/dev/nu
         "$bin" config check "$cfg"
 else
     echo "skip tmpfs: no writable /dev/shm"
+fi
+
+# config check and train agree on every path: what one refuses the other refuses with the same message (train at
+# strata_engine_finalize, exit 1), and a good path passes both. A full filesystem (0 B free) is a tmpfs filled up.
+agree() { # agree NAME CONFIG EXPECTED_TEXT
+    check "$1: config check refuses" 2 "$3" -- "$bin" config check "$2"
+    check "$1: train refuses alike" 1 "$3" -- "$bin" train --config "$2" --steps 1 --batch 1 --seq 8 --quiet
+}
+agree "missing" "$scratch/missing.json" "nvme_path \"$scratch/missing\": No such file or directory (ENOENT)"
+agree "a file" "$scratch/afile.json" "nvme_path \"$scratch/afile\" is not a directory"
+[ -n "$ro_mounted" ] && agree "read-only" "$scratch/ro.json" "nvme_path \"$scratch/ro\": cannot create a swap file there"
+check "good path: train runs" 0 "summary: 1 steps" -- \
+    "$bin" train --config "$scratch/good.json" --steps 1 --batch 1 --seq 8 --quiet
+mkdir "$scratch/full"
+if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=64k strata-full "$scratch/full" 2>/dev/null; then
+    full_mounted="$scratch/full"
+    dd if=/dev/zero of="$scratch/full/fill" bs=4k 2>/dev/null
+    cfg=$(config full "$scratch/full")
+    agree "0 B free" "$cfg" "nvme_path \"$scratch/full\": swap needs"
+    check "0 B free: says so" 2 "but the filesystem has only 0 B (0 bytes) free" -- "$bin" config check "$cfg"
+else
+    echo "skip full path: mounting a 64 KiB tmpfs needs root with CAP_SYS_ADMIN"
 fi
 
 # A path of a block that stays off NVMe is not training's business, so it is not checked.

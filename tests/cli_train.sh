@@ -20,7 +20,7 @@ check "seq larger than data" 2 "--seq 32 is larger than the data" -- \
 check "seq longer than context" 2 "--seq 100 is longer than the model's context 64" -- "$bin" train --seq 100
 check "zero steps" 2 '--steps "0" must be a whole number of at least 1' -- "$bin" train --steps 0
 check "bad batch" 2 '--batch "x" must be a whole number' -- "$bin" train --batch x
-check "unknown option" 2 'option "--frobnicate": unknown' -- "$bin" train --frobnicate 1
+check "unknown option" 2 'unknown option --frobnicate' -- "$bin" train --frobnicate 1
 check "nvme without dir" 2 '--offload "nvme": needs --nvme-dir DIR' -- "$bin" train --offload nvme
 check "bad offload" 2 '--offload "gpu": allowed: device, host, nvme' -- "$bin" train --offload gpu
 check "bad heads" 2 "hidden 64 is not a multiple of heads 3" -- "$bin" train --heads 3

@@ -2,7 +2,8 @@
 # `mpirun -np 2 strata train`: only rank 0 prints (the header says 2 ranks); each rank logs its own JSONL whose
 # comm_bytes per step is the formula of its ZeRO stage, for stages 0..3; 2 ranks x grad-accum 1 end where 1 rank x
 # grad-accum 2 ends (loss within 1e-5 relative, weights within the order of fp32 sums); a failure on one rank alone
-# ends the job at once instead of hanging.
+# ends the job at once instead of hanging; a log that one rank cannot write fails the job (exit 1) once all have
+# finished.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
@@ -112,5 +113,18 @@ elif ! grep -qF "rank 1: strata train: --log-jsonl \"$scratch/bad.jsonl.rank1\":
     fail "one rank fails: rank 1's message is missing"; echo "$out"
 else passed=$((passed + 1)); fi
 [ $(($(date +%s) - t0)) -lt 30 ] || fail "one rank's failure took $(($(date +%s) - t0)) s to end the job"
+
+# Rank 1's log cannot be written (a full disk: /dev/full) while rank 0's can: rank 1 warns at the step it fails, both
+# ranks train to the end (rank 0 prints its summary), then agree, and the job exits 1 without an abort.
+ln -s /dev/full "$scratch/full.jsonl.rank1"
+out=$(timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --quiet --log-jsonl "$scratch/full.jsonl" 2>&1)
+rc=$?
+if [ "$rc" -ne 1 ]; then fail "rank 1's log on a full disk: exit $rc, expected 1"; echo "$out"
+elif ! grep -qF "rank 1: strata train: warning: --log-jsonl \"$scratch/full.jsonl.rank1\": writing failed at step 1: No space left on device" <<<"$out"; then
+    fail "rank 1's log on a full disk: its warning is missing"; echo "$out"
+elif ! grep -q "^summary: 3 steps" <<<"$out" || grep -q "comm_abort_world\|rank 1 failed" <<<"$out"; then
+    fail "rank 1's log on a full disk: rank 0 did not finish, or the world was aborted"; echo "$out"
+elif [ "$(wc -l <"$scratch/full.jsonl")" -ne 3 ]; then fail "rank 0's log does not hold its 3 steps"
+else passed=$((passed + 1)); fi
 
 cli_done cli_train_ranks

@@ -76,5 +76,28 @@ int main(void)
     T_STATUS(strata_engine_create(&c, &e), STRATA_EIO);
     T_CONTAINS(strata_last_error(NULL), "strata.trace_path \"");
     T_CONTAINS(strata_last_error(NULL), "cannot create the file: No such file or directory (ENOENT)");
+
+    /* A trace that cannot be written (a full disk): strata_trace_write says so with the path and errno, and says the
+     * same again; without it, destroy could only log it. */
+    snprintf(c.trace_path, sizeof c.trace_path, "/dev/full");
+    T_OK(strata_engine_create(&c, &e));
+    T_STATUS(strata_trace_write(e), STRATA_ENOSPC);
+    T_CONTAINS(strata_last_error(e), "strata.trace_path \"/dev/full\": writing the trace");
+    T_CONTAINS(strata_last_error(e), "No space left on device (ENOSPC); the file is incomplete");
+    T_STATUS(strata_trace_write(e), STRATA_ENOSPC);
+    strata_engine_destroy(e);
+    /* Written once, and OK for a second call and for an engine without a trace. */
+    snprintf(c.trace_path, sizeof c.trace_path, "%s/again.json", dir);
+    T_OK(strata_engine_create(&c, &e));
+    T_OK(strata_trace_write(e));
+    T_OK(strata_trace_write(e));
+    strata_engine_destroy(e);
+    root = json_load_file(c.trace_path, 0, &je);
+    T_CHECK(root != NULL, "the trace written by strata_trace_write is not valid JSON: %s", je.text);
+    json_decref(root);
+    c.trace_path[0] = '\0';
+    T_OK(strata_engine_create(&c, &e));
+    T_OK(strata_trace_write(e));
+    strata_engine_destroy(e);
     return t_done();
 }

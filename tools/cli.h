@@ -17,6 +17,17 @@ typedef struct cli_command {
 /* True when argv holds --help or -h. */
 bool cli_wants_help(int argc, char **argv);
 
+/* A subcommand of a command (`strata ckpt inspect`) and the arguments it takes, for messages. */
+typedef struct cli_subcommand {
+    const char *name;
+    const char *takes; /* "one DIR, a checkpoint or a directory holding checkpoints" */
+} cli_subcommand;
+
+/* Says on stderr why argv (argv[0] the command) is not a command line the command takes, before the caller prints
+ * its usage: no subcommand, an unknown one (named, with the allowed ones), or a known one with the wrong arguments
+ * (what it takes). subs ends with a {NULL, NULL} entry. */
+void cli_subcommand_error(const char *command, int argc, char **argv, const cli_subcommand *subs);
+
 int cmd_info(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_nvme_bench(int argc, char **argv);

@@ -186,6 +186,12 @@ int cmd_ckpt(int argc, char **argv)
     }
     bool is_export = argc >= 3 && strcmp(argv[1], "export") == 0;
     if (!is_export && (argc != 3 || (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0))) {
+        static const cli_subcommand subs[] = {
+            {"inspect", "one DIR, a checkpoint or a directory holding checkpoints"},
+            {"verify", "one DIR, a checkpoint or a directory holding checkpoints"},
+            {"export", "DIR --to FILE.safetensors [--dtype fp32|bf16|fp16]"},
+            {NULL, NULL}};
+        cli_subcommand_error("ckpt", argc, argv, subs);
         usage(stderr);
         return CLI_EXIT_USAGE;
     }

@@ -16,9 +16,9 @@ static void usage(FILE *out)
             "usage: strata config check FILE\n"
             "       strata config defaults\n\n"
             "check     load FILE (DeepSpeed vocabulary plus a \"strata\" section) over the defaults and check every\n"
-            "          nvme_path training would use on this machine (a directory, writable, O_DIRECT or the\n"
-            "          buffered fallback, free space); print every problem and exit 2, or print the paths and\n"
-            "          the resolved configuration with the source of each value\n"
+            "          nvme_path training would use on this machine, as training checks it (a directory, writable,\n"
+            "          O_DIRECT or the buffered fallback, room for one aio.block_size); print every problem and exit\n"
+            "          2, or print the paths, their free space and the resolved configuration\n"
             "defaults  print the default configuration as the same table\n");
 }
 
@@ -49,8 +49,9 @@ static void describe_path(const char *dir, const swap_path_report *r, strata_swi
              size_format((size_t)r->free_bytes, free_h, sizeof free_h));
 }
 
-/* Checks every nvme_path training would open, with the swap space's own code and messages; problems go to
- * stderr, the description of the good paths into report. Returns the CLI exit code. */
+/* Checks every nvme_path training would open with the function training checks them with (swap_check_path), for
+ * the least swap training ever puts there; problems go to stderr, the description of the good paths into report.
+ * Returns the CLI exit code. */
 static int check_swap_paths(const char *file, const strata_config *cfg, char *report, size_t len)
 {
     report[0] = '\0';
@@ -67,7 +68,7 @@ static int check_swap_paths(const char *file, const strata_config *cfg, char *re
     size_t used = 0;
     for (int i = 0; i < n; i++) {
         swap_path_report r;
-        if (swap_check_path(io, paths[i], &r) != STRATA_OK) {
+        if (swap_check_path(io, paths[i], swap_min_bytes(io), &r) != STRATA_OK) {
             fprintf(stderr, "%s: %s\n", file, strata_last_error(NULL));
             rc = CLI_EXIT_USAGE;
             continue;
@@ -94,6 +95,9 @@ int cmd_config(int argc, char **argv)
         return CLI_EXIT_OK;
     }
     if (argc != 3 || strcmp(argv[1], "check") != 0) {
+        static const cli_subcommand subs[] = {
+            {"check", "one FILE, a JSON config"}, {"defaults", "no arguments"}, {NULL, NULL}};
+        cli_subcommand_error("config", argc, argv, subs);
         usage(stderr);
         return CLI_EXIT_USAGE;
     }

@@ -3,11 +3,14 @@
  * strata_config and trainer options, and rejects bad input with exit code 2 and a message that names the argument. */
 #include <cblas.h>
 #include <omp.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/nearest.h"
 #include "base/size.h"
 #include "gpu/device.h"
 #include "model/data.h"
@@ -21,8 +24,12 @@
 
 #define BUILTIN_DATA_BYTES (4u << 20)
 
+/* The range of a rate flag, from its entry in the option table below. */
+static const char *rate_range(const char *flag, char *buf, size_t len);
+
 static void usage(FILE *out)
 {
+    char lr[32], min_lr[32];
     fprintf(out,
             "usage: strata train [--model PRESET] [--layers N] [--heads N] [--hidden N] [--vocab N] [--context N]\n"
             "                    [--config FILE] [--data FILE] [--steps N] [--batch N] [--grad-accum N] [--seq N]\n"
@@ -52,8 +59,9 @@ static void usage(FILE *out)
             "                     so a step fetches every module once forward, once for the head and once backward\n"
             "                     instead of grad-accum times each, for grad-accum times the activation memory; the\n"
             "                     weights are the ordinary schedule's bit for bit\n"
-            "  --lr X             peak learning rate (default 1e-3 or the config's); linear warmup over --warmup\n"
-            "                     steps (default steps/10), then cosine down to --min-lr (default lr/10)\n"
+            "  --lr X             peak learning rate in %s (default 1e-3 or the config's); linear warmup over\n"
+            "                     --warmup steps (default steps/10), then cosine down to --min-lr X in %s\n"
+            "                     (default lr/10)\n"
             "  --device KIND      where the model computes: cuda, host, or auto (default: cuda when a GPU answers)\n"
             "  --dtype D          parameter and gradient dtype on the device (default bf16 on cuda, fp32 on host)\n"
             "  --offload TIER     where parameters and optimizer state live: device (default), host or nvme;\n"
@@ -77,19 +85,75 @@ static void usage(FILE *out)
             "  --save DIR         checkpoints to DIR/step-N at the end, every --save-every K steps and on\n"
             "                     SIGINT/SIGTERM, keeping the last --keep (default 2); --resume DIR continues\n"
             "SIZE takes bytes or strings like 2GiB.\n",
-            gpt_preset_names());
+            gpt_preset_names(), rate_range("--lr", lr, sizeof lr), rate_range("--min-lr", min_lr, sizeof min_lr));
 }
 
 typedef struct args {
     const char *model, *config, *data, *offload, *nvme_dir, *trace, *dtype, *device, *schedule, *offload_acts;
     const char *device_budget, *host_budget, *prefetch;
     int layers, heads, hidden, vocab, context, batch, grad_accum, seq, threads, keep, delayed_warmup;
-    long long steps, warmup, save_every;
+    long long steps, warmup, save_every, seed;
     double lr, min_lr;
-    unsigned long long seed;
     bool delayed, quiet, step_in_backward, checkpointing;
     trainer_opts topts;
 } args;
+
+/* What a flag's value is: none (a switch), text kept as given, an int or a long long in [lo, hi], or a rate in
+ * [lo, hi) — (lo, hi) with open_lo. */
+typedef enum opt_kind { OPT_SWITCH, OPT_TEXT, OPT_INT, OPT_LL, OPT_RATE } opt_kind;
+
+typedef struct opt {
+    const char *flag;
+    opt_kind kind;
+    size_t offset; /* of the destination in args */
+    double lo, hi;
+    bool open_lo;
+} opt;
+
+/* Every flag of `strata train`, one entry each: the parser, its range messages, --help's ranges and "did you mean"
+ * read this table. */
+#define SWITCH(flag, field) {flag, OPT_SWITCH, offsetof(args, field), 0, 0, false}
+#define TEXT(flag, field) {flag, OPT_TEXT, offsetof(args, field), 0, 0, false}
+#define NUM(flag, kind, field, lo, hi) {flag, kind, offsetof(args, field), lo, hi, false}
+static const opt opts[] = {
+    SWITCH("--delayed-update", delayed), SWITCH("--step-in-backward", step_in_backward),
+    SWITCH("--activation-checkpointing", checkpointing), SWITCH("--quiet", quiet),
+    NUM("--layers", OPT_INT, layers, 1, 4096), NUM("--heads", OPT_INT, heads, 1, 1024),
+    NUM("--hidden", OPT_INT, hidden, 1, 65536), NUM("--vocab", OPT_INT, vocab, 256, 1 << 22),
+    NUM("--context", OPT_INT, context, 1, 1 << 20), NUM("--batch", OPT_INT, batch, 1, 1 << 20),
+    NUM("--grad-accum", OPT_INT, grad_accum, 1, 1 << 20), NUM("--seq", OPT_INT, seq, 1, 1 << 20),
+    NUM("--threads", OPT_INT, threads, 1, 4096), NUM("--keep", OPT_INT, keep, 1, 1000),
+    NUM("--delayed-warmup", OPT_INT, delayed_warmup, 0, 1 << 30),
+    NUM("--steps", OPT_LL, steps, 1, 1e15), NUM("--warmup", OPT_LL, warmup, 0, 1e15),
+    NUM("--save-every", OPT_LL, save_every, 0, 1e15), NUM("--seed", OPT_LL, seed, 0, 1e15),
+    /* The engine refuses an lr of 0 (optimizer.params.lr is in (0, 1e6]); the cosine may end at 0. */
+    {"--lr", OPT_RATE, offsetof(args, lr), 0, 10, true}, NUM("--min-lr", OPT_RATE, min_lr, 0, 10),
+    TEXT("--model", model), TEXT("--config", config), TEXT("--data", data), TEXT("--offload", offload),
+    TEXT("--offload-activations", offload_acts), TEXT("--nvme-dir", nvme_dir), TEXT("--trace", trace),
+    TEXT("--dtype", dtype), TEXT("--device", device), TEXT("--schedule", schedule),
+    TEXT("--device-budget", device_budget), TEXT("--host-budget", host_budget), TEXT("--prefetch", prefetch),
+    TEXT("--log-jsonl", topts.log_jsonl), TEXT("--dump-weights", topts.dump_weights),
+    TEXT("--save", topts.save_dir), TEXT("--resume", topts.resume_dir),
+};
+#undef SWITCH
+#undef TEXT
+#undef NUM
+
+static const opt *opt_find(const char *flag)
+{
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
+        if (strcmp(opts[k].flag, flag) == 0)
+            return &opts[k];
+    return NULL;
+}
+
+/* A rate flag's range as --help and its error say it: "(0, 10)", "[0, 10)". */
+static const char *rate_range(const char *flag, char *buf, size_t len)
+{
+    const opt *o = opt_find(flag);
+    snprintf(buf, len, "%c%g, %g)", o->open_lo ? '(' : '[', o->lo, o->hi);
+    return buf;
+}
 
 static int bad(const char *flag, const char *value, const char *why)
 {
@@ -107,114 +171,86 @@ static bool parse_ll(const char *text, long long lo, long long hi, long long *ou
     return true;
 }
 
+/* An unknown flag, with the known one nearest to it when one is close (the config keys' rule, base/nearest.h). */
+static int unknown_option(const char *f)
+{
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
+        size_t d = nearest_distance(f + 2, opts[k].flag + 2);
+        if (d < best_d) {
+            best_d = d;
+            best = opts[k].flag;
+        }
+    }
+    if (f[2] && best && nearest_is_close(f + 2, best_d))
+        train_err("unknown option %s; did you mean %s? (see `strata train --help`)", f, best);
+    else
+        train_err("unknown option %s; see `strata train --help`", f);
+    return CLI_EXIT_USAGE;
+}
+
+/* Stores v, the value of flag o, into a; 0 or an exit code. */
+static int set_value(const opt *o, const char *v, args *a)
+{
+    void *dst = (char *)a + o->offset;
+    long long n = 0;
+    switch (o->kind) {
+    case OPT_INT:
+    case OPT_LL:
+        if (!parse_ll(v, (long long)o->lo, (long long)o->hi, &n)) {
+            if (o->kind == OPT_INT)
+                train_err("%s \"%s\" must be a whole number in [%.0f, %.0f]", o->flag, v, o->lo, o->hi);
+            else
+                train_err("%s \"%s\" must be a whole number of at least %.0f", o->flag, v, o->lo);
+            return CLI_EXIT_USAGE;
+        }
+        if (o->kind == OPT_INT)
+            *(int *)dst = (int)n;
+        else
+            *(long long *)dst = n;
+        return 0;
+    case OPT_RATE: {
+        char *end, range[32], why[64];
+        double x = strtod(v, &end);
+        if (!*v || *end || !(o->open_lo ? x > o->lo : x >= o->lo) || !(x < o->hi)) {
+            snprintf(why, sizeof why, "must be a learning rate in %s", rate_range(o->flag, range, sizeof range));
+            return bad(o->flag, v, why);
+        }
+        *(double *)dst = x;
+        return 0;
+    }
+    case OPT_TEXT:
+        *(const char **)dst = v;
+        return 0;
+    case OPT_SWITCH:
+        break;
+    }
+    *(bool *)dst = true;
+    return 0;
+}
+
 /* Reads argv into a; returns 0 or an exit code. */
 static int parse(int argc, char **argv, args *a)
 {
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
-        if (strcmp(f, "--delayed-update") == 0) {
-            a->delayed = true;
-            continue;
-        }
-        if (strcmp(f, "--step-in-backward") == 0) {
-            a->step_in_backward = true;
-            continue;
-        }
-        if (strcmp(f, "--activation-checkpointing") == 0) {
-            a->checkpointing = true;
-            continue;
-        }
-        if (strcmp(f, "--quiet") == 0) {
-            a->quiet = true;
-            continue;
-        }
         if (strncmp(f, "--", 2) != 0)
             return bad("argument", f, "unexpected; see `strata train --help`");
-        if (i + 1 >= argc)
-            return bad(f, "", "needs a value");
-        const char *v = argv[++i];
-        long long n = 0;
-        struct {
-            const char *flag;
-            int *out;
-            long long lo, hi;
-        } ints[] = {{"--layers", &a->layers, 1, 4096},      {"--heads", &a->heads, 1, 1024},
-                    {"--hidden", &a->hidden, 1, 65536},     {"--vocab", &a->vocab, 256, 1 << 22},
-                    {"--context", &a->context, 1, 1 << 20}, {"--batch", &a->batch, 1, 1 << 20},
-                    {"--grad-accum", &a->grad_accum, 1, 1 << 20}, {"--seq", &a->seq, 1, 1 << 20},
-                    {"--threads", &a->threads, 1, 4096},    {"--keep", &a->keep, 1, 1000},
-                    {"--delayed-warmup", &a->delayed_warmup, 0, 1 << 30}};
-        bool done = false;
-        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
-            if (strcmp(f, ints[k].flag) == 0) {
-                if (!parse_ll(v, ints[k].lo, ints[k].hi, &n)) {
-                    train_err("%s \"%s\" must be a whole number in [%lld, %lld]", f, v,
-                            ints[k].lo, ints[k].hi);
-                    return CLI_EXIT_USAGE;
-                }
-                *ints[k].out = (int)n;
-                done = true;
-            }
-        if (done)
+        const opt *o = opt_find(f);
+        if (!o)
+            return unknown_option(f);
+        if (o->kind == OPT_SWITCH) {
+            set_value(o, NULL, a);
             continue;
-        if (strcmp(f, "--steps") == 0 || strcmp(f, "--warmup") == 0 || strcmp(f, "--save-every") == 0 ||
-            strcmp(f, "--seed") == 0) {
-            long long lo = strcmp(f, "--steps") == 0 ? 1 : 0;
-            if (!parse_ll(v, lo, (long long)1e15, &n)) {
-                train_err("%s \"%s\" must be a whole number of at least %lld", f, v, lo);
-                return CLI_EXIT_USAGE;
-            }
-            if (strcmp(f, "--steps") == 0)
-                a->steps = n;
-            else if (strcmp(f, "--warmup") == 0)
-                a->warmup = n;
-            else if (strcmp(f, "--save-every") == 0)
-                a->save_every = n;
-            else
-                a->seed = (unsigned long long)n;
-        } else if (strcmp(f, "--lr") == 0 || strcmp(f, "--min-lr") == 0) {
-            char *end;
-            double x = strtod(v, &end);
-            if (!*v || *end || !(x >= 0 && x < 10))
-                return bad(f, v, "must be a learning rate in [0, 10)");
-            *(strcmp(f, "--lr") == 0 ? &a->lr : &a->min_lr) = x;
-        } else if (strcmp(f, "--model") == 0) {
-            a->model = v;
-        } else if (strcmp(f, "--config") == 0) {
-            a->config = v;
-        } else if (strcmp(f, "--data") == 0) {
-            a->data = v;
-        } else if (strcmp(f, "--offload") == 0) {
-            a->offload = v;
-        } else if (strcmp(f, "--offload-activations") == 0) {
-            a->offload_acts = v;
-        } else if (strcmp(f, "--nvme-dir") == 0) {
-            a->nvme_dir = v;
-        } else if (strcmp(f, "--trace") == 0) {
-            a->trace = v;
-        } else if (strcmp(f, "--dtype") == 0) {
-            a->dtype = v;
-        } else if (strcmp(f, "--device") == 0) {
-            a->device = v;
-        } else if (strcmp(f, "--schedule") == 0) {
-            a->schedule = v;
-        } else if (strcmp(f, "--device-budget") == 0) {
-            a->device_budget = v;
-        } else if (strcmp(f, "--host-budget") == 0) {
-            a->host_budget = v;
-        } else if (strcmp(f, "--prefetch") == 0) {
-            a->prefetch = v;
-        } else if (strcmp(f, "--log-jsonl") == 0) {
-            a->topts.log_jsonl = v;
-        } else if (strcmp(f, "--dump-weights") == 0) {
-            a->topts.dump_weights = v;
-        } else if (strcmp(f, "--save") == 0) {
-            a->topts.save_dir = v;
-        } else if (strcmp(f, "--resume") == 0) {
-            a->topts.resume_dir = v;
-        } else {
-            return bad("option", f, "unknown; see `strata train --help`");
         }
+        if (i + 1 >= argc) {
+            train_err("%s needs a value; see `strata train --help`", f);
+            return CLI_EXIT_USAGE;
+        }
+        int rc = set_value(o, argv[++i], a);
+        if (rc)
+            return rc;
     }
     return 0;
 }
@@ -462,7 +498,10 @@ static int train(int argc, char **argv, strata_comm *comm, bool *training)
     }
     print_setup(&a, &cfg, t, a.data ? a.data : "built-in corpus");
     *training = true;
-    rc = trainer_run(t, &cfg);
+    bool world_done;
+    rc = trainer_run(t, &cfg, &world_done);
+    if (world_done)
+        *training = false; /* the ranks agreed on rc after their last collective: nobody waits for this one */
     data_free(&data);
     return rc;
 }

@@ -1,9 +1,11 @@
 /* Progress line, JSONL log and summary of `strata train` (see train_report.h). */
 #include "tools/train_report.h"
 
+#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/stream.h"
 #include "tools/train_msg.h"
 
 #define TAIL_STEPS 10
@@ -43,7 +45,7 @@ static void print_share(const strata_stats *s)
 }
 
 void report_begin(train_report *r, int64_t first_step, int64_t total_steps, int64_t tokens_per_step,
-                  const strata_stats *start, bool quiet, FILE *jsonl)
+                  const strata_stats *start, bool quiet, FILE *jsonl, const char *jsonl_path)
 {
     if (train_msg_root())
         print_share(start);
@@ -62,11 +64,78 @@ void report_begin(train_report *r, int64_t first_step, int64_t total_steps, int6
     int64_t run = total_steps - first_step;
     r->print_every = r->tty ? 1 : (run > 20 ? run / 20 : 1);
     r->jsonl = jsonl;
+    r->jsonl_path = jsonl_path;
+    /* Unbuffered, each line is one write(2) of its own: a line that fails leaves nothing behind in the stream to be
+     * written later, and what it did write can be cut off, so that the log stays whole lines. */
+    if (jsonl)
+        setvbuf(jsonl, NULL, _IONBF, 0);
+}
+
+/* The log failed at step (1-based; 0: when it was closed) with errno e: said once, now, and kept for the summary;
+ * whole_lines: what the file holds ends with a whole line. */
+static void log_failed(train_report *r, int64_t step, int e, bool whole_lines)
+{
+    char at[48] = "";
+    if (step > 0)
+        snprintf(at, sizeof at, " at step %lld", (long long)step);
+    snprintf(r->jsonl_error, sizeof r->jsonl_error, "--log-jsonl \"%s\": writing failed%s: %s; the log is incomplete%s",
+             r->jsonl_path, at, strerror(e), whole_lines ? " (whole lines of the steps before it)" : "");
+    train_err("warning: %s%s", r->jsonl_error, step > 0 ? "; later steps are not logged, and the run will exit 1" : "");
+}
+
+bool report_close_log(train_report *r)
+{
+    if (!r->jsonl)
+        return !r->jsonl_error[0];
+    int e = stream_close_errno(r->jsonl);
+    r->jsonl = NULL;
+    if (e && !r->jsonl_error[0])
+        log_failed(r, 0, e, false);
+    return !r->jsonl_error[0];
 }
 
 static double gb(uint64_t now, uint64_t then)
 {
     return (double)(now - then) * 1e-9;
+}
+
+/* One line of the --log-jsonl log: step's figures, and the links' bytes since prev. */
+static void log_step(train_report *r, int64_t step, double loss, double lr, double step_wall_s,
+                     const strata_stats *now, const strata_stats *prev, const strata_step_result *res)
+{
+    if (!r->jsonl || r->jsonl_error[0])
+        return;
+    long whole = ftell(r->jsonl); /* where the lines written so far end; -1 for a device such as /dev/full */
+    double tokens_per_s = step_wall_s > 0 ? (double)r->tokens_per_step / step_wall_s : 0;
+    errno = 0;
+    int written = fprintf(r->jsonl,
+            "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"tflops\":%.4f,\"step_s\":%.6f,"
+            "\"stall_s\":%.6f,"
+            "\"optimizer_s\":%.6f,\"skipped\":%s,\"loss_scale\":%.1f,\"nvme_to_host_bytes\":%llu,"
+            "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,\"host_to_nvme_bytes\":%llu,"
+            "\"rank\":%d,\"world_size\":%d,\"comm_bytes\":%llu,\"device_peak_bytes\":%zu,"
+            "\"host_peak_bytes\":%zu,\"nvme_peak_bytes\":%zu,\"fetches\":%llu,\"host_cache_read_bytes\":%llu,"
+            "\"act_offload_bytes\":%llu,\"act_restore_bytes\":%llu,\"act_stall_s\":%.6f}\n",
+            (long long)step + 1, loss, lr, tokens_per_s, tokens_per_s * r->flops_per_token / 1e12,
+            step_wall_s, ns_s(now->stall_ns - prev->stall_ns), ns_s(now->step_ns - prev->step_ns),
+            res->skipped ? "true" : "false", res->loss_scale,
+            (unsigned long long)(now->nvme_to_host_bytes - prev->nvme_to_host_bytes),
+            (unsigned long long)(now->host_to_device_bytes - prev->host_to_device_bytes),
+            (unsigned long long)(now->device_to_host_bytes - prev->device_to_host_bytes),
+            (unsigned long long)(now->host_to_nvme_bytes - prev->host_to_nvme_bytes), now->rank, now->world_size,
+            (unsigned long long)(now->comm_bytes - prev->comm_bytes), now->device_peak_bytes, now->host_peak_bytes,
+            now->nvme_peak_bytes, (unsigned long long)(now->fetches - prev->fetches),
+            (unsigned long long)(now->host_cache_read_bytes - prev->host_cache_read_bytes),
+            (unsigned long long)(now->act_offload_bytes - prev->act_offload_bytes),
+            (unsigned long long)(now->act_restore_bytes - prev->act_restore_bytes),
+            ns_s(now->act_stall_ns - prev->act_stall_ns));
+    /* Unbuffered, the write fails in fprintf itself, which leaves errno saying why. */
+    int e = written < 0 ? (errno ? errno : EIO) : stream_flush_errno(r->jsonl);
+    if (e) {
+        /* A full disk takes part of a line: cut it off, so that the log is whole lines (a device cannot be cut). */
+        bool cut = whole >= 0 && ftruncate(fileno(r->jsonl), whole) == 0;
+        log_failed(r, step + 1, e, cut);
+    }
 }
 
 void report_step(train_report *r, int64_t step, double loss, double lr, double step_wall_s, double compute_s,
@@ -88,31 +157,7 @@ void report_step(train_report *r, int64_t step, double loss, double lr, double s
     double tps = r->wall_s > 0 ? (double)(done * r->tokens_per_step) / r->wall_s : 0;
     double stall = ns_s(now->stall_ns - r->start.stall_ns);
     double eta = r->wall_s / (double)done * (double)(r->total_steps - step - 1);
-    if (r->jsonl) {
-        double tokens_per_s = step_wall_s > 0 ? (double)r->tokens_per_step / step_wall_s : 0;
-        fprintf(r->jsonl,
-                "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"tflops\":%.4f,\"step_s\":%.6f,"
-                "\"stall_s\":%.6f,"
-                "\"optimizer_s\":%.6f,\"skipped\":%s,\"loss_scale\":%.1f,\"nvme_to_host_bytes\":%llu,"
-                "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,\"host_to_nvme_bytes\":%llu,"
-                "\"rank\":%d,\"world_size\":%d,\"comm_bytes\":%llu,\"device_peak_bytes\":%zu,"
-                "\"host_peak_bytes\":%zu,\"nvme_peak_bytes\":%zu,\"fetches\":%llu,\"host_cache_read_bytes\":%llu,"
-                "\"act_offload_bytes\":%llu,\"act_restore_bytes\":%llu,\"act_stall_s\":%.6f}\n",
-                (long long)step + 1, loss, lr, tokens_per_s, tokens_per_s * r->flops_per_token / 1e12,
-                step_wall_s, ns_s(now->stall_ns - prev.stall_ns), ns_s(now->step_ns - prev.step_ns),
-                res->skipped ? "true" : "false", res->loss_scale,
-                (unsigned long long)(now->nvme_to_host_bytes - prev.nvme_to_host_bytes),
-                (unsigned long long)(now->host_to_device_bytes - prev.host_to_device_bytes),
-                (unsigned long long)(now->device_to_host_bytes - prev.device_to_host_bytes),
-                (unsigned long long)(now->host_to_nvme_bytes - prev.host_to_nvme_bytes), now->rank, now->world_size,
-                (unsigned long long)(now->comm_bytes - prev.comm_bytes), now->device_peak_bytes, now->host_peak_bytes,
-                now->nvme_peak_bytes, (unsigned long long)(now->fetches - prev.fetches),
-                (unsigned long long)(now->host_cache_read_bytes - prev.host_cache_read_bytes),
-                (unsigned long long)(now->act_offload_bytes - prev.act_offload_bytes),
-                (unsigned long long)(now->act_restore_bytes - prev.act_restore_bytes),
-                ns_s(now->act_stall_ns - prev.act_stall_ns));
-        fflush(r->jsonl);
-    }
+    log_step(r, step, loss, lr, step_wall_s, now, &prev, res);
     /* Plain lines also come at least every 10 s, so a long run in a log shows it is alive. */
     bool due = done % r->print_every == 0 || step + 1 == r->total_steps || r->wall_s - r->last_print_s >= 10.0;
     if (r->quiet || !due)
@@ -142,7 +187,7 @@ static void report_ranks(const train_report *r)
            report_bytes(steps > 0 ? (double)comm / (double)steps : 0, y, sizeof y));
 }
 
-void report_summary(train_report *r, const char *trace_path)
+void report_summary(train_report *r, const char *trace_path, const char *trace_error)
 {
     if (r->tty && !r->quiet)
         printf("\n");
@@ -198,8 +243,13 @@ void report_summary(train_report *r, const char *trace_path)
            report_bytes((double)b->nvme_peak_bytes, w, sizeof w));
     if (b->world_size > 1)
         report_ranks(r);
-    if (trace_path && trace_path[0])
+    /* A file that failed is named as failed, never offered to open. */
+    if (trace_error && trace_error[0])
+        printf("  trace       FAILED: %s\n", trace_error);
+    else if (trace_path && trace_path[0])
         printf("  trace       %s — open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n",
                trace_path);
+    if (r->jsonl_error[0])
+        printf("  log         FAILED: %s\n", r->jsonl_error);
     fflush(stdout);
 }

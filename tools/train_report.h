@@ -21,16 +21,24 @@ typedef struct train_report {
     strata_stats start, now;             /* stats at the first step of this run, and the latest */
     bool tty, quiet;
     int64_t print_every;
-    FILE *jsonl;
+    FILE *jsonl;                         /* the --log-jsonl stream (the caller's), or NULL */
+    const char *jsonl_path;
+    char jsonl_error[512];               /* why the log could not be written; "" while it can */
 } train_report;
 
 void report_begin(train_report *r, int64_t first_step, int64_t total_steps, int64_t tokens_per_step,
-                  const strata_stats *start, bool quiet, FILE *jsonl);
-/* Records step `step` (0-based) and prints the progress line when due. */
+                  const strata_stats *start, bool quiet, FILE *jsonl, const char *jsonl_path);
+/* Records step `step` (0-based) and prints the progress line when due. A log line that cannot be written is
+ * warned about (the file and strerror) once, in jsonl_error, and the log ends there. */
 void report_step(train_report *r, int64_t step, double loss, double lr, double step_wall_s, double compute_s,
                  const strata_stats *now, const strata_step_result *res);
-/* Ends the progress line and prints the summary to stdout. */
-void report_summary(train_report *r, const char *trace_path);
+/* Closes the log (r->jsonl is NULL after); false, with a warning and jsonl_error set, when it was not all
+ * written. */
+bool report_close_log(train_report *r);
+
+/* Ends the progress line and prints the summary to stdout: the trace at trace_path ("" = none) to open, or, with
+ * trace_error, why it was not written; the log's failure, if any. */
+void report_summary(train_report *r, const char *trace_path, const char *trace_error);
 
 /* "1.23 GiB" style; buf of at least 32 bytes. */
 const char *report_bytes(double bytes, char *buf, size_t len);

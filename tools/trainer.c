@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "base/stream.h"
 #include "model/gpt_engine.h"
 #include "tools/ckpt_locate.h"
 #include "tools/train_msg.h"
@@ -80,27 +81,33 @@ static int fail(strata_engine *e, const char *what)
     return 1;
 }
 
-/* Every rank reads (a partitioned model's master weights are gathered from all ranks); rank 0 writes the file. */
-static strata_status dump_weights(gpt_model *m, const trainer_opts *o)
+/* Every rank reads (a partitioned model's master weights are gathered from all ranks); rank 0 writes the file.
+ * 0, or the exit code with the failure said. */
+static int dump_weights(strata_engine *e, gpt_model *m, const trainer_opts *o)
 {
     size_t n = gpt_numel(&o->dims);
     float *w = malloc(n * sizeof(float));
-    if (!w)
-        return STRATA_ENOMEM;
-    strata_status st = gpt_model_read_weights(m, w);
-    if (st != STRATA_OK || !train_msg_root()) {
+    if (!w) {
+        train_err("--dump-weights: out of memory for %zu weights", n);
+        return 1;
+    }
+    if (gpt_model_read_weights(m, w) != STRATA_OK) {
         free(w);
-        return st;
+        return fail(e, "--dump-weights: reading the weights (gpt_model_read_weights)");
     }
-    FILE *f = fopen(o->dump_weights, "wb");
-    if (!f || fwrite(w, sizeof(float), n, f) != n) {
-        train_err("--dump-weights \"%s\": cannot write: %s", o->dump_weights, strerror(errno));
-        st = STRATA_EIO;
+    int err = 0;
+    if (train_msg_root()) {
+        FILE *f = fopen(o->dump_weights, "wb");
+        err = !f ? errno : fwrite(w, sizeof(float), n, f) != n ? errno : 0;
+        /* The last bytes reach the file only at fclose, and so may fail only there (a full disk). */
+        int close_err = f ? stream_close_errno(f) : 0;
+        if (!err)
+            err = close_err;
+        if (err)
+            train_err("--dump-weights \"%s\": cannot write: %s", o->dump_weights, strerror(err));
     }
-    if (f && fclose(f) != 0 && st == STRATA_OK)
-        st = STRATA_EIO;
     free(w);
-    return st;
+    return err ? 1 : 0;
 }
 
 /* What one run holds; run_close frees it. */
@@ -108,6 +115,8 @@ typedef struct run {
     strata_engine *e;
     gpt_model *m;
     FILE *jsonl;
+    char jsonl_path[4096];
+    bool outputs_failed;           /* the trace or the log was not written: the run exits 1 at the end */
     int32_t *tokens, *targets;     /* the micro-batches of one pass, one after the other */
     double *losses;                /* their losses */
 } run;
@@ -118,12 +127,13 @@ static int open_jsonl(run *r, const trainer_opts *o)
 {
     if (!o->log_jsonl)
         return 0;
-    char path[4096];
+    char *path = r->jsonl_path;
+    size_t len = sizeof r->jsonl_path;
     int rank = strata_comm_rank(o->comm);
     if (rank == 0)
-        snprintf(path, sizeof path, "%s", o->log_jsonl);
+        snprintf(path, len, "%s", o->log_jsonl);
     else
-        snprintf(path, sizeof path, "%s.rank%d", o->log_jsonl, rank);
+        snprintf(path, len, "%s.rank%d", o->log_jsonl, rank);
     if (!(r->jsonl = fopen(path, "w"))) {
         train_err("--log-jsonl \"%s\": cannot open: %s", path, strerror(errno));
         return 2;
@@ -271,7 +281,7 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
     train_report rep;
     /* Tokens count the whole world's: every rank steps in lockstep, so rank 0's clock times them all. */
     report_begin(&rep, start, o->steps, (int64_t)ntok * o->grad_accum * stats.world_size, &stats,
-                 o->quiet || !train_msg_root(), r->jsonl);
+                 o->quiet || !train_msg_root(), r->jsonl, r->jsonl_path);
     rep.flops_per_token = gpt_flops_per_token(&o->dims, o->seq);
     int64_t s = start, last_saved = -1;
     int rc = 0;
@@ -295,15 +305,25 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
         return fail(r->e, "finishing the last update (strata_sync)");
     strata_stats_get(r->e, &stats);
     rep.now = stats;
+    /* The trace and the log are finished before the summary, so that it points only at files that were written. */
+    char trace_error[1024] = "";
+    if (strata_trace_write(r->e) != STRATA_OK) {
+        snprintf(trace_error, sizeof trace_error, "%s", strata_last_error(r->e));
+        train_err("warning: %s; the run will exit 1", trace_error);
+    }
+    bool log_ok = report_close_log(&rep);
+    r->jsonl = NULL;
+    r->outputs_failed = trace_error[0] || !log_ok;
     if (train_msg_root())
-        report_summary(&rep, cfg->trace_path);
+        report_summary(&rep, cfg->trace_path, trace_error);
     if (o->save_dir && s > start && last_saved != s && save_checkpoint(r->e, o, s) != STRATA_OK)
         return 1;
     return 0;
 }
 
-int trainer_run(const trainer_opts *o, strata_config *cfg)
+int trainer_run(const trainer_opts *o, strata_config *cfg, bool *world_done)
 {
+    *world_done = false;
     /* A graceful stop needs every rank to stop after the same step, which a signal cannot promise; with more
      * than one rank the default action ends the rank and mpirun the others. */
     bool graceful = strata_comm_size(o->comm) == 1;
@@ -322,8 +342,10 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
         rc = resume(&r, o, &start);
     if (rc == 0)
         rc = train_loop(&r, o, start, cfg, &done);
-    if (rc == 0 && o->dump_weights && dump_weights(r.m, o) != STRATA_OK)
-        rc = fail(r.e, "--dump-weights");
+    if (rc == 0 && o->dump_weights)
+        rc = dump_weights(r.e, r.m, o);
+    bool finished = rc == 0; /* this rank got through the run (its trace or log may have failed) */
+    bool outputs_failed = finished && r.outputs_failed;
     if (rc == 0 && stop_signal) {
         printf("stopped by %s after step %lld%s\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)done,
                o->save_dir ? "; resume with --resume" : "");
@@ -333,6 +355,18 @@ int trainer_run(const trainer_opts *o, strata_config *cfg)
     if (graceful) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);
+    }
+    /* Training went well, but a file the user asked for was not written (warned and summarized): exit 1. Every rank
+     * that got this far learns whether any did, so that the world exits alike and one rank's early exit 1 cannot
+     * make mpirun end a rank still writing its checkpoint. A rank that failed earlier has aborted the world, and
+     * the sum then fails at once. */
+    if (finished) {
+        double failed = outputs_failed ? 1 : 0;
+        if (strata_comm_size(o->comm) > 1 && strata_comm_allreduce_sum(o->comm, &failed, 1) != STRATA_OK)
+            return 1;
+        if (failed > 0 && rc == 0)
+            rc = 1;
+        *world_done = true;
     }
     return rc;
 }

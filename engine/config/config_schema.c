@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "base/nearest.h"
 #include "base/size.h"
 #include "base/util.h"
 #include "comm/comm.h"
@@ -201,28 +202,6 @@ static size_t parent_len(const char *path)
     return dot ? (size_t)(dot - path) : 0;
 }
 
-/* Levenshtein distance, capped at 64-character keys (longer keys are never close to ours). */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64)
-        return SIZE_MAX;
-    size_t row[65];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-            row[j] = MIN(MIN(row[j] + 1, row[j - 1] + 1), diag + cost);
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 const cfg_key *cfg_key_suggest(const char *path)
 {
     const char *leaf = last_segment(path);
@@ -239,7 +218,7 @@ const cfg_key *cfg_key_suggest(const char *path)
         if (strcmp(kleaf, leaf) == 0)
             d = 0;                       /* the right key in the wrong section */
         else if (sibling)
-            d = edit_distance(leaf, kleaf);
+            d = nearest_distance(leaf, kleaf);
         else
             continue;
         if (d < best_d) {
@@ -247,8 +226,7 @@ const cfg_key *cfg_key_suggest(const char *path)
             best = k;
         }
     }
-    size_t allowed = MAX((size_t)2, strlen(leaf) / 3);
-    return best_d <= allowed ? best : NULL;
+    return best && nearest_is_close(leaf, best_d) ? best : NULL;
 }
 
 void cfg_range_format(const cfg_key *k, char *buf, size_t len)
