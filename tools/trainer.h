@@ -46,8 +46,9 @@ int trainer_pass_micro_batches(const trainer_opts *o);
 double trainer_lr(const trainer_opts *o, int64_t s);
 
 /* Trains with cfg (its activation_bytes is raised to what the model needs) as this process's rank of o->comm.
- * Errors are printed to stderr (train_err). Returns the process exit code: 0 done, 1 failed, 2 a file the user
- * named cannot be opened, 128 + the signal when SIGINT/SIGTERM stopped it. */
+ * Errors are printed to stderr (train_err). Returns the process exit code: 0 done, 1 failed (also: a save found the
+ * disk full and training went on, train_saves.h), 2 a file the user named cannot be opened (or the --save root is
+ * unusable or held by another run), 128 + the signal when SIGINT/SIGTERM stopped it. */
 int trainer_run(const trainer_opts *o, strata_config *cfg);
 
 #endif
