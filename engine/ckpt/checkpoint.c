@@ -198,9 +198,11 @@ static strata_status collect(save_ctx *sc, ckpt_manifest *m, const uint32_t *rep
             free(head);
             uint64_t want = head_len + (n ? t[n - 1].end : 0);
             uint64_t got = (uint64_t)rep[2 * kind] | (uint64_t)rep[2 * kind + 1] << 32;
+            char file[CKPT_FILE_NAME_BYTES];
+            ckpt_file_name(e->world, r, kind, file);
             if (got != want)
-                return err_set(STRATA_EINTERNAL, "strata_save: rank %d wrote %" PRIu64 " bytes into its %s file; rank "
-                               "0 expects %" PRIu64 " for its %zu pieces", r, got, ckpt_file_names[kind], want, n);
+                return err_set(STRATA_EINTERNAL, "strata_save: rank %d wrote %" PRIu64 " bytes into its %s; rank 0 "
+                               "expects %" PRIu64 " for its %zu pieces", r, got, file, want, n);
             for (size_t i = 0; i < n; i++)
                 t[i].crc = *crc++;
             m->file_bytes[(size_t)r * CKPT_FILE_COUNT + kind] = got;
