@@ -5,7 +5,7 @@
 # staging directories a killed save left (.step-N.tmp) are removed at start and said so, while a link of that name,
 # other hidden names and the link's target are kept; rotation (--keep) never follows or removes a symbolic link
 # ROOT/step-0 -> elsewhere, and elsewhere's files stay; with 2 ranks (mpirun) one run locks the root for all its
-# ranks, and a second 2-rank run is refused.
+# ranks, and a second 2-rank run is refused; a lock file that is a link or a FIFO is refused, its target untouched.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
@@ -53,6 +53,15 @@ check "a second run on a held root" 2 "--save \"$scratch/lk\" is in use by anoth
 kill -KILL $pid; wait $pid 2>/dev/null
 check "a run after the holder was SIGKILLed" 0 "checkpoint: $scratch/lk/step-2" -- \
     "$bin" "${common[@]}" --steps 2 --save "$scratch/lk"
+
+# A lock file that is not a regular file (a link, a FIFO) is refused, never followed or blocked on.
+for what in link fifo; do
+    mkdir "$scratch/lf-$what"
+    if [ $what = link ]; then ln -s "$scratch/file" "$scratch/lf-$what/.strata.lock"; else mkfifo "$scratch/lf-$what/.strata.lock"; fi
+    check "a $what as the lock file" 2 "--save \"$scratch/lf-$what\": opening its lock file .strata.lock failed" -- \
+        timeout 30 "$bin" "${common[@]}" --steps 2 --save "$scratch/lf-$what"
+done
+[ ! -s "$scratch/file" ] && passed=$((passed + 1)) || fail "the lock file's link target \"$scratch/file\" was written"
 
 # A killed save's staging directory goes at start; a link of that name, its target and other names stay.
 mkdir -p "$scratch/st/.step-7.tmp" "$scratch/st/.mine.tmp" "$scratch/target"

@@ -83,10 +83,16 @@ strata_status ckpt_root_lock(const char *root, const char *what, int *fd_out)
     char path[STRATA_PATH_BYTES + 64];
     snprintf(path, sizeof path, "%s/%s", root, CKPT_ROOT_LOCK);
     /* O_NOFOLLOW: a link planted at the lock's name must not make us create or truncate its target. */
-    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    static const char *const lock_hint = "it must be a regular file (strata makes it) — remove what is there, or "
+                                         "pick another --save directory";
+    int fd = open(path, O_RDWR | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
-        return root_errno(errno, what, root, "opening its lock file " CKPT_ROOT_LOCK,
-                          "remove it if it is not a regular file, or pick another --save directory");
+        return root_errno(errno, what, root, "opening its lock file " CKPT_ROOT_LOCK, lock_hint);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return root_errno(EINVAL, what, root, "opening its lock file " CKPT_ROOT_LOCK, lock_hint);
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int errnum = errno;
         char holder[256];
