@@ -3,7 +3,9 @@
  * trailing slash, which makes the kernel resolve it) removes the link and leaves its target's files; the rotation
  * (strata_checkpoint_prune) neither counts nor removes a link ROOT/step-0 -> elsewhere; the run-start clean-up
  * (ckpt_root_clean) removes only directories named like a save's staging directory, keeps a link of that name and
- * everything else, and says what it removed. The oracle is the directory listing before and after.
+ * everything else, and says what it removed; strata_save to "ROOT/step-9/" where step-9 is a link to a checkpoint
+ * elsewhere replaces the link with the new checkpoint and leaves the link's target a whole, verifiable checkpoint.
+ * The oracle is the directory listing before and after (and the target's verify and step).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 
 #include "engine/ckpt/ckpt_files.h"
 #include "engine/ckpt/ckpt_root.h"
+#include "synth.h"
 #include "testlib.h"
 
 static void put(const char *dir, const char *name, const char *text)
@@ -97,6 +100,33 @@ int main(void)
             "ckpt_root_clean removed something that is not a staging directory");
     T_CHECK(exists(elsewhere, "manifest.json") && exists(elsewhere, "model.safetensors"),
             "ckpt_root_clean removed files in %s", elsewhere);
+
+    /* strata_save through "link/": the link is replaced, its target stays whole. */
+    synth_opts o;
+    synth_defaults(&o, t_rand_u64());
+    strata_config c = synth_config(STRATA_DTYPE_FP32);
+    strata_engine *e = NULL;
+    T_OK(synth_engine(&o, &c, &e));
+    char target[500], via[520];
+    snprintf(target, sizeof target, "%s/target", s);
+    snprintf(link, sizeof link, "%s/step-9", root);
+    snprintf(via, sizeof via, "%s/", link);
+    if (e) {
+        T_OK(strata_step(e, NULL, NULL));
+        T_OK(strata_save(e, target));
+        T_CHECK(symlink(target, link) == 0, "symlink %s", link);
+        T_OK(strata_step(e, NULL, NULL));
+        T_OK(strata_save(e, via));
+        struct stat sb;
+        T_CHECK(lstat(link, &sb) == 0 && S_ISDIR(sb.st_mode), "strata_save(\"%s\") did not leave a directory there", via);
+        strata_checkpoint_info info;
+        T_OK(strata_checkpoint_verify(target));
+        T_OK(strata_checkpoint_inspect(target, &info));
+        T_EQ_INT(info.step, 1);
+        T_OK(strata_checkpoint_inspect(link, &info));
+        T_EQ_INT(info.step, 2);
+    }
+    strata_engine_destroy(e);
 
     /* The lock: a second lock on the root by this process's other descriptor is refused, naming the holder. */
     int fd1 = -1, fd2 = -1;

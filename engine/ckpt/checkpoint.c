@@ -367,5 +367,14 @@ STRATA_API strata_status strata_save(strata_engine *e, const char *dir)
 {
     if (!e)
         return err_set(STRATA_EINVAL, "strata_save: engine is NULL");
+    /* "dir/" names dir, but its trailing slash would make the kernel follow a link at dir where a save replaces the
+     * name itself (ckpt_dir.c): saved without it. Too long a path is left for ckpt_dir_sibling to refuse. */
+    char norm[STRATA_PATH_BYTES + 64];
+    if (dir && strlen(dir) < sizeof norm) {
+        memcpy(norm, dir, strlen(dir) + 1);
+        for (size_t n = strlen(norm); n > 1 && norm[n - 1] == '/'; n--)
+            norm[n - 1] = '\0';
+        dir = norm;
+    }
     return err_copy(&e->err, save(e, dir));
 }
