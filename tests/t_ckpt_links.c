@@ -5,17 +5,42 @@
  * (ckpt_root_clean) removes only directories named like a save's staging directory, keeps a link of that name and
  * everything else, and says what it removed; strata_save to "ROOT/step-9/" where step-9 is a link to a checkpoint
  * elsewhere replaces the link with the new checkpoint and leaves the link's target a whole, verifiable checkpoint.
+ * The lock: a second holder is refused naming this pid; a filesystem whose flock answers ENOLCK (interposed here)
+ * gets no lock and a warning instead of a refused run.
  * The oracle is the directory listing before and after (and the target's verify and step).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "engine/ckpt/ckpt_files.h"
 #include "engine/ckpt/ckpt_root.h"
 #include "synth.h"
 #include "testlib.h"
+
+static bool no_locks; /* this process's flock answers ENOLCK, as a filesystem without locks does */
+
+int flock(int fd, int op)
+{
+    if (no_locks) {
+        errno = ENOLCK;
+        return -1;
+    }
+    return (int)syscall(SYS_flock, fd, op);
+}
+
+static char warned[4096]; /* the warnings logged since the last reset, one per line */
+
+static void on_log(strata_log_level level, const char *subsystem, const char *message, void *user)
+{
+    (void)subsystem;
+    (void)user;
+    size_t n = strlen(warned);
+    if (level == STRATA_LOG_WARN)
+        snprintf(warned + n, sizeof warned - n, "%s\n", message);
+}
 
 static void put(const char *dir, const char *name, const char *text)
 {
@@ -93,8 +118,14 @@ int main(void)
     fake_checkpoint(stale, 7);
     T_CHECK(mkdir(other, 0755) == 0, "mkdir %s", other);
     T_CHECK(symlink(elsewhere, lk) == 0, "symlink %s", lk);
+    warned[0] = '\0';
+    strata_log_set_callback(on_log, NULL);
     T_OK(ckpt_root_clean(root, &removed));
+    strata_log_set_callback(NULL, NULL);
     T_EQ_INT(removed, 1);
+    T_CONTAINS(warned, "removed \"");
+    T_CONTAINS(warned, "/.step-7.tmp\", the staging directory of a save that was interrupted");
+    T_CONTAINS(warned, "/.step-8.tmp\": it has the name of a save's staging directory but is a symbolic link");
     T_CHECK(!exists(root, ".step-7.tmp"), "ckpt_root_clean left %s", stale);
     T_CHECK(exists(root, ".step-x.tmp") && exists(root, ".step-8.tmp") && exists(root, "step-3"),
             "ckpt_root_clean removed something that is not a staging directory");
@@ -139,6 +170,16 @@ int main(void)
     ckpt_root_unlock(fd1);
     T_OK(ckpt_root_lock(root, "--save", &fd2));
     ckpt_root_unlock(fd2);
+    no_locks = true;
+    fd2 = 7;
+    warned[0] = '\0';
+    strata_log_set_callback(on_log, NULL);
+    T_OK(ckpt_root_lock(root, "--save", &fd2));
+    strata_log_set_callback(NULL, NULL);
+    T_EQ_INT(fd2, -1);
+    T_CONTAINS(warned, "the filesystem cannot lock .strata.lock (No locks available (ENOLCK)): a second run on this "
+                       "root would not be refused");
+    no_locks = false;
 
     t_scratch_cleanup();
     return t_done();

@@ -98,9 +98,16 @@ strata_status ckpt_root_lock(const char *root, const char *what, int *fd_out)
         char holder[256];
         holder_of(fd, holder, sizeof holder);
         close(fd);
+        if (errnum == ENOLCK || errnum == EOPNOTSUPP || errnum == ENOSYS) {
+            /* A filesystem without locks (some network ones) would otherwise refuse every run. */
+            char eb[96];
+            LOG_WARN(LOG_CORE, "%s \"%s\": the filesystem cannot lock %s (%s): a second run on this root would not "
+                     "be refused — make sure only one run saves here", what, root, CKPT_ROOT_LOCK,
+                     err_errno_str(errnum, eb, sizeof eb));
+            return STRATA_OK;
+        }
         if (errnum != EWOULDBLOCK)
-            return root_errno(errnum, what, root, "locking " CKPT_ROOT_LOCK,
-                              "the filesystem may not support flock — pick a local --save directory");
+            return root_errno(errnum, what, root, "locking " CKPT_ROOT_LOCK, "pick another --save directory");
         return err_set(STRATA_EBUSY, "%s \"%s\" is in use by another run (%s; it holds \"%s\"); two runs saving "
                        "under one root would overwrite each other's checkpoints — wait for it to finish, stop it, "
                        "or pick another --save directory", what, root,

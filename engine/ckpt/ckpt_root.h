@@ -7,8 +7,8 @@
  * The lock is flock(2) on ROOT/.strata.lock, held by one process of a run (the trainer's rank 0: every rank of one
  * run writes into the same root, so the run, not the process, is what must be alone). The kernel drops it when its
  * holder exits however it exits, so a SIGKILLed run never leaves a stale lock; the file stays and says who held it
- * last (pid, host, start time), which is what a refused run names. A network filesystem without flock semantics
- * makes the lock advisory at best: the refusal is only as good as the filesystem's locks.
+ * last (pid, host, start time), which is what a refused run names. A filesystem that cannot lock at all (flock
+ * answers ENOLCK or EOPNOTSUPP, as some network filesystems do) gets a warning and no lock rather than a refused run.
  */
 #ifndef STRATA_ENGINE_CKPT_ROOT_H
 #define STRATA_ENGINE_CKPT_ROOT_H
@@ -25,7 +25,8 @@ strata_status ckpt_root_check(const char *root, const char *what);
 
 /* Takes root's lock for this process (flock, non-blocking) and records this process as its holder; *fd receives the
  * lock's descriptor (-1 on failure), which ckpt_root_unlock releases. STRATA_EBUSY when another process holds it,
- * naming that holder (pid, host, start time). Not thread-safe with itself on one root. */
+ * naming that holder (pid, host, start time); STRATA_OK with *fd = -1 and a warning where the filesystem cannot lock.
+ * Not thread-safe with itself on one root. */
 strata_status ckpt_root_lock(const char *root, const char *what, int *fd);
 /* Releases the lock (closes fd); -1 is a no-op. The lock file stays: removing it would race a new holder. */
 void ckpt_root_unlock(int fd);
