@@ -706,7 +706,9 @@ STRATA_API strata_status strata_checkpoint_verify(const char *dir);
 
 /* Keep-last-N rotation: among root's subdirectories that hold a checkpoint manifest, removes all but the
  * keep_last newest (most strata_step calls, then the highest step, then the later name), with their files; directories without a manifest
- * are never touched. keep_last >= 1 (STRATA_EINVAL otherwise). *removed (may be NULL) gets the count.
+ * are never touched, nor are symbolic links (a link to a checkpoint elsewhere is neither counted nor removed, and
+ * nothing inside a checkpoint is followed). *removed counts what was removed whole; a removal that fails is logged
+ * as a warning naming it. keep_last >= 1 (STRATA_EINVAL otherwise). *removed (may be NULL) gets the count.
  * Typical use: strata_save(e, "root/step-00001200"), then strata_checkpoint_prune("root", 3, NULL). */
 STRATA_API strata_status strata_checkpoint_prune(const char *root, int keep_last, int *removed);
 

@@ -83,7 +83,9 @@ static void usage(FILE *out)
             "                     rank r to FILE.rank<r> (bytes are the rank's; loss and tokens/s the world's)\n"
             "  --dump-weights F   write the final fp32 master weights (raw, model order) to F (rank 0 writes)\n"
             "  --save DIR         checkpoints to DIR/step-N at the end, every --save-every K steps and on\n"
-            "                     SIGINT/SIGTERM, keeping the last --keep (default 2); --resume DIR continues\n"
+            "                     SIGINT/SIGTERM, keeping the last --keep (default 2); --resume DIR continues.\n"
+            "                     DIR is checked and locked for the run at the start (a second run is refused);\n"
+            "                     a save that finds the disk full warns and training goes on, exit status 1\n"
             "SIZE takes bytes or strings like 2GiB.\n",
             gpt_preset_names(), rate_range("--lr", lr, sizeof lr), rate_range("--min-lr", min_lr, sizeof min_lr));
 }

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "base/stream.h"
@@ -15,6 +14,7 @@
 #include "tools/ckpt_locate.h"
 #include "tools/train_msg.h"
 #include "tools/train_report.h"
+#include "tools/train_saves.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -42,35 +42,6 @@ double trainer_lr(const trainer_opts *o, int64_t s)
     int64_t span = o->steps - o->warmup;
     double progress = span > 1 ? (double)(s - o->warmup) / (double)(span - 1) : 1.0;
     return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(M_PI * progress));
-}
-
-/* ---------------------------------------------------------------- checkpoints: DIR/step-N */
-
-/* Saves DIR/step-N, then keeps the last o->keep checkpoints in DIR: strata_checkpoint_prune touches only
- * directories holding a manifest, so a user's own step-N directory (or anything else) in DIR survives. */
-static strata_status save_checkpoint(strata_engine *e, const trainer_opts *o, int64_t steps_done)
-{
-    if (mkdir(o->save_dir, 0755) != 0 && errno != EEXIST) {
-        train_err("--save \"%s\": cannot create the directory: %s", o->save_dir,
-                strerror(errno));
-        return STRATA_EIO;
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/step-%lld", o->save_dir, (long long)steps_done);
-    strata_status st = strata_save(e, path);
-    if (st != STRATA_OK) {
-        train_err("saving %s failed: %s", path, strata_last_error(e));
-        return st;
-    }
-    if (!train_msg_root())
-        return STRATA_OK; /* with several ranks, rank 0 reports and rotates: the directories are shared */
-    printf("checkpoint: %s\n", path);
-    fflush(stdout);
-    /* The checkpoint is safe on disk: a rotation that fails costs disk space, not the run. */
-    if (strata_checkpoint_prune(o->save_dir, o->keep, NULL) != STRATA_OK)
-        train_err("warning: removing checkpoints older than the last --keep %d in \"%s\" "
-                        "failed: %s", o->keep, o->save_dir, strata_last_error(NULL));
-    return STRATA_OK;
 }
 
 /* ---------------------------------------------------------------- the loop */
@@ -117,6 +88,7 @@ typedef struct run {
     FILE *jsonl;
     char jsonl_path[4096];
     bool outputs_failed;           /* the trace or the log was not written: the run exits 1 at the end */
+    train_saves saves;             /* --save: the root checked and locked, and the saves' record */
     int32_t *tokens, *targets;     /* the micro-batches of one pass, one after the other */
     double *losses;                /* their losses */
 } run;
@@ -293,7 +265,7 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
              * prints (the checkpoint, or why it failed) stands on a line of its own. */
             if (rep.tty && !rep.quiet)
                 putchar('\n');
-            if (save_checkpoint(r->e, o, s + 1) != STRATA_OK)
+            if (train_saves_save(&r->saves, r->e, s + 1) != STRATA_OK)
                 rc = 1;
             last_saved = s + 1;
         }
@@ -316,7 +288,7 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
     r->outputs_failed = trace_error[0] || !log_ok;
     if (train_msg_root())
         report_summary(&rep, cfg->trace_path, trace_error);
-    if (o->save_dir && s > start && last_saved != s && save_checkpoint(r->e, o, s) != STRATA_OK)
+    if (o->save_dir && s > start && last_saved != s && train_saves_save(&r->saves, r->e, s) != STRATA_OK)
         return 1;
     return 0;
 }
@@ -337,7 +309,11 @@ int trainer_run(const trainer_opts *o, strata_config *cfg, bool *world_done)
 
     run r = {0};
     int64_t start = 0, done = 0;
-    int rc = run_open(&r, o, cfg);
+    /* The --save root before anything else: a root that cannot take a checkpoint, or that another run holds, fails
+     * the run now rather than at its first save. */
+    int rc = train_saves_open(&r.saves, o->save_dir, o->keep, o->comm);
+    if (rc == 0)
+        rc = run_open(&r, o, cfg);
     if (rc == 0 && o->resume_dir)
         rc = resume(&r, o, &start);
     if (rc == 0)
@@ -352,6 +328,9 @@ int trainer_run(const trainer_opts *o, strata_config *cfg, bool *world_done)
         rc = 128 + stop_signal;
     }
     run_close(&r);
+    /* Saves that found the disk full let the run go on; the exit status still says they failed. */
+    if (train_saves_close(&r.saves) != 0 && rc == 0)
+        rc = 1;
     if (graceful) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);

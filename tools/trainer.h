@@ -47,9 +47,10 @@ double trainer_lr(const trainer_opts *o, int64_t s);
 
 /* Trains with cfg (its activation_bytes is raised to what the model needs) as this process's rank of o->comm.
  * Errors are printed to stderr (train_err). Returns the process exit code: 0 done, 1 failed (also when training
- * went well but the trace, the log or the weights file was not written, on any rank), 2 a file the user named
- * cannot be opened, 128 + the signal when SIGINT/SIGTERM stopped it. *world_done is set when every rank got through
- * the run and agreed on the exit code: there is no rank left to tell of a failure (strata_comm_abort). */
+ * went well but the trace, the log or the weights file was not written, on any rank, or a save found the disk full
+ * and training went on, train_saves.h), 2 a file the user named cannot be opened (or the --save root is unusable or
+ * held by another run), 128 + the signal when SIGINT/SIGTERM stopped it. *world_done is set when every rank got
+ * through the run and agreed on the exit code: there is no rank left to tell of a failure (strata_comm_abort). */
 int trainer_run(const trainer_opts *o, strata_config *cfg, bool *world_done);
 
 #endif

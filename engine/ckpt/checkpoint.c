@@ -198,9 +198,11 @@ static strata_status collect(save_ctx *sc, ckpt_manifest *m, const uint32_t *rep
             free(head);
             uint64_t want = head_len + (n ? t[n - 1].end : 0);
             uint64_t got = (uint64_t)rep[2 * kind] | (uint64_t)rep[2 * kind + 1] << 32;
+            char file[CKPT_FILE_NAME_BYTES];
+            ckpt_file_name(e->world, r, kind, file);
             if (got != want)
-                return err_set(STRATA_EINTERNAL, "strata_save: rank %d wrote %" PRIu64 " bytes into its %s file; rank "
-                               "0 expects %" PRIu64 " for its %zu pieces", r, got, ckpt_file_names[kind], want, n);
+                return err_set(STRATA_EINTERNAL, "strata_save: rank %d wrote %" PRIu64 " bytes into its %s; rank 0 "
+                               "expects %" PRIu64 " for its %zu pieces", r, got, file, want, n);
             for (size_t i = 0; i < n; i++)
                 t[i].crc = *crc++;
             m->file_bytes[(size_t)r * CKPT_FILE_COUNT + kind] = got;
@@ -365,5 +367,14 @@ STRATA_API strata_status strata_save(strata_engine *e, const char *dir)
 {
     if (!e)
         return err_set(STRATA_EINVAL, "strata_save: engine is NULL");
+    /* "dir/" names dir, but its trailing slash would make the kernel follow a link at dir where a save replaces the
+     * name itself (ckpt_dir.c): saved without it. Too long a path is left for ckpt_dir_sibling to refuse. */
+    char norm[STRATA_PATH_BYTES + 64];
+    if (dir && strlen(dir) < sizeof norm) {
+        memcpy(norm, dir, strlen(dir) + 1);
+        for (size_t n = strlen(norm); n > 1 && norm[n - 1] == '/'; n--)
+            norm[n - 1] = '\0';
+        dir = norm;
+    }
     return err_copy(&e->err, save(e, dir));
 }

@@ -55,8 +55,9 @@ static int by_age(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-/* The checkpoints directly under root, oldest first. Hidden names (a save's temporaries) are skipped. */
-static strata_status scan(const char *root, found **out, size_t *n)
+/* The checkpoints directly under root, oldest first. Hidden names (a save's temporaries) are skipped, and so are
+ * symbolic links unless links is set: a link is the user's, never strata's to rotate away. */
+static strata_status scan(const char *root, bool links, found **out, size_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -75,7 +76,7 @@ static strata_status scan(const char *root, found **out, size_t *n)
         char path[STRATA_PATH_BYTES + 256];
         snprintf(path, sizeof path, "%s/%s", root, de->d_name);
         struct stat sb;
-        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        if ((links ? stat(path, &sb) : lstat(path, &sb)) != 0 || !S_ISDIR(sb.st_mode))
             continue;
         strata_checkpoint_info info;
         if (strata_checkpoint_inspect(path, &info) != STRATA_OK)
@@ -109,12 +110,13 @@ STRATA_API strata_status strata_checkpoint_prune(const char *root, int keep_last
                        "least 1", keep_last);
     found *list;
     size_t n;
-    ERR_CHECK(scan(root, &list, &n));
+    ERR_CHECK(scan(root, false, &list, &n));
     for (size_t i = 0; i + (size_t)keep_last < n; i++) {
         char path[STRATA_PATH_BYTES + 256];
         snprintf(path, sizeof path, "%s/%s", root, list[i].name);
-        LOG_INFO(LOG_CORE, "checkpoint rotation: removing \"%s\" (step %lld)", path, (long long)list[i].step);
-        ckpt_dir_remove(path);
+        if (ckpt_dir_remove(path) != 0) /* it warned, naming what it could not remove */
+            continue;
+        LOG_INFO(LOG_CORE, "checkpoint rotation: removed \"%s\" (step %lld)", path, (long long)list[i].step);
         if (removed)
             (*removed)++;
     }
@@ -129,7 +131,7 @@ STRATA_API strata_status strata_checkpoint_latest(const char *root, char *out, s
     out[0] = '\0';
     found *list;
     size_t n;
-    ERR_CHECK(scan(root, &list, &n));
+    ERR_CHECK(scan(root, true, &list, &n));
     strata_status st = STRATA_OK;
     if (n == 0)
         st = err_set(STRATA_ENOTFOUND, "checkpoint root \"%s\" holds no checkpoint (no subdirectory with a %s)", root,

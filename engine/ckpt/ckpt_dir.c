@@ -110,8 +110,15 @@ static int remove_at(int dfd, const char *name, int depth)
     return first;
 }
 
-int ckpt_dir_remove(const char *dir)
+int ckpt_dir_remove(const char *dir_in)
 {
+    /* "link/" makes the kernel resolve the link even under AT_SYMLINK_NOFOLLOW and O_NOFOLLOW: the removal would
+     * empty the link's target and then fail on the link (ENOTDIR). Without the trailing slashes it removes the
+     * link itself. */
+    char dir[STRATA_PATH_BYTES + 300];
+    snprintf(dir, sizeof dir, "%s", dir_in);
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
+        dir[n - 1] = '\0';
     int r = remove_at(AT_FDCWD, dir, 0);
     if (r) {
         char eb[96];

@@ -35,7 +35,7 @@ strata_status ckpt_writer_open(ckpt_writer *w, const char *dir, const char *name
     if (!w->buf)
         return err_set(STRATA_ENOMEM, "checkpoint \"%s\": out of memory for the write buffer", w->path);
     w->cap = WRITE_BUF_BYTES;
-    w->fd = open(w->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w->fd = open(w->path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644); /* never through a link */
     if (w->fd < 0) {
         strata_status st = errno_status(errno, "checkpoint: %s \"%s\" failed: %s", "creating", w->path);
         free(w->buf);
@@ -133,6 +133,52 @@ static strata_status read_exact(int fd, const char *path, uint64_t off, void *bu
     return STRATA_OK;
 }
 
+/* Opens a file of a checkpoint for reading, refusing anything but a regular file without blocking: a FIFO or a
+ * device would block or never end, and a symbolic link would read (and quote in errors) whatever it points at.
+ * O_NONBLOCK makes the open of a FIFO return at once; O_NOFOLLOW refuses a link as the last component. Returns
+ * the descriptor, or -1 with errno set; *kind names what the path is when that is why (a link, a FIFO, ...). */
+static int open_regular(const char *path, const char **kind)
+{
+    *kind = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ELOOP)
+            *kind = "a symbolic link";
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int errnum = errno;
+        close(fd);
+        errno = errnum;
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        *kind = S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISSOCK(sb.st_mode) ? "a socket" :
+                S_ISDIR(sb.st_mode) ? "a directory" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" :
+                "not a regular file";
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    /* A regular file ignores O_NONBLOCK; cleared all the same so that no read can return EAGAIN. */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+/* The error of a failed open_regular: what the file is, or errno's text. */
+static strata_status open_error(const char *what, const char *path, const char *kind, int errnum, const char *hint)
+{
+    if (kind)
+        return err_set(STRATA_ECORRUPT, "checkpoint \"%s\" is %s, not a regular file; a checkpoint holds only the "
+                       "regular files strata wrote (refused without reading it) — put the real file there, or use "
+                       "another checkpoint", path, kind);
+    char eb[96];
+    return err_set(errnum == ENOENT && hint[0] ? STRATA_ENOTFOUND : errnum == ENOENT ? STRATA_ECORRUPT :
+                   err_from_errno(errnum), "checkpoint \"%s\": cannot open %s: %s%s", path, what,
+                   err_errno_str(errnum, eb, sizeof eb), errnum == ENOENT ? hint : "");
+}
+
 /* Resolves where dir's checkpoint is: dir itself, or the ".old" copy a save on a filesystem without an atomic
  * exchange left when it crashed between its two renames. */
 static void resolve(const char *dir, char *out, size_t len)
@@ -155,15 +201,10 @@ strata_status ckpt_manifest_read(const char *dir_in, ckpt_manifest *m)
     char dir[STRATA_PATH_BYTES + 64], path[STRATA_PATH_BYTES + 128];
     resolve(dir_in, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int errnum = errno;
-        char eb[96];
-        return err_set(errnum == ENOENT ? STRATA_ENOTFOUND : err_from_errno(errnum),
-                       "checkpoint \"%s\": cannot open its manifest \"%s\": %s%s", dir_in, path,
-                       err_errno_str(errnum, eb, sizeof eb),
-                       errnum == ENOENT ? "; is this a directory written by strata_save?" : "");
-    }
+    const char *kind;
+    int fd = open_regular(path, &kind);
+    if (fd < 0)
+        return open_error("its manifest", path, kind, errno, "; is this a directory written by strata_save?");
     struct stat sb;
     strata_status st = STRATA_OK;
     char *text = NULL;
@@ -218,13 +259,10 @@ strata_status ckpt_file_open(const char *dir_in, const ckpt_manifest *m, int ran
     f->bytes = ckpt_manifest_file_bytes(m, rank, kind);
     ckpt_file_name(m->world, rank, kind, name);
     snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) {
-        int errnum = errno;
-        char eb[96];
-        return err_set(errnum == ENOENT ? STRATA_ECORRUPT : err_from_errno(errnum),
-                       "checkpoint \"%s\": cannot open it: %s", f->path, err_errno_str(errnum, eb, sizeof eb));
-    }
+    const char *what;
+    f->fd = open_regular(f->path, &what);
+    if (f->fd < 0)
+        return open_error("it", f->path, what, errno, "");
     struct stat sb;
     uint8_t len8[8];
     uint8_t *head = NULL;
@@ -262,7 +300,8 @@ strata_status ckpt_file_reopen(ckpt_file *f)
 {
     if (f->fd >= 0)
         return STRATA_OK;
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    const char *what;
+    f->fd = open_regular(f->path, &what);
     struct stat sb;
     if (f->fd < 0 || fstat(f->fd, &sb) != 0 || (uint64_t)sb.st_size != f->bytes) {
         int errnum = f->fd < 0 ? errno : 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "engine/ckpt/ckpt_seal.h"
 #include "engine/config/config_schema.h"
 
 const char *const ckpt_file_names[CKPT_FILE_COUNT] = {"model.safetensors", "optimizer.safetensors",
@@ -311,6 +312,10 @@ strata_status ckpt_manifest_build(const ckpt_manifest *m, const strata_config *c
                              tensors);
     if (root && cfg)
         json_object_set_new(root, "config", config_object(cfg));
+    if (root && ckpt_seal(root) != STRATA_OK) {
+        json_decref(root);
+        return STRATA_ENOMEM;
+    }
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     if (!text)
@@ -452,7 +457,9 @@ static strata_status manifest_fields(const json_t *root, const char *origin, ckp
         m->file_bytes[(size_t)r * CKPT_FILE_COUNT + (size_t)f] = bytes;
     }
     ERR_CHECK(parse_tensors(json_object_get(root, "tensors"), origin, m));
-    return ckpt_manifest_index(m, origin);
+    ERR_CHECK(ckpt_manifest_index(m, origin));
+    /* Last: a field that is malformed is named by its own check above; one that parses but was edited, here. */
+    return ckpt_seal_check(root, m->version, origin);
 }
 
 strata_status ckpt_manifest_parse(const char *text, size_t len, const char *origin, ckpt_manifest *out)

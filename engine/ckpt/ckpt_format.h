@@ -19,6 +19,8 @@
  * "world_size" and each entry's "elements": [first, end). An entry's "model_shape" (the tensor's shape in the
  * model, [d0, ...] with the product of "shape", when the trainer declared one with strata_param_set_shape) is
  * optional within version 2: readers that do not know it ignore it, and without it a tensor is only known flat.
+ * 3 adds "field_crc32c", a checksum over each of the manifest's own fields (ckpt_seal.h), required from version 3;
+ * versions 1 and 2 are still read, with a warning that their fields are unprotected.
  */
 #ifndef STRATA_ENGINE_CKPT_FORMAT_H
 #define STRATA_ENGINE_CKPT_FORMAT_H
@@ -29,7 +31,7 @@
 
 #include "strata.h"
 
-#define CKPT_FORMAT_VERSION 2
+#define CKPT_FORMAT_VERSION 3
 #define CKPT_MAX_WORLD 65536            /* ranks a manifest may name (bounds what a file can make us allocate) */
 #define CKPT_FILE_NAME_BYTES 48         /* "optimizer.rank65535.safetensors" and its NUL, with room */
 #define CKPT_MANIFEST "manifest.json"

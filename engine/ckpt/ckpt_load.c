@@ -81,11 +81,23 @@ static void plan_work(load_ctx *lc)
                               params_file ? (has_next ? 2 : 1) : 0};
 }
 
+/* The files of a kind as a message names them: "model.safetensors" (one rank), "model.rank{0..3}.safetensors". */
+static const char *kind_files(const ckpt_manifest *m, int kind, char *out, size_t len)
+{
+    static const char *const stems[CKPT_FILE_COUNT] = {"model", "optimizer", "params"};
+    if (m->world == 1)
+        snprintf(out, len, "%s", ckpt_file_names[kind]);
+    else
+        snprintf(out, len, "%s.rank{0..%d}.safetensors", stems[kind], m->world - 1);
+    return out;
+}
+
 /* Checks that the checkpoint holds every tensor of s for this model and marks the files holding what this rank
- * reads. */
-static strata_status match_stream(load_ctx *lc, const ckpt_stream *s, int kind)
+ * reads, and (used, per manifest piece) the tensors the model asked for. */
+static strata_status match_stream(load_ctx *lc, const ckpt_stream *s, int kind, bool *used)
 {
     strata_engine *e = lc->c.e;
+    char files[CKPT_FILE_NAME_BYTES + 16], file[CKPT_FILE_NAME_BYTES];
     for (size_t k = 0; k < registry_nparams(e->reg); k++) {
         const reg_param *p = CKPT_PARAM(e, lc->c.ord[k]);
         char name[CKPT_NAME_BYTES];
@@ -93,10 +105,12 @@ static strata_status match_stream(load_ctx *lc, const ckpt_stream *s, int kind)
         const ckpt_tensor *t = ckpt_manifest_piece(&lc->m, kind, name, 0);
         if (!t)
             return err_set(STRATA_ECORRUPT, "strata_load: the checkpoint has no tensor \"%s\" in its %s files; it was "
-                           "saved from a different model", name, ckpt_file_names[kind]);
+                           "saved from a different model", name, kind_files(&lc->m, kind, files, sizeof files));
+        used[t - lc->m.tensors] = true;
+        ckpt_file_name(lc->m.world, t->rank, kind, file);
         if (t->dtype != s->dtype || t->total != p->numel)
             return err_set(STRATA_ECORRUPT, "strata_load: %s: tensor \"%s\" is %s x %" PRIu64 ", the engine's "
-                           "parameter is %s x %zu; it was saved from a different model", ckpt_file_names[kind], name,
+                           "parameter is %s x %zu; it was saved from a different model", file, name,
                            ckpt_dtype_name(t->dtype), t->total, ckpt_dtype_name(s->dtype), p->numel);
         /* The same size in another shape (a transposed weight) would load without complaint and train on
          * scrambled values: where both sides know the shape, it must agree. */
@@ -106,7 +120,7 @@ static strata_status match_stream(load_ctx *lc, const ckpt_stream *s, int kind)
             registry_shape_str(p->ndim, p->dims, want, sizeof want);
             return err_set(STRATA_ECORRUPT, "strata_load: %s: tensor \"%s\" has the model shape %s, the engine's "
                            "parameter %s (strata_param_set_shape); it was saved from a differently shaped model — "
-                           "load it into a model of that shape", ckpt_file_names[kind], name, have, want);
+                           "load it into a model of that shape", file, name, have, want);
         }
         uint64_t first, numel;
         if (!ckpt_held_piece(e, s, p, &first, &numel))
@@ -117,6 +131,39 @@ static strata_status match_stream(load_ctx *lc, const ckpt_stream *s, int kind)
         }
     }
     return STRATA_OK;
+}
+
+/* A checkpoint with tensors the model lacks (one of more layers) would otherwise load what matches and drop the
+ * rest: refused, naming how many and the first few. used: per manifest piece, whether the model asked for it. */
+static strata_status refuse_extras(const load_ctx *lc, const bool *used)
+{
+    const ckpt_manifest *m = &lc->m;
+    size_t extra = 0;
+    int first_kind = -1;
+    char names[3 * CKPT_NAME_BYTES + 16] = "";
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const ckpt_tensor *t = &m->tensors[m->index[i]];
+        bool read = false; /* only the kinds this load reads are compared */
+        for (int w = 0; w < CKPT_FILE_COUNT; w++)
+            read = read || (lc->work[w].kind == t->file && lc->work[w].ns > 0);
+        if (first_kind >= 0 && t->file != first_kind)
+            break; /* the model's lacks, named in the first kind of file that has any (the pieces sort by kind) */
+        if (t->first != 0 || used[m->index[i]] || !read)
+            continue;
+        if (extra++ < 3) {
+            size_t n = strlen(names);
+            snprintf(names + n, sizeof names - n, "%s\"%s\"", n ? ", " : "", t->name);
+        }
+        if (first_kind < 0)
+            first_kind = t->file;
+    }
+    if (!extra)
+        return STRATA_OK;
+    char files[CKPT_FILE_NAME_BYTES + 16];
+    return err_set(STRATA_ECORRUPT, "strata_load: the checkpoint holds %zu tensor%s the model lacks in its %s files "
+                   "(%s%s); it was saved from a different model (more layers or other modules?) — resume with the "
+                   "model it was saved from", extra, extra == 1 ? "" : "s", kind_files(m, first_kind, files, sizeof files),
+                   names, extra > 3 ? ", ..." : "");
 }
 
 /* Matches every stream and checks the header and size of every file this rank reads (closed again until
@@ -134,9 +181,17 @@ static strata_status prepare(load_ctx *lc, const char *dir)
     for (int k = 0; k < CKPT_FILE_COUNT; k++)
         lc->open_rank[k] = -1;
     plan_work(lc);
-    for (int w = 0; w < CKPT_FILE_COUNT; w++)
-        for (int s = 0; s < lc->work[w].ns; s++)
-            ERR_CHECK(match_stream(lc, &lc->work[w].s[s], lc->work[w].kind));
+    bool *used = calloc(m->ntensors + 1, sizeof *used);
+    if (!used)
+        return err_set(STRATA_ENOMEM, "strata_load: out of memory for %zu tensors", m->ntensors);
+    strata_status st = STRATA_OK;
+    for (int w = 0; w < CKPT_FILE_COUNT && st == STRATA_OK; w++)
+        for (int s = 0; s < lc->work[w].ns && st == STRATA_OK; s++)
+            st = match_stream(lc, &lc->work[w].s[s], lc->work[w].kind, used);
+    if (st == STRATA_OK)
+        st = refuse_extras(lc, used);
+    free(used);
+    ERR_CHECK(st);
     for (size_t i = 0; i < nfiles; i++) {
         if (!lc->needed[i])
             continue;
