@@ -44,6 +44,25 @@ def oracle(model, seed, world):
     return losses, {n: p.detach() for n, p in model.named_parameters()}
 
 
+def disagreements(comm, seed, config):
+    """Ranks that disagree fail together at initialize, naming what differs: the last rank's accumulation, then its
+    model's initial weights (another torch seed)."""
+    last = comm.size - 1
+    cases = [("gradient_accumulation_steps", dict(config, gradient_accumulation_steps=GAS + (comm.rank == last)),
+              seed, "the ranks were given different gradient_accumulation_steps: %d on rank 0 but %d on rank %d" % (
+                  GAS, GAS + 1, last)),
+             ("initial weights", config, seed + (comm.rank == last),
+              "the initial weights differ between ranks: module")]
+    for what, cfg, model_seed, needle in cases:
+        torch.manual_seed(model_seed)
+        try:
+            strata.torch.initialize(model=GPT(MODEL), config=cfg)[0].close()
+            T.check(False, "rank %d: ranks with other %s are refused" % (comm.rank, what), "initialized", needle)
+        except strata.errors.ConfigError as e:
+            T.check(needle in str(e), "rank %d: ranks with other %s are refused, naming it" % (comm.rank, what),
+                    str(e), needle)
+
+
 def main():
     comm = strata.world()
     rank, world = comm.rank, comm.size
@@ -100,6 +119,8 @@ def main():
     T.check(sums == mine * world or abs(sums - mine * world) <= 1e-9 * abs(sums),
             "every rank has the same weights (world sum vs %d x mine)" % world, sums, mine * world)
     engine.close()
+    if world > 1:
+        disagreements(comm, seed, config)
     comm.close()  # MPI_Finalize now: done() leaves through os._exit, past atexit
     T.done()
 

@@ -143,6 +143,8 @@ _SIGNATURES = {
     "strata_param_add": (c_status, [c_voidp, c_uint32, c_char_p, c_size, INIT_FN, c_voidp,
                                     ctypes.POINTER(c_uint32)]),
     "strata_param_set_shape": (c_status, [c_voidp, c_uint32, c_int, ctypes.POINTER(ctypes.c_int64)]),
+    "strata_engine_agree_on": (c_status, [c_voidp, c_char_p, c_double]),
+    "strata_comm_set_timeout": (c_status, [c_voidp, c_double]),
     "strata_engine_finalize": (c_status, [c_voidp]),
     "strata_engine_placement": (c_status, [c_voidp, ctypes.POINTER(c_int), ctypes.POINTER(c_int),
                                            ctypes.POINTER(c_int), c_char_p, c_size]),

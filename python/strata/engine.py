@@ -202,6 +202,12 @@ class Engine:
         self._check(self._lib.strata_param_set_shape(self._p(), param, len(dims), arr),
                     "strata_param_set_shape(%r)" % (tuple(dims),))
 
+    def agree_on(self, name, value):
+        """Declares a value of the trainer's that every rank must share (before finalize, which compares it across
+        ranks and fails every rank naming both values when they differ)."""
+        self._check(self._lib.strata_engine_agree_on(self._p(), name.encode(), float(value)),
+                    "strata_engine_agree_on(%r)" % name)
+
     def finalize(self):
         self.init_error = None
         st = self._lib.strata_engine_finalize(self._p())

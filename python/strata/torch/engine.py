@@ -102,6 +102,11 @@ class StrataEngine:
             raise InvalidArgument("strata.torch.initialize: the model has no trainable parameters")
         self.engine = Engine(self.config, comm=self.comm)
         self._register()
+        # The batch the ranks train with is the trainer's, not in strata's config: every rank must share it.
+        micro = self.config.batch_sizes(self.world_size)[1]
+        self.engine.agree_on("gradient_accumulation_steps", self._gas)
+        if micro is not None:
+            self.engine.agree_on("train_micro_batch_size_per_gpu", micro)
         self.engine.finalize()
         self._stream = None
         if self.device.type == "cuda":
