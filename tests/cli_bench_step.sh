@@ -5,8 +5,7 @@
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_bench_step.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+cli_scratch cli_bench_step
 
 run=(bench step --path "$scratch" --numel 4M --sub-group 1M --reps 2)
 check "header names the host cache" 0 "host cache off (strata.host_cache = false)" -- "$bin" "${run[@]}"
