@@ -57,8 +57,9 @@ static void usage(FILE *out)
     fprintf(out, "usage: strata bench step --path DIR [--numel N] [--sub-group N] [--threads T] [--reps R]\n"
                  "                         [--block-size SIZE] [--queue-depth N] [--io-threads N] [--trace FILE] [--json]\n\n"
                  "Times Adam alone in RAM, the optimizer's NVMe I/O alone, and the engine's pipelined step over\n"
-                 "the same state (fp32 master/m/v and gradients on NVMe under DIR, bf16 parameters), and prints\n"
-                 "the overlap efficiency max(T_adam, T_io) / T_step. Defaults: --numel 64M, --sub-group 16M,\n"
+                 "the same state (fp32 master/m/v and gradients on NVMe under DIR, bf16 parameters, the host cache\n"
+                 "off so that the step reads the drive as the I/O-alone peers do), and prints the overlap efficiency\n"
+                 "max(T_adam, T_io) / T_step, T_step including the settling of its write-backs. Defaults: --numel 64M, --sub-group 16M,\n"
                  "--reps 3 (after one warm-up rep), aio block 1MiB, queue depth 32, 1 I/O thread, threads = the\n"
                  "cores of this process.\n");
 }
