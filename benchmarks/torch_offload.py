@@ -160,7 +160,7 @@ def train_run(kind, a, ds, data, hp, adamw_kw):
         optimizer = torch.optim.AdamW(model.parameters(), lr=hp["lr"], betas=hp["betas"], eps=hp["eps"],
                                       weight_decay=hp["weight_decay"], **adamw_kw)
     else:
-        engine = strata.torch.initialize(model, config=ds)
+        engine, _, _, _ = strata.torch.initialize(model=model, config=ds)
         optimizer = engine.optimizer
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(a.warmup, a.steps))
     batches = Batches(data, a.block, a.batch, a.seed, device=a.device)

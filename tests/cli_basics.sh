@@ -61,7 +61,16 @@ check "estimate 3B gradients on NVMe" 0 "optimizer state nvme, gradients nvme" -
 check "estimate 124M gradients on host" 0 "optimizer state nvme, gradients host" -- \
     "$bin" estimate --model 124M --config "$scratch/nvme.json" --device-budget 4GiB
 check "estimate bad preset" 2 '--model "7T" is not a preset; allowed: tiny, 124M' -- "$bin" estimate --model 7T
-check "estimate custom needs hidden" 2 "a custom model needs --layers and --hidden" -- "$bin" estimate --layers 4
+check "estimate custom needs hidden" 2 "a model of its own needs --layers and --hidden (--heads, --vocab 50257 and --seq 1024 are optional); to change one dimension of a preset, name it: e.g. --model 124M --seq 512" -- "$bin" estimate --layers 4
+# A preset with dimensions changed, in either order: the same model as spelling every dimension out.
+check "estimate preset + seq" 0 "model   gpt 124M, seq 512: 12 layers, hidden 768, vocab 50257, seq 512: 124 million" -- \
+    "$bin" estimate --model 124M --seq 512
+a=$("$bin" estimate --seq 512 --model 124M --layers 6 | sed -n 1p)
+b=$("$bin" estimate --layers 6 --heads 12 --hidden 768 --vocab 50257 --seq 512 | sed -n 1p)
+[ "${a#*: }" = "${b#*: }" ] && grep -qF "gpt 124M, layers 6, seq 512: 6 layers" <<<"$a" && passed=$((passed + 1)) ||
+    fail "preset + dimensions \"$a\" differs from the spelled-out model \"$b\""
+check "estimate preset hidden vs heads" 2 "--hidden 100 is not a multiple of 12 heads; give --heads that divides it" -- \
+    "$bin" estimate --model 124M --hidden 100
 check "estimate bad size" 2 '--device-budget "lots" is not a size' -- "$bin" estimate --device-budget lots
 
 cli_done cli_basics

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `strata estimate` for worlds it cannot start: the ZeRO paper's seeds (Ψ = 7.5B, N = 64) come out exactly,
-# ZeRO-3's model states scale as 1/N, communication is 2Ψ/2Ψ/2Ψ/3Ψ (and kΨ + ... with accumulation), world 1 is
-# the plain plan, and bad inputs name the flag, the value and the range.
+# ZeRO-3's model states scale as 1/N, the paper's communication is 2Ψ/2Ψ/2Ψ/3Ψ (and kΨ + ... with accumulation)
+# while the engine's (comm_*, what comm_bytes logs: cli_estimate_comm.sh) adds only its padding, world 1 is the
+# plain plan, a bare --params count is planned as modules of a stated size and says so, every tier that does not fit
+# names its budget and knob, and bad inputs name the flag, the value and the range.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
@@ -29,14 +31,19 @@ expect "seeds stage 2 grads" "$(json grads_per_rank_bytes --params 7500000000 --
 psi=7500000000
 comm=(2 2 2 3)
 for s in 0 1 2 3; do
-    expect "comm stage $s" "$(json comm_elements_per_step --params 7.5e9 --world-size 64 --stage $s)" $((comm[s] * psi))
+    expect "comm stage $s" "$(json paper_comm_elements_per_step --params 7.5e9 --world-size 64 --stage $s)" \
+        $((comm[s] * psi))
+    # the engine's count: 75 modules of 100M, each padded to 64 shards of 4096-element blocks
+    padded=$(json comm_elements_per_step --params 7.5e9 --world-size 64 --stage $s)
+    [ "$padded" -ge $((comm[s] * psi)) ] && [ "$padded" -le $((comm[s] * (psi + 75 * 64 * 4096))) ] &&
+        passed=$((passed + 1)) || fail "engine comm stage $s: $padded is not the paper's ${comm[s]}Ψ plus padding"
 done
 # bytes: fp32 gradients; stage 0 all-reduces fp32, later stages gather parameters in their dtype (fp32 default)
-expect "comm bytes stage 3" "$(json comm_bytes_per_step --params 7.5e9 --world-size 64 --stage 3)" $((12 * psi))
+expect "comm bytes stage 3" "$(json paper_comm_bytes_per_step --params 7.5e9 --world-size 64 --stage 3)" $((12 * psi))
 # accumulation over k = 4 micro-batches: stage 0/1 reduce once (2Ψ), stage 2 kΨ + Ψ, stage 3 kΨ + 2kΨ
 acc=(2 2 5 12)
 for s in 0 1 2 3; do
-    expect "comm k=4 stage $s" "$(json comm_elements_per_step --params 7.5e9 --world-size 64 --stage $s --grad-accum 4)" \
+    expect "comm k=4 stage $s" "$(json paper_comm_elements_per_step --params 7.5e9 --world-size 64 --stage $s --grad-accum 4)" \
         $((acc[s] * psi))
 done
 expect "world 1 moves nothing" "$(json comm_elements_per_step --params 7.5e9 --world-size 1 --stage 3)" 0
@@ -74,7 +81,7 @@ python3 -c "
 import json, sys
 d = json.loads(sys.argv[1])
 assert d['flops_per_step'] == 6 * 7.5e9 * 1024
-assert abs(d['comm_time_s'] - 90e9 / 12.5e9) < 1e-9
+assert abs(d['comm_time_s'] - d['comm_bytes_per_step'] / 12.5e9) < 1e-9
 assert d['step_time_lower_bound_s'] == max(d['compute_time_s'], d['comm_time_s'])
 assert abs(d['link_efficiency_ait'] - d['efficiency_no_overlap']) < 1e-12   # the paper's form agrees
 " "$out" && passed=$((passed + 1)) || { fail "bandwidth analysis:"; echo "$out"; }
@@ -85,5 +92,27 @@ check "stage 4" 2 '--stage "4" is not a whole number in [0, 3]; ZeRO stages' -- 
 check "params abc" 2 '--params "abc" is not a whole number in [1, 1000000000000000]; write a parameter count like 7.5e9' -- \
     "$bin" estimate --params abc
 check "link rate" 2 '--link-gbps "-1" is not a rate in (0, 1000000]' -- "$bin" estimate --link-gbps -1
+
+# A bare count is never one module: its plan holds modules of --module-params (default 100M), and it says so.
+check "params as modules" 0 "model   7500000000 parameters as 75 modules of 100000000 (--module-params): a bare count has no layers, so the plan takes equal modules, no tied embeddings and no activations" -- \
+    "$bin" estimate --params 7.5e9 --world-size 64 --stage 3
+check "module params" 0 "as 38 modules of 200000000" -- "$bin" estimate --params 7.5e9 --module-params 200M --world-size 64
+big=$("$bin" estimate --json --params 7.5e9 --world-size 64 --stage 3 | python3 -c "
+import json, sys
+d = {l['what']: l['bytes'] for l in json.load(sys.stdin)['plan_lines']}
+print(d['gradient buffers of one module'])")
+[ "$big" -lt $((2 * 4 * 100100000)) ] && passed=$((passed + 1)) ||
+    fail "7.5B x 64: one module's gradient buffers take $big bytes: the plan still holds the whole model as one module"
+check "module params without params" 2 "--module-params cuts a bare --params count into modules" -- \
+    "$bin" estimate --model tiny --module-params 1M
+# A tier that does not fit says which budget and which knob, whether or not a device budget was given.
+out=$("$bin" estimate --params 1T --world-size 64 --stage 3 --device-budget 80GiB --host-budget 16GiB 2>&1)
+for text in "why     device: device budget exceeded" "strata.device_budget_bytes allows 80.00 GiB" \
+    "why     host: host budget exceeded" "strata.host_budget_bytes allows 16.00 GiB; raise strata.host_budget_bytes"; do
+    grep -qF -- "$text" <<<"$out" && passed=$((passed + 1)) || { fail "1T FITS NO lacks \"$text\":"; echo "$out"; }
+done
+out=$("$bin" estimate --params 7.5e9 --host-budget 1GiB 2>&1)
+grep -q "^host .* NO$" <<<"$out" && grep -qF "why     host: host budget exceeded" <<<"$out" && passed=$((passed + 1)) ||
+    { fail "host NO without a device budget gives no reason:"; echo "$out"; }
 
 cli_done cli_estimate_ranks

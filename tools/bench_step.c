@@ -5,18 +5,24 @@
  *   T_io    the same NVMe traffic alone (read master, m, v and gradients; write master, m, v), no compute,
  *           the faster of two peers: the engine's pipeline with as many slots as the engine has, and one
  *           sequential stream (every array read, then written, start to end, as fio would);
- *   T_step  the engine's strata_step, where the two overlap;
+ *   T_step  the engine's strata_step and the strata_sync that settles its write-backs (the step leaves the last
+ *           slots' writes in flight; the peers' times include every write), where the two overlap;
  * and reports the overlap efficiency max(T_adam, T_io) / T_step (1.0 = perfect hiding; above 1 up to noise
  * would mean the peer is not the best I/O alone). The disk's speed swings between time windows longer than
  * a rep, so the figure is the median of the per-rep ratios (each rep's timings are adjacent in time), not a
  * ratio of medians. The engine's master weights are checked against the in-RAM Adam on a sample after every
  * rep (#wrong).
+ *
+ * The engine runs with the host cache off (strata.host_cache = false): with it, the default, the step reads its
+ * state from RAM while the peers read the drive, and the ratio measured nothing (1.44-1.87). Every rep checks
+ * that the step read and wrote exactly the peers' bytes on NVMe with no host-cache hit, and fails otherwise.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/big_alloc.h"
 #include "base/size.h"
 #include "base/util.h"
 #include "cpu_adam/adam.h"
@@ -51,8 +57,9 @@ static void usage(FILE *out)
     fprintf(out, "usage: strata bench step --path DIR [--numel N] [--sub-group N] [--threads T] [--reps R]\n"
                  "                         [--block-size SIZE] [--queue-depth N] [--io-threads N] [--trace FILE] [--json]\n\n"
                  "Times Adam alone in RAM, the optimizer's NVMe I/O alone, and the engine's pipelined step over\n"
-                 "the same state (fp32 master/m/v and gradients on NVMe under DIR, bf16 parameters), and prints\n"
-                 "the overlap efficiency max(T_adam, T_io) / T_step. Defaults: --numel 64M, --sub-group 16M,\n"
+                 "the same state (fp32 master/m/v and gradients on NVMe under DIR, bf16 parameters, the host cache\n"
+                 "off so that the step reads the drive as the I/O-alone peers do), and prints the overlap efficiency\n"
+                 "max(T_adam, T_io) / T_step, T_step including the settling of its write-backs. Defaults: --numel 64M, --sub-group 16M,\n"
                  "--reps 3 (after one warm-up rep), aio block 1MiB, queue depth 32, 1 I/O thread, threads = the\n"
                  "cores of this process.\n");
 }
@@ -97,10 +104,15 @@ static double time_adam(const step_opts *o, const adam_ops *ops, ram_state *r, i
     return (now_ns() - t0) / 1e9;
 }
 
+/* The per-rep columns; each gets a median. */
+enum { COL_ADAM, COL_PIPE, COL_SEQ, COL_IO, COL_STEP, COL_OVERLAP, COLS };
+
 /* ---------------------------------------------------------------- T_io */
 
 /* The I/O-alone peers' swap: master, m, v and gradients, each in its own extent, and PEER_SLOTS slots of
- * four sub-group-sized pinned buffers. */
+ * four sub-group-sized buffers on huge pages, as the engine's pinned pool is (gpu/backend_host.c): O_DIRECT pins
+ * every page of a request, and with 4 KiB pages the peers paid for it where the engine did not (overlap 1.2-1.3 at
+ * 4M-8M elements with the cache off). */
 typedef struct io_peer {
     nvme_swap *swap;
     swap_extent ext[4];
@@ -183,6 +195,22 @@ static strata_status time_io_sequential(const step_opts *o, io_peer *p, double *
     return st;
 }
 
+/* Writes arrays [first, last) of ram into the peers' extents, untimed, through slot 0. */
+static strata_status peer_write(const step_opts *o, io_peer *p, const float *const ram[4], int first, int last)
+{
+    strata_status st = STRATA_OK;
+    for (size_t k = 0; k < sub_groups(o) && st == STRATA_OK; k++) {
+        for (int a = first; a < last && st == STRATA_OK; a++) {
+            memcpy(p->buf[0][a], ram[a] + k * o->sub_group, sub_bytes(o, k));
+            st = swap_write(p->swap, &p->ext[a], k * o->sub_group * 4, p->buf[0][a], sub_bytes(o, k), &p->wr[0]);
+        }
+        strata_status wst = io_wait_wait(&p->wr[0]);
+        if (st == STRATA_OK)
+            st = wst;
+    }
+    return st;
+}
+
 /* Creates the peers' swap and writes all four extents once from ram, as the engine's state is written before
  * its step: reading a never-written (unwritten ext4) extent returns zeros without touching the disk, which
  * would make the I/O-alone peer look faster than the traffic it stands for. */
@@ -201,20 +229,20 @@ static strata_status peer_open(const step_opts *o, nvme_io *io, const float *con
         st = swap_alloc(p->swap, o->numel * 4, &p->ext[a]);
     for (int s = 0; s < PEER_SLOTS && st == STRATA_OK; s++)
         for (int a = 0; a < 4 && st == STRATA_OK; a++)
-            if (posix_memalign((void **)&p->buf[s][a], 4096, o->sub_group * 4))
+            if (!(p->buf[s][a] = big_alloc(o->sub_group * 4)))
                 st = STRATA_ENOMEM;
             else /* first touch now, not in the first timed read */
                 memset(p->buf[s][a], 0, o->sub_group * 4);
-    for (size_t k = 0; k < sub_groups(o) && st == STRATA_OK; k++) {
-        for (int a = 0; a < 4 && st == STRATA_OK; a++) {
-            memcpy(p->buf[0][a], ram[a] + k * o->sub_group, sub_bytes(o, k));
-            st = swap_write(p->swap, &p->ext[a], k * o->sub_group * 4, p->buf[0][a], sub_bytes(o, k), &p->wr[0]);
-        }
-        strata_status wst = io_wait_wait(&p->wr[0]);
-        if (st == STRATA_OK)
-            st = wst;
-    }
-    return st;
+    return st == STRATA_OK ? peer_write(o, p, ram, 0, 4) : st;
+}
+
+/* One peer's time into t[COL_PIPE] or t[COL_SEQ], after writing the gradients afresh. */
+static strata_status time_peer(const step_opts *o, io_peer *p, const float *const ram[4], bool pipelined, double *t)
+{
+    strata_status st = peer_write(o, p, ram, 3, 4);
+    if (st != STRATA_OK)
+        return st;
+    return pipelined ? time_io_pipelined(o, p, &t[COL_PIPE]) : time_io_sequential(o, p, &t[COL_SEQ]);
 }
 
 static void peer_close(io_peer *p)
@@ -253,6 +281,7 @@ static strata_status engine_open(const step_opts *o, engine_run *r)
     c.offload_optimizer.nvme_path_count = 1;
     c.gradients_on_nvme = STRATA_SWITCH_ON; /* T_io reads the gradients from NVMe too */
     c.swap_checksum = o->checksum;
+    c.host_cache = false; /* the peers read the drive: so must the step */
     c.sub_group_size = o->sub_group;
     c.cpu_threads = o->threads;
     c.aio = o->aio;
@@ -280,8 +309,6 @@ static strata_status engine_open(const step_opts *o, engine_run *r)
 
 static strata_status engine_step(const step_opts *o, engine_run *r, double *seconds, strata_stats *delta)
 {
-    strata_stats before, after;
-    strata_stats_get(r->e, &before);
     /* The backward pass hands every module a constant gradient. */
     for (size_t i = 0; i < r->nmods; i++) {
         strata_status st = strata_fetch(r->e, r->mods[i]);
@@ -303,12 +330,19 @@ static strata_status engine_step(const step_opts *o, engine_run *r, double *seco
     /* The pipeline in full, as T_io does it: the slots would otherwise skip re-reading the sub-groups whose
      * state they kept from the last step. */
     step_forget(r->e->step);
+    strata_stats before, after;
+    strata_stats_get(r->e, &before);
     uint64_t t0 = now_ns();
     st = strata_step(r->e, NULL, NULL);
+    if (st == STRATA_OK)
+        st = strata_sync(r->e); /* the write-backs the step leaves in flight: the peers wait for theirs */
     *seconds = (now_ns() - t0) / 1e9;
     strata_stats_get(r->e, &after);
     delta->adam_ns = after.adam_ns - before.adam_ns;
     delta->step_io_wait_ns = after.step_io_wait_ns - before.step_io_wait_ns;
+    delta->nvme_to_host_bytes = after.nvme_to_host_bytes - before.nvme_to_host_bytes;
+    delta->host_to_nvme_bytes = after.host_to_nvme_bytes - before.host_to_nvme_bytes;
+    delta->host_cache_hits = after.host_cache_hits - before.host_cache_hits;
     return st;
 }
 
@@ -372,20 +406,18 @@ static bool parse_args(int argc, char **argv, step_opts *o)
     return true;
 }
 
-/* The per-rep columns; each gets a median. */
-enum { COL_ADAM, COL_PIPE, COL_SEQ, COL_IO, COL_STEP, COL_OVERLAP, COLS };
-
 static void print_header(FILE *out, const step_opts *o, const adam_ops *ops)
 {
     char b1[32], b2[32];
     machine_line_print(out, "");
     fprintf(out, "config:  numel %zu, sub-group %zu, %d Adam threads (kernel %s), state on NVMe %s (fp32 master/m/v/grad), "
-            "path %s, aio block %s, queue depth %d, %d I/O thread(s), swap checksums %s, %d reps after a warm-up\n", o->numel,
-            o->sub_group, o->threads, ops->name, size_format(o->numel * 16, b1, sizeof b1), o->path,
-            size_format(o->aio.block_size, b2, sizeof b2), o->aio.queue_depth, o->aio.intra_op_parallelism,
-            o->checksum ? "on" : "off", o->reps);
+            "path %s, aio block %s, queue depth %d, %d I/O thread(s), swap checksums %s, host cache off "
+            "(strata.host_cache = false), %d reps after a warm-up\n", o->numel, o->sub_group, o->threads, ops->name,
+            size_format(o->numel * 16, b1, sizeof b1), o->path, size_format(o->aio.block_size, b2, sizeof b2),
+            o->aio.queue_depth, o->aio.intra_op_parallelism, o->checksum ? "on" : "off", o->reps);
     fprintf(out, "T_io = the faster of T_pipe (the engine's pipeline, %d slots, no compute) and T_seq (the same bytes "
-            "as one read and one write stream)\n\n", PEER_SLOTS);
+            "as one read and one write stream); T_step = strata_step + strata_sync (its write-backs settled); every "
+            "rep checks the step moved the peers' NVMe bytes with no host-cache hit\n\n", PEER_SLOTS);
 }
 
 int bench_step_main(int argc, char **argv)
@@ -453,20 +485,31 @@ int bench_step_main(int argc, char **argv)
                "T_STEP_S", "OVERLAP", "IO_GB/S", "STEP_IOW_S", "#WRONG");
     /* Rep 0 warms up (the engine takes its pinned slots at its first step, threads start, pages are touched)
      * and is printed but left out of the medians. */
-    uint64_t wrong_total = 0;
+    uint64_t wrong_total = 0, moved_wrong = 0;
+    strata_stats last = {0};
     for (int rep = 0; rep <= o.reps; rep++) {
         strata_stats d;
         double t[COLS];
         t[COL_ADAM] = time_adam(&o, ops, &r, rep + 1);
-        /* The peers take turns going first, so that neither always starts behind the other's writes. */
+        /* The peers take turns going first, so that neither always starts behind the other's writes. Before each,
+         * the gradients are written afresh, untimed, as the engine's backward writes them just before its step: a
+         * virtual disk's host cache serves data written moments ago faster than data written long ago. */
         bool pipe_first = rep % 2 == 0;
-        if ((st = pipe_first ? time_io_pipelined(&o, &peer, &t[COL_PIPE])
-                             : time_io_sequential(&o, &peer, &t[COL_SEQ])) != STRATA_OK ||
-            (st = pipe_first ? time_io_sequential(&o, &peer, &t[COL_SEQ])
-                             : time_io_pipelined(&o, &peer, &t[COL_PIPE])) != STRATA_OK ||
+        if ((st = time_peer(&o, &peer, ram, pipe_first, t)) != STRATA_OK ||
+            (st = time_peer(&o, &peer, ram, !pipe_first, t)) != STRATA_OK ||
             (st = engine_step(&o, &er, &t[COL_STEP], &d)) != STRATA_OK) {
             fprintf(stderr, "strata bench step: %s\n", strata_last_error(er.e));
             goto out;
+        }
+        /* The configuration the step ran with: every byte the peers move went to and from the drive. */
+        last = d;
+        if (d.host_cache_hits || d.nvme_to_host_bytes != o.numel * 16 || d.host_to_nvme_bytes != o.numel * 12) {
+            fprintf(stderr, "strata bench step: rep %d: the step read %llu and wrote %llu bytes on NVMe with %llu "
+                    "host-cache hits; the peers read %zu and write %zu: the step did not run the traffic it is "
+                    "compared with\n", rep, (unsigned long long)d.nvme_to_host_bytes,
+                    (unsigned long long)d.host_to_nvme_bytes, (unsigned long long)d.host_cache_hits, o.numel * 16,
+                    o.numel * 12);
+            moved_wrong++;
         }
         /* #wrong: the engine's master weights against the RAM Adam, on a strided sample. */
         uint64_t wrong = 0;
@@ -498,13 +541,18 @@ int bench_step_main(int argc, char **argv)
     if (o.json)
         printf("{\"bench\":\"step\",\"numel\":%zu,\"sub_group\":%zu,\"threads\":%d,\"peer_slots\":%d,"
                "\"t_adam_s\":%.4f,\"t_io_pipelined_s\":%.4f,\"t_io_sequential_s\":%.4f,\"t_io_s\":%.4f,"
-               "\"t_step_s\":%.4f,\"overlap_efficiency\":%.4f,\"wrong\":%llu}\n", o.numel, o.sub_group, o.threads,
-               PEER_SLOTS, med[COL_ADAM], med[COL_PIPE], med[COL_SEQ], med[COL_IO], med[COL_STEP], med[COL_OVERLAP],
-               (unsigned long long)wrong_total);
+               "\"t_step_s\":%.4f,\"overlap_efficiency\":%.4f,\"wrong\":%llu,\"host_cache\":false,"
+               "\"step_host_cache_hits\":%llu,\"step_nvme_read_bytes\":%llu,\"step_nvme_write_bytes\":%llu,"
+               "\"io_nvme_read_bytes\":%zu,\"io_nvme_write_bytes\":%zu,\"reps_traffic_mismatch\":%llu}\n",
+               o.numel, o.sub_group, o.threads, PEER_SLOTS, med[COL_ADAM], med[COL_PIPE], med[COL_SEQ], med[COL_IO],
+               med[COL_STEP], med[COL_OVERLAP], (unsigned long long)wrong_total,
+               (unsigned long long)last.host_cache_hits, (unsigned long long)last.nvme_to_host_bytes,
+               (unsigned long long)last.host_to_nvme_bytes, o.numel * 16, o.numel * 12,
+               (unsigned long long)moved_wrong);
     else
         printf("%-4s %10.3f %10.3f %10.3f %10.3f %10.3f %9.3f   (medians; overlap = median of the per-rep ratios)\n",
                "med", med[COL_ADAM], med[COL_PIPE], med[COL_SEQ], med[COL_IO], med[COL_STEP], med[COL_OVERLAP]);
-    rc = wrong_total ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    rc = wrong_total || moved_wrong ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 out:
     strata_engine_destroy(er.e);
     free(er.mods);

@@ -13,7 +13,10 @@
 const char estimate_ranks_usage[] =
     "A data-parallel world (per-rank numbers; no ranks are started):\n"
     "  --world-size N   ranks, 1..1000000 (default 1)     --stage S   ZeRO stage 0..3 (default: the config's)\n"
-    "  --params COUNT   a bare parameter count instead of a shape: 7.5e9, 7.5B, 125M, 350000000\n"
+    "  --params COUNT   a bare parameter count instead of a shape: 7.5e9, 7.5B, 125M, 350000000; planned as equal\n"
+    "                   modules of --module-params COUNT (default 100M, a transformer layer's order) with no tied\n"
+    "                   embeddings and no activations: a count has no layers, so the largest module, the prefetch\n"
+    "                   window and the collectives' scratch follow the module size you give\n"
     "  --grad-accum K   micro-batches per optimizer step (default 1)\n"
     "  --link-gbps G    interconnect bandwidth per rank in Gbit/s (8 Gbit/s = 1 GB/s); enables the bandwidth\n"
     "                   analysis; --nvme-gbps, --pcie-gbps (Gbit/s too) add those links to it\n"
@@ -64,6 +67,7 @@ int estimate_ranks_option(estimate_ranks *r, const char *flag, const char *v)
         {"--batch", 1, 1000000, "sequences per rank per micro-batch"},
         {"--tokens", 1, 1e12, "tokens per rank per micro-batch (batch x sequence length)"},
         {"--params", 1, 1e15, "write a parameter count like 7.5e9, 7.5B, 125M or 350000000"},
+        {"--module-params", 1, 1e15, "the parameters of one module of a bare --params count, e.g. 200M"},
     };
     if (strcmp(flag, "--json") == 0) {
         r->json = r->active = true;
@@ -83,10 +87,11 @@ int estimate_ranks_option(estimate_ranks *r, const char *flag, const char *v)
             return -1;
         }
         int *fields[] = {&r->world_size, &r->zero_stage, &r->grad_accum, &r->batch};
+        size_t *counts[] = {&r->tokens, &r->params, &r->module_params};
         if (i < 4)
             *fields[i] = (int)w;
         else
-            *(i == 4 ? &r->tokens : &r->params) = n;
+            *counts[i - 4] = n;
         r->active = true;
         return 1;
     }
@@ -106,8 +111,19 @@ int estimate_ranks_option(estimate_ranks *r, const char *flag, const char *v)
     return 0;
 }
 
+size_t estimate_ranks_module_params(const estimate_ranks *r)
+{
+    size_t m = r->module_params ? r->module_params : ESTIMATE_MODULE_PARAMS_DEFAULT;
+    return m < r->params ? m : r->params;
+}
+
 bool estimate_ranks_settle(estimate_ranks *r, const strata_config *cfg)
 {
+    if (r->module_params && !r->params) {
+        fprintf(stderr, "strata estimate: --module-params cuts a bare --params count into modules; a model shape "
+                "(--model or --layers/--hidden) has its own modules\n");
+        return false;
+    }
     if (r->zero_stage < 0)
         r->zero_stage = cfg->zero_stage;
     if (cfg->offload_param.device != STRATA_TIER_DEVICE && cfg->offload_param.device != STRATA_TIER_AUTO &&
@@ -123,17 +139,41 @@ bool estimate_ranks_settle(estimate_ranks *r, const strata_config *cfg)
 /* Everything the world's blocks print, computed once so the table and the JSON cannot disagree. */
 typedef struct world_numbers {
     plan_model_states states[4]; /* per stage */
-    plan_comm comm;
+    plan_comm comm;              /* what the engine moves and counts in comm_bytes */
+    plan_comm paper;             /* the ZeRO paper's count: Ψ unpadded, no tied module */
     plan_traffic traffic;
     size_t tokens;
     bw_analysis bw;
 } world_numbers;
 
-static void compute(const estimate_ranks *r, const plan_input *in, size_t numel, int seq, world_numbers *w)
+/* What the engine's comm_bytes counts (comm/comm.h, Counting; engine/ranks.c): every collective moves whole padded
+ * modules, each cut into N shards of whole blocks (so N times this rank's shards, in->shard_numel), and a module the
+ * trainer fetches and hands over once more per micro-batch (tied_numel, padded) adds a reduce-scatter from stage 2
+ * and an all-gather at stage 3 each micro-batch. */
+static void engine_comm(const estimate_ranks *r, const plan_input *in, size_t tied_numel, plan_comm *out)
+{
+    size_t n = r->world_size > 1 ? (size_t)r->world_size : 1, k = (size_t)r->grad_accum;
+    size_t padded = n > 1 && in->shard_numel ? n * in->shard_numel : in->total_numel;
+    plan_comm_per_step(padded, r->world_size, r->zero_stage, r->grad_accum, in->param_bytes, out);
+    if (n == 1)
+        return;
+    if (r->zero_stage >= 2) {
+        out->reduce_scatter_elements += k * tied_numel;
+        out->reduce_scatter_bytes += 4 * k * tied_numel;
+    }
+    if (r->zero_stage >= 3) {
+        out->all_gather_elements += k * tied_numel;
+        out->all_gather_bytes += in->param_bytes * k * tied_numel;
+    }
+}
+
+static void compute(const estimate_ranks *r, const plan_input *in, size_t numel, int seq, size_t tied_numel,
+                    world_numbers *w)
 {
     for (int s = 0; s < 4; s++)
         plan_model_states_per_rank(numel, r->world_size, s, &w->states[s]);
-    plan_comm_per_step(numel, r->world_size, r->zero_stage, r->grad_accum, in->param_bytes, &w->comm);
+    plan_comm_per_step(numel, r->world_size, r->zero_stage, r->grad_accum, in->param_bytes, &w->paper);
+    engine_comm(r, in, tied_numel, &w->comm);
     size_t np, ng, no;
     plan_class_numel(in, &np, &ng, &no);
     plan_traffic_per_step(in->total_numel, no, r->zero_stage, r->grad_accum, in->param_bytes, in->param_tier,
@@ -190,12 +230,18 @@ static void print_json(const estimate_ranks *r, const plan *p, size_t numel, con
         json_object_set_new(o, "link_ait_flop_per_byte", json_real(b->links[BW_LINK].ait_flop_per_byte));
         json_object_set_new(o, "link_efficiency_ait", json_real(b->links[BW_LINK].efficiency_alone));
     }
+    /* The paper's count beside the engine's: Ψ unpadded, no tied module (comm_* above is what comm_bytes logs). */
+    json_object_set_new(o, "paper_comm_elements_per_step",
+                        json_integer((json_int_t)(w->paper.reduce_scatter_elements + w->paper.all_gather_elements)));
+    json_object_set_new(o, "paper_comm_bytes_per_step",
+                        json_integer((json_int_t)(w->paper.reduce_scatter_bytes + w->paper.all_gather_bytes)));
     json_dumpf(o, stdout, JSON_INDENT(2));
     printf("\n");
     json_decref(o);
 }
 
-static void print_table(const estimate_ranks *r, const strata_config *cfg, size_t numel, const world_numbers *w)
+static void print_table(const estimate_ranks *r, const strata_config *cfg, size_t numel, size_t tied_numel,
+                        const world_numbers *w)
 {
     static const char *parts[4] = {"nothing (replicated)", "optimizer state", "+ gradients", "+ parameters"};
     printf("\nZeRO model states per rank: %zu parameters, %d ranks, mixed precision + Adam (2 + 2 + K = 12 bytes)\n",
@@ -220,6 +266,12 @@ static void print_table(const estimate_ranks *r, const strata_config *cfg, size_
            c->all_gather_bytes);
     size_t ce = c->reduce_scatter_elements + c->all_gather_elements;
     printf("%-28s %20zu %7.2fΨ %20zu\n", "total", ce, (double)ce / psi, c->reduce_scatter_bytes + c->all_gather_bytes);
+    size_t pe = w->paper.reduce_scatter_elements + w->paper.all_gather_elements;
+    if (r->world_size > 1)
+        printf("(what comm_bytes will log: whole modules, each padded to %d shards of 4096-element blocks%s; the ZeRO "
+               "paper's count is %.2fΨ, %zu bytes)\n", r->world_size, tied_numel && r->zero_stage >= 2
+               ? ", and the tied embeddings fetched and handed over once more per micro-batch" : "", (double)pe / psi,
+               w->paper.reduce_scatter_bytes + w->paper.all_gather_bytes);
 
     const plan_traffic *t = &w->traffic;
     printf("\n%-28s %20s\n", "OFFLOAD per rank per step", "BYTES");
@@ -244,12 +296,12 @@ static void print_table(const estimate_ranks *r, const strata_config *cfg, size_
 }
 
 void estimate_ranks_print(const estimate_ranks *r, const strata_config *cfg, const plan_input *in, const plan *p,
-                          size_t numel, int seq)
+                          size_t numel, int seq, size_t tied_numel)
 {
     world_numbers w;
-    compute(r, in, numel, seq, &w);
+    compute(r, in, numel, seq, tied_numel, &w);
     if (r->json)
         print_json(r, p, numel, &w);
     else
-        print_table(r, cfg, numel, &w);
+        print_table(r, cfg, numel, tied_numel, &w);
 }

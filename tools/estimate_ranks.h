@@ -17,7 +17,8 @@ typedef struct estimate_ranks {
     int world_size;       /* 1 unless --world-size */
     int zero_stage;       /* -1 until --stage; then the config's zero_optimization.stage */
     int grad_accum;       /* micro-batches per optimizer step */
-    size_t params;        /* --params: a bare parameter count (one module), 0 = the model shape's */
+    size_t params;        /* --params: a bare parameter count, 0 = the model shape's */
+    size_t module_params; /* --module-params: the size of the equal modules a bare count is cut into; 0 = default */
     int batch;            /* sequences per rank per micro-batch */
     size_t tokens;        /* --tokens per rank per micro-batch; 0 = batch x the shape's seq */
     double tflops;        /* achieved compute per rank, TFLOP/s */
@@ -36,9 +37,19 @@ int estimate_ranks_option(estimate_ranks *r, const char *flag, const char *value
 /* Fills what the config leaves to the world (the stage) and checks the two agree; false with a message. */
 bool estimate_ranks_settle(estimate_ranks *r, const strata_config *cfg);
 
+/* A bare count (--params) is planned as modules of this many parameters unless --module-params says otherwise: a
+ * transformer layer's order of size. It is never planned as one module: the plan holds a whole module on the device
+ * and in the collectives' scratch, so one module of the whole model would ask for the model several times over. */
+#define ESTIMATE_MODULE_PARAMS_DEFAULT ((size_t)100000000)
+
+/* The module size a bare count is cut into: --module-params, else the default, at most the count. */
+size_t estimate_ranks_module_params(const estimate_ranks *r);
+
 /* Prints the world's blocks after the plan p of input in (already per rank); numel is Ψ, the unpadded
- * parameter count; seq the shape's sequence length. With r->json one JSON object instead. */
+ * parameter count; seq the shape's sequence length; tied_numel the padded elements of a module the trainer fetches
+ * and hands over once more per micro-batch (the GPT's embeddings, tied to its head; 0 for a bare count). With
+ * r->json one JSON object instead. */
 void estimate_ranks_print(const estimate_ranks *r, const strata_config *cfg, const plan_input *in, const plan *p,
-                          size_t numel, int seq);
+                          size_t numel, int seq, size_t tied_numel);
 
 #endif

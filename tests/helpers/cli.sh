@@ -17,6 +17,11 @@ check() { # check NAME EXPECTED_EXIT EXPECTED_TEXT_IN_OUTPUT -- command...
     passed=$((passed + 1))
 }
 
+cli_scratch() { # cli_scratch NAME: $scratch, a fresh directory under $STRATA_SCRATCH, removed when the test exits
+    scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/$1.XXXXXX" 2>/dev/null || mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+}
+
 cli_done() { # cli_done NAME: the summary line; the exit status is the verdict
     echo "$1: $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
