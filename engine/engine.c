@@ -2,6 +2,7 @@
 #include "engine/act_store.h"
 #include "engine/engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/log.h"
@@ -92,8 +93,13 @@ static strata_status create(const strata_config *cfg, strata_comm *c, void *nccl
         st = node_share_create(e, st, &e->node);
     if (st == STRATA_OK && e->world > 1 && e->backend != STRATA_BACKEND_HOST)
         st = attach_nccl(e, nccl_comm);
-    if (st == STRATA_OK && cfg->trace_path[0])
-        st = trace_create(cfg->trace_path, &e->trace);
+    if (st == STRATA_OK && cfg->trace_path[0]) {
+        /* Ranks given one path (one config for the world) must not write one file: rank r > 0 writes PATH.rank<r>,
+         * as strata train's --log-jsonl does. */
+        char path[STRATA_PATH_BYTES + 16];
+        snprintf(path, sizeof path, e->world > 1 && e->rank > 0 ? "%s.rank%d" : "%s", cfg->trace_path, e->rank);
+        st = trace_create(path, &e->trace);
+    }
     if (st != STRATA_OK) {
         strata_engine_destroy(e);
         return st;

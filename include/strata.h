@@ -219,7 +219,8 @@ typedef struct strata_config {
     int cpu_threads;                         /* OpenMP threads for Adam; 0 = cores of this process */
     bool delayed_update;                     /* ZeRO-Offload's one-step-delayed optimizer step */
     int delayed_warmup_steps;                /* steps run undelayed first */
-    char trace_path[STRATA_PATH_BYTES];      /* Chrome trace-event JSON; "" = no trace */
+    char trace_path[STRATA_PATH_BYTES];      /* Chrome trace-event JSON; "" = no trace; with several ranks, rank
+                                                r > 0 writes trace_path.rank<r> */
     bool swap_checksum;                      /* crc32c per swap extent, checked on read */
     strata_switch gradients_on_nvme;         /* with the optimizer state on NVMe: auto = only when the host
                                                 budget cannot hold the fp32 gradient store */

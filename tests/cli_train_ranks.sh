@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `mpirun -np 2 strata train`: only rank 0 prints (the header says 2 ranks); each rank logs its own JSONL whose
+# `mpirun -np 2 strata train`: only rank 0 prints (the header says 2 ranks); each rank writes its own trace and logs its own JSONL whose
 # comm_bytes per step is the formula of its ZeRO stage, for stages 0..3; 2 ranks x grad-accum 1 end where 1 rank x
 # grad-accum 2 ends (loss within 1e-5 relative, weights within the order of fp32 sums); a failure on one rank alone
 # ends the job at once instead of hanging; a log that one rank cannot write fails the job (exit 1) once all have
@@ -75,6 +75,22 @@ for rank, path in ((0, log), (1, log + ".rank1")):
 print(f"stage {stage}: comm_bytes {want} per step and rank, as the formula says")
 EOF
 done
+
+# One --trace for the world: rank 0 writes the path, rank 1 PATH.rank1, each a whole trace of its own rank (before,
+# both ranks wrote one file).
+if ! o=$(timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --steps 2 --quiet --trace "$scratch/t.json" 2>&1); then
+    fail "2 ranks with --trace failed"; echo "$o"
+elif python3 -c "
+import json, sys
+for p in sys.argv[1:]:
+    events = json.load(open(p))
+    events = events['traceEvents'] if isinstance(events, dict) else events
+    assert len(events) > 10, (p, len(events))
+" "$scratch/t.json" "$scratch/t.json.rank1"; then
+    passed=$((passed + 1))
+else
+    fail "2 ranks with one --trace: rank 0's and rank 1's traces are not both whole JSON files"; ls -la "$scratch"
+fi
 
 # 2 ranks x grad-accum 1 = 1 rank x grad-accum 2: the world's loss (the mean of the ranks' losses) and the weights.
 "$bin" "${common[@]}" --steps 4 --grad-accum 2 --quiet --log-jsonl "$scratch/one.jsonl" \
