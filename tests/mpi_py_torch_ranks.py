@@ -96,6 +96,17 @@ def main():
     stats = engine.stats()
     T.check(world == 1 or stats["comm_bytes"] > 0, "gradients and parameters crossed the ranks", stats["comm_bytes"],
             "> 0")
+    # The ranks of this host share its cores: each rank's Adam threads are bound to cores no other rank has.
+    cores = set()
+    listed = stats["adam_cores"] if "..." not in stats["adam_cores"] else ""  # "" = unbound; "..." = cut short
+    for part in filter(None, listed.split(",")):
+        lo, _, hi = part.partition("-")
+        cores.update(range(int(lo), int(hi or lo) + 1))
+    if cores and max(cores) < 52:
+        mask = float(sum(1 << c for c in cores))
+        total, count = comm.allreduce_sum([mask, float(len(cores))])
+        T.check(bin(int(total)).count("1") == count, "rank %d: the ranks' Adam cores are disjoint (%s here)" % (
+            rank, stats["adam_cores"]), bin(int(total)).count("1"), count)
 
     want_losses, want = oracle(ref, seed, world)
     T.check(len(got_losses) == len(want_losses[rank]) and all(

@@ -340,4 +340,6 @@ class Engine:
         s = _lib.Stats()
         self._check(self._lib.strata_stats_get_sized(self._p(), ctypes.byref(s), ctypes.sizeof(s)),
                     "strata_stats_get")
-        return {name: getattr(s, name) for name, _ in _lib.Stats._fields_}
+        out = {name: getattr(s, name) for name, _ in _lib.Stats._fields_}
+        out["adam_cores"] = out["adam_cores"].decode()  # "0-7": the cores this rank's Adam threads are bound to
+        return out
