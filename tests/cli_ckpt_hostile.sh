@@ -9,8 +9,7 @@ set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/helpers/cli.sh"
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_ckpt_hostile.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+cli_scratch cli_ckpt_hostile
 common=(train --model tiny --batch 2 --seq 16 --threads 1 --seed 4 --quiet)
 py=$(command -v python3)
 

@@ -7,8 +7,7 @@ set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/helpers/cli.sh"
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_node_share.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+cli_scratch cli_train_node_share
 common=(train --model tiny --steps 1 --batch 2 --seq 32 --quiet)
 
 # "budgets ... host 8.83 GiB, device 1.00 GiB; Adam 1 thread on cores 0" -> "8.83 GiB|1|0"

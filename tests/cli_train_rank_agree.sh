@@ -13,8 +13,7 @@ here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/helpers/cli.sh"
 source "$here/helpers/mpi.sh"
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_rank_agree.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+cli_scratch cli_train_rank_agree
 
 common=(train --model tiny --batch 2 --seq 32 --threads 1 --quiet)
 probe=$(timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --steps 1 2>&1)

@@ -8,8 +8,7 @@ here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/helpers/cli.sh"
 source "$here/helpers/mpi.sh"
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_rank_fault.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+cli_scratch cli_train_rank_fault
 passed=0 failed=0
 
 cat >"$scratch/nvme.json" <<JSON

@@ -10,8 +10,7 @@ here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/helpers/cli.sh"
 source "$here/helpers/mpi.sh"
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_ranks.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+cli_scratch cli_train_ranks
 
 common=(train --model tiny --steps 3 --batch 2 --seq 32 --threads 1 --seed 5)
 probe=$(timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --steps 1 --quiet 2>&1)
