@@ -16,8 +16,7 @@ py=/usr/bin/python3
 "$py" -c "import torch" 2>/dev/null || { echo "SKIP: $py cannot import torch (install python3-torch)"; exit 77; }
 checker="$src/tests/helpers/ckpt_export_check.py"
 export PYTHONPATH="$src/python${PYTHONPATH:+:$PYTHONPATH}"
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_ckpt_export.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+cli_scratch cli_ckpt_export
 seed=$((RANDOM * 32768 + RANDOM))
 echo "seed $seed"
 # The tiny preset: 2 layers, hidden 64, vocab 256, context 64 (what `strata train --model tiny` prints).

@@ -6,9 +6,8 @@
 # names the unknown subcommand before the usage.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_errors.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
+cli_scratch cli_errors
 
 # Unknown options: named as unknown (not "needs a value"), with the nearest known flag when one is close.
 check "unknown option at the end" 2 "unknown option --bogus; see \`strata train --help\`" -- "$bin" train --bogus

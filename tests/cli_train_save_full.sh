@@ -8,7 +8,7 @@ bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/helpers/cli.sh"
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root to mount a small tmpfs"; exit 77; }
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_save_full.XXXXXX" 2>/dev/null || mktemp -d)
+cli_scratch cli_train_save_full # its own trap below also unmounts
 mnt="$scratch/small"
 mkdir "$mnt"
 if ! mount -t tmpfs -o size=2m,mode=0700 tmpfs "$mnt" 2>"$scratch/mount.err"; then

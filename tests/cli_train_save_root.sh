@@ -10,7 +10,7 @@ set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/helpers/cli.sh"
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_save_root.XXXXXX" 2>/dev/null || mktemp -d)
+cli_scratch cli_train_save_root # its own trap below also cleans up
 mounted=
 cleanup() { [ -n "$mounted" ] && umount "$mounted" 2>/dev/null; rm -rf "$scratch"; }
 trap cleanup EXIT
