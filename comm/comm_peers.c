@@ -1,21 +1,21 @@
 /* Finding the processes of the ranks on this host (see comm_peers.h). */
 #include "comm/comm_peers.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
+
+/* The host as the ranks compare it: the crc32c of its name (as engine/node_share.c groups ranks by host). */
 static uint64_t host_hash(void)
 {
     char name[256] = "";
     gethostname(name, sizeof name - 1);
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return h;
+    return crc32c(0, name, strlen(name));
 }
 
 /* The state letter and start time of process pid from /proc/PID/stat; false when there is no such process. */

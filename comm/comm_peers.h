@@ -11,7 +11,7 @@
 
 /* One rank's process, as the others can find it. */
 typedef struct comm_peer {
-    uint64_t host;       /* a hash of the host name */
+    uint64_t host;       /* the crc32c of the host name */
     uint64_t start_ticks; /* the process's start time (/proc/PID/stat), so that a reused pid is not taken for it */
     uint64_t nonce;      /* random: rank 0's names the world in its control messages */
     int32_t pid;

@@ -121,20 +121,12 @@ uint32_t *agree_weight_crcs(strata_engine *e)
 typedef struct fingerprint {
     int32_t status;
     int32_t nitems;
-    uint64_t keys[AGREED_KEYS];   /* hash of each agreed key's value */
+    uint64_t keys[AGREED_KEYS];   /* crc32c of each agreed key's value as its JSON text */
     uint64_t model, modules, params;
     uint64_t weights;             /* crc32c over the modules' crcs; 0 = not computed */
     agree_item items[AGREE_MAX_ITEMS];
     char msg[400];
 } fingerprint;
-
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
 
 /* A key's value as the config JSON spells it, exactly. */
 static void key_text(const strata_config *cfg, const char *path, char *out, size_t len)
@@ -148,14 +140,14 @@ static void key_text(const strata_config *cfg, const char *path, char *out, size
 
 static uint64_t model_hash(const registry *r)
 {
-    uint64_t h = 1469598103934665603ull;
+    uint32_t h = 0;
     for (size_t i = 0; i < registry_nmodules(r); i++) {
         const reg_module *m = registry_module(r, (strata_module_id)i);
-        h = fnv(h, m->name, strlen(m->name) + 1);
+        h = crc32c(h, m->name, strlen(m->name) + 1);
         for (size_t j = 0; j < m->nparams; j++) {
             const reg_param *p = registry_param(r, m->params[j]);
-            h = fnv(h, p->name, strlen(p->name) + 1);
-            h = fnv(h, &p->numel, sizeof p->numel);
+            h = crc32c(h, p->name, strlen(p->name) + 1);
+            h = crc32c(h, &p->numel, sizeof p->numel);
         }
     }
     return h;
@@ -170,7 +162,7 @@ static void fingerprint_of(strata_engine *e, strata_status local, fingerprint *f
     for (size_t k = 0; k < AGREED_KEYS; k++) {
         char text[AGREE_TEXT_BYTES];
         key_text(&e->cfg, agreed_keys[k], text, sizeof text);
-        f->keys[k] = fnv(1469598103934665603ull, text, strlen(text));
+        f->keys[k] = crc32c(0, text, strlen(text));
     }
     f->model = model_hash(e->reg);
     f->modules = registry_nmodules(e->reg);
