@@ -45,7 +45,9 @@ struct comm_impl {
     uint64_t world_id;    /* this comm's: rank 0's nonce; messages of an earlier comm carry another */
     uint64_t *left_after; /* per rank: the collectives it ran before leaving the world; UINT64_MAX while it is in */
     comm_peer *peers;     /* per rank: its process, to find it gone */
-    comm_order *orders;   /* per rank: the collective it is about to run (check_order's buffer) */
+    comm_order *orders;   /* per rank: the collective it is about to run; [size] is this rank's own, sent from there
+                           * (check_order's buffers: a stranded check may still write them, so a failed world leaks
+                           * them with the communicators) */
     uint64_t next_peer_check_ns;
     int stranded; /* collectives left posted by a failure: the communicators must not be freed */
     bool owns_mpi; /* comm_create_from_env initialised MPI: destroy finalises it */
@@ -202,10 +204,10 @@ static strata_status mpi_barrier(comm *c, const char *op)
 static strata_status mpi_check_order(comm *c, const comm_req *r)
 {
     comm_impl *m = c->impl;
-    comm_order mine;
-    comm_order_of(r, &mine);
+    comm_order *mine = &m->orders[c->size];
+    comm_order_of(r, mine);
     MPI_Request req;
-    int rc = MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, m->orders, sizeof mine, MPI_BYTE, m->data, &req);
+    int rc = MPI_Iallgather(mine, sizeof *mine, MPI_BYTE, m->orders, sizeof *mine, MPI_BYTE, m->data, &req);
     ERR_CHECK(wait_bounded(c, r->op, "MPI_Iallgather (the order check)", rc, &req));
     char msg[ERR_MSG_BYTES];
     if (!comm_order_agree(m->orders, c->size, msg, sizeof msg))
@@ -266,7 +268,8 @@ static void mpi_destroy(comm *c)
         MPI_Cancel(&m->abort_recv);
         MPI_Wait(&m->abort_recv, MPI_STATUS_IGNORE);
     }
-    if (m->stranded || atomic_load(&c->broken)) {
+    bool finalize = m->owns_mpi, broken = m->stranded || atomic_load(&c->broken);
+    if (broken) {
         LOG_INFO(LOG_CORE, "comm: leaving the communicators of a failed world allocated (%d collective(s) still "
                            "posted; freeing them is erroneous)", m->stranded);
     } else {
@@ -275,10 +278,10 @@ static void mpi_destroy(comm *c)
         if (m->ctl != MPI_COMM_NULL)
             MPI_Comm_free(&m->ctl);
     }
-    bool finalize = m->owns_mpi, broken = m->stranded || atomic_load(&c->broken);
     free(m->left_after);
     free(m->peers);
-    free(m->orders);
+    if (!broken)
+        free(m->orders);
     free(m);
     c->impl = NULL;
     /* MPI_Finalize progresses what is still posted: a failed world's collective would then write into the
@@ -345,7 +348,7 @@ static strata_status open_impl(const char *op, MPI_Comm base, comm_impl *m)
     MPI_Comm_size(m->data, &size);
     m->left_after = malloc((size_t)size * sizeof *m->left_after);
     m->peers = calloc((size_t)size, sizeof *m->peers);
-    m->orders = calloc((size_t)size, sizeof *m->orders);
+    m->orders = calloc((size_t)size + 1, sizeof *m->orders);
     if (!m->left_after || !m->peers || !m->orders)
         return err_set(STRATA_ENOMEM, "%s: out of host memory for %d ranks", op, size);
     for (int r = 0; r < size; r++)
