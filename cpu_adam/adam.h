@@ -10,7 +10,7 @@
  *
  * Files: adam_<isa>.c the step, gradstats_<isa>.c the gradient pre-pass, roofline_<isa>.c the benchmark's
  * same-shape roofline (the scalar ones all in adam_ref.c), simd_<isa>.h their shared loads, stores and
- * conversions, convert.h the scalar rounding spec, dispatch.c the choice of ISA, driver.[ch] the OpenMP
+ * conversions, base/half.h the scalar rounding spec, dispatch.c the choice of ISA, driver.[ch] the OpenMP
  * team, api.c the public strata_adam_* functions.
  */
 #ifndef STRATA_CPU_ADAM_ADAM_H

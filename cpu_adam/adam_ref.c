@@ -11,7 +11,7 @@
  *   p     = p * decay                              param.mul_(1 - lr * weight_decay)  (AdamW; decay = 1 for Adam)
  *   p     = p + (-step_size * m) / denom           param.addcdiv_(m, denom, value=-step_size),
  *                                                  step_size = lr / (1 - beta1^t)
- *   param = round_to_nearest_even(p)               the low-precision copy (convert.h)
+ *   param = round_to_nearest_even(p)               the low-precision copy (base/half.h)
  *
  * The multiply-adds are fused exactly where PyTorch's CPU kernels fuse them (its vectorised add with
  * alpha and addcmul are FMAs; the decay is a separate mul_), and written out as fma or kept rounded with
@@ -23,7 +23,7 @@
 #include <math.h>
 
 #include "cpu_adam/adam.h"
-#include "cpu_adam/convert.h"
+#include "base/half.h"
 
 void adam_consts_init(adam_consts *c, const strata_adam_hparams *hp, int64_t step, double grad_scale)
 {

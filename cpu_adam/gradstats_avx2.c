@@ -3,7 +3,7 @@
  * total stays accurate over a billion elements, and an inf/NaN flag from the exponent bits.
  */
 #include "cpu_adam/adam.h"
-#include "cpu_adam/convert.h"
+#include "base/half.h"
 #include "cpu_adam/simd_avx2.h"
 
 /* Elements summed in fp32 before the partial sum goes to the double total. */

@@ -1,8 +1,8 @@
 /*
  * AVX2 + F16C loads and stores of gradients and parameter copies, 8 elements at a time, shared by the
  * *_avx2.c files (only they may include it: it needs their compile flags). Every conversion gives the
- * bits of convert.h: widening is exact, fp16 narrowing is vcvtps2ph with round-to-nearest-even, bf16
- * narrowing is convert.h's integer rounding done on 8 lanes.
+ * bits of base/half.h: widening is exact, fp16 narrowing is vcvtps2ph with round-to-nearest-even, bf16
+ * narrowing is base/half.h's integer rounding done on 8 lanes.
  */
 #ifndef STRATA_CPU_ADAM_SIMD_AVX2_H
 #define STRATA_CPU_ADAM_SIMD_AVX2_H

@@ -2,10 +2,10 @@
  * AVX-512 loads and stores of gradients and parameter copies, 16 elements at a time, shared by the
  * *_avx512.c files (only they may include it: it needs their compile flags).
  *
- * Every conversion gives the bits of convert.h: widening is exact; fp16 narrowing is vcvtps2ph with
+ * Every conversion gives the bits of base/half.h: widening is exact; fp16 narrowing is vcvtps2ph with
  * round-to-nearest-even; bf16 narrowing is AVX512-BF16's vcvtneps2bf16 where the CPU has it. That
  * instruction treats subnormal inputs as zero, unlike PyTorch, so a vector holding a subnormal (or a
- * NaN, to return PyTorch's canonical NaN) takes the integer path of convert.h instead; that is rare and
+ * NaN, to return PyTorch's canonical NaN) takes the integer path of base/half.h instead; that is rare and
  * costs nothing when it does not happen.
  */
 #ifndef STRATA_CPU_ADAM_SIMD_AVX512_H

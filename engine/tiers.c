@@ -7,7 +7,7 @@
 #include "base/crc32c.h"
 #include "base/error.h"
 #include "base/util.h"
-#include "cpu_adam/convert.h"
+#include "base/half.h"
 
 #define INIT_CHUNK_NUMEL ((size_t)1 << 20) /* a multiple of ENGINE_MODULE_ALIGN */
 

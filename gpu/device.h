@@ -212,7 +212,7 @@ typedef struct dev_adam_arrays {
  * the specification) with fp32 gradients: the host backend runs this machine's CPU kernel (bit-identical to it;
  * STRATA_ISA=ref: that very function) on the stream's thread, one core; CUDA runs a kernel doing the same IEEE
  * operations in the same order, each rounded as written (no contraction), with the narrowing of
- * cpu_adam/convert.h. STRATA_EINVAL for NULL arrays or an unknown param_dtype; a failure
+ * cpu_adam/base/half.h. STRATA_EINVAL for NULL arrays or an unknown param_dtype; a failure
  * of the queued work is the stream's error (see Errors above). n 0 queues nothing. */
 strata_status dev_adam_step(dev_stream *s, const struct adam_consts *c, const dev_adam_arrays *a, size_t n);
 

@@ -2,7 +2,7 @@
 
 #include <stdint.h>
 
-#include "cpu_adam/convert.h"
+#include "base/half.h"
 
 void accum_add(float *dst, const void *src, strata_dtype src_dtype, size_t n, bool overwrite)
 {

@@ -1,5 +1,5 @@
 /*
- * Proves that convert.h — the one specification of strata's bf16/fp16 rounding — is round-to-nearest-even
+ * Proves that base/half.h — the one specification of strata's bf16/fp16 rounding — is round-to-nearest-even
  * with NaN kept NaN, overflow to infinity and subnormals kept, against an independent oracle that rounds
  * in double arithmetic (nearbyint at the target's unit in the last place), and that widening is exact for
  * all 65536 inputs of each type.
@@ -7,7 +7,7 @@
 #include <fenv.h>
 #include <math.h>
 
-#include "cpu_adam/convert.h"
+#include "base/half.h"
 #include "testlib.h"
 
 /* Rounds f to `bits` significant bits with the smallest unit 2^min_ulp_exp and overflow at max_exp. */

@@ -4,7 +4,7 @@
  * odd lengths and unaligned starts (so both streaming and regular parameter stores), and six steps with the state carried over and a new gradient (with
  * a few inf/NaN in it) each step. The tolerance is zero: the kernels do the same IEEE operations in the
  * same order, each multiply-add written as one fma (adam_ref.c). Only NaN payloads may differ.
- * Also proves the parameter copy through each kernel's conversion path equals convert.h on random bit
+ * Also proves the parameter copy through each kernel's conversion path equals base/half.h on random bit
  * patterns (every exponent, subnormals, NaN, inf), using lr = 0 so that the copy is of master itself.
  */
 #include "t_adam_util.h"
@@ -66,7 +66,7 @@ static void conversion_paths(const adam_ops *ops)
                                                              : cvt_f32_to_fp16(want);
             if (isnan(want) ? !isnan(ta_param_at(&s, i)) : got_bits != want_bits) {
                 if (bad++ < 5)
-                    t_fail(__FILE__, __LINE__, "%s copy to %s of 0x%08x: got 0x%x, convert.h 0x%x", ops->name,
+                    t_fail(__FILE__, __LINE__, "%s copy to %s of 0x%08x: got 0x%x, base/half.h 0x%x", ops->name,
                            strata_dtype_name(s.pd), cvt_f32_bits(want), got_bits, want_bits);
             }
         }

@@ -1,6 +1,6 @@
 /*
  * What the CPU Adam tests share: random optimizer state with the awkward values mixed in, and a
- * bitwise comparison that treats any two NaNs as equal (a NaN's payload is unspecified, convert.h).
+ * bitwise comparison that treats any two NaNs as equal (a NaN's payload is unspecified, base/half.h).
  */
 #ifndef STRATA_TESTS_T_ADAM_UTIL_H
 #define STRATA_TESTS_T_ADAM_UTIL_H
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cpu_adam/adam.h"
-#include "cpu_adam/convert.h"
+#include "base/half.h"
 #include "testlib.h"
 
 typedef struct ta_state {

@@ -21,7 +21,7 @@
 #include "base/size.h"
 #include "base/util.h"
 #include "cpu_adam/adam.h"
-#include "cpu_adam/convert.h"
+#include "base/half.h"
 #include "cpu_adam/driver.h"
 #include "strata.h"
 #include "tools/cli.h"

@@ -10,7 +10,7 @@
 #include "base/crc32c.h"
 #include "base/error.h"
 #include "base/util.h"
-#include "cpu_adam/convert.h"
+#include "base/half.h"
 #include "engine/ckpt/ckpt_files.h"
 
 #define CHUNK_ELEMS ((size_t)1 << 20) /* 4 MiB of fp32 read, checked and written at a time */

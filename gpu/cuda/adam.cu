@@ -3,7 +3,7 @@
 
 #include "cpu_adam/adam.h"
 #define CVT_FN __host__ __device__ static inline
-#include "cpu_adam/convert.h"
+#include "base/half.h"
 
 /* One element, in adam_ref.c's order. Every operation is an explicit round-to-nearest intrinsic: nvcc contracts
  * a * b + c into an FMA by default, and the reference fuses exactly where it writes fmaf, nowhere else. */

@@ -8,8 +8,8 @@
  * Widening is exact. Everything is integer arithmetic so that no compiler flag (FMA contraction,
  * flush-to-zero) can change a result; the SIMD kernels are tested against these bit for bit.
  */
-#ifndef STRATA_CPU_ADAM_CONVERT_H
-#define STRATA_CPU_ADAM_CONVERT_H
+#ifndef STRATA_BASE_HALF_H
+#define STRATA_BASE_HALF_H
 
 #include <stdint.h>
 #include <string.h>
