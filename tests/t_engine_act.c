@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "nvme/fault.h"
+#include "synth.h"
 #include "testlib.h"
 
 #define MAX_BYTES ((size_t)20000)
@@ -34,8 +35,7 @@ static strata_config config(strata_tier acts)
     c.offload_activations = acts;
     c.offloaded_activation_bytes = KEEP_BYTES;
     c.offloaded_activation_max_bytes = MAX_BYTES;
-    snprintf(c.offload_optimizer.nvme_path[0], STRATA_PATH_BYTES, "%s", t_scratch_dir("engine_act"));
-    c.offload_optimizer.nvme_path_count = 1;
+    synth_nvme_path(&c, t_scratch_dir("engine_act"), false, true);
     return c;
 }
 

@@ -124,16 +124,10 @@ static void run(const char *label, bool nvme, const char *dir)
     c.delayed_update = true;
     c.delayed_warmup_steps = 2;
     c.aio.block_size = 64 << 10;
-    if (nvme) {
-        strata_offload_config *blocks[] = {&c.offload_param, &c.offload_optimizer};
-        for (int i = 0; i < 2; i++) {
-            blocks[i]->device = STRATA_TIER_NVME;
-            snprintf(blocks[i]->nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
-            blocks[i]->nvme_path_count = 1;
-        }
-    } else {
+    if (nvme)
+        synth_offload(&c, STRATA_TIER_NVME, dir, true, true);
+    else
         c.offload_optimizer.device = STRATA_TIER_HOST;
-    }
     float *w = NULL, *plain = NULL;
     size_t n = 0, nplain = 0, nref = 0, first;
     T_OK(synth_train(&o, &c, &w, &n, NULL, NULL));

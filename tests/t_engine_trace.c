@@ -20,12 +20,7 @@ int main(void)
     c.device_budget_bytes = 64u << 20;
     c.sub_group_size = 12288;
     c.aio.block_size = 64 << 10;
-    strata_offload_config *blocks[] = {&c.offload_param, &c.offload_optimizer};
-    for (int i = 0; i < 2; i++) {
-        blocks[i]->device = STRATA_TIER_NVME;
-        snprintf(blocks[i]->nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
-        blocks[i]->nvme_path_count = 1;
-    }
+    synth_offload(&c, STRATA_TIER_NVME, dir, true, true);
     c.host_cache = false; /* every link moves bytes: fetches and the step read the drive */
     snprintf(c.trace_path, sizeof c.trace_path, "%s/trace.json", dir);
     float *w = NULL;

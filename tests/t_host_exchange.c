@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "synth.h"
 #include "testlib.h"
 
 enum { NPARAMS = 3, STEPS = 3, ACCUM = 2 };
@@ -35,10 +36,9 @@ static strata_config config(bool opt_on_nvme, const char *dir)
     c.backend = STRATA_BACKEND_HOST;
     c.device_budget_bytes = 8u << 20;
     c.offload_param.device = STRATA_TIER_HOST;
-    c.offload_optimizer.device = opt_on_nvme ? STRATA_TIER_NVME : STRATA_TIER_HOST;
+    c.offload_optimizer.device = STRATA_TIER_HOST;
     if (opt_on_nvme) {
-        snprintf(c.offload_optimizer.nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
-        c.offload_optimizer.nvme_path_count = 1;
+        synth_offload(&c, STRATA_TIER_NVME, dir, false, true);
         c.gradients_on_nvme = STRATA_SWITCH_ON; /* the store too: read-add-write on the drive */
     }
     c.weight_decay = 0.1f;

@@ -36,16 +36,11 @@ static strata_config config(const run_kind *k, size_t device_budget)
     c.cpu_threads = 2;
     c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, k->mode, STRATA_DTYPE_FP32);
     const char *dir = t_scratch_dir("model_checkpoint");
+    synth_nvme_path(&c, dir, true, true); /* also where activations offloaded to NVMe go */
     if (k->params_on_nvme) {
-        strata_offload_config *o[] = {&c.offload_param, &c.offload_optimizer};
-        for (int j = 0; j < 2; j++)
-            o[j]->device = STRATA_TIER_NVME;
+        c.offload_param.device = c.offload_optimizer.device = STRATA_TIER_NVME;
         c.prefetch_bytes = 1;
     }
-    snprintf(c.offload_optimizer.nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
-    c.offload_optimizer.nvme_path_count = 1;
-    snprintf(c.offload_param.nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
-    c.offload_param.nvme_path_count = 1;
     c.offload_activations = k->acts;
     if (k->acts != STRATA_TIER_DEVICE)
         gpt_engine_offload_bytes(&dims, B, T, 1, &c.offloaded_activation_bytes, &c.offloaded_activation_max_bytes);

@@ -27,12 +27,7 @@ static strata_config config(strata_dtype dt, bool nvme)
     c.cpu_threads = 2;
     if (nvme) {
         const char *dir = t_scratch_dir("model_engine");
-        strata_offload_config *o[] = {&c.offload_param, &c.offload_optimizer};
-        for (int k = 0; k < 2; k++) {
-            o[k]->device = STRATA_TIER_NVME;
-            snprintf(o[k]->nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
-            o[k]->nvme_path_count = 1;
-        }
+        synth_offload(&c, STRATA_TIER_NVME, dir, true, true);
         c.zero_stage = 3;
         /* Room for the activations, one block and its gradients: modules are dropped and fetched again. */
         c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_KEEP, dt);

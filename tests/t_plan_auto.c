@@ -71,11 +71,8 @@ static void check_row(size_t i, const row *r)
     cfg.zero_stage = r->stage;
     cfg.offload_param.device = r->ask_param;
     cfg.offload_optimizer.device = r->ask_opt;
-    if (r->nvme_path) {
-        snprintf(cfg.offload_param.nvme_path[0], STRATA_PATH_BYTES, "/unused/by/the/arithmetic");
-        snprintf(cfg.offload_optimizer.nvme_path[0], STRATA_PATH_BYTES, "/unused/by/the/arithmetic");
-        cfg.offload_param.nvme_path_count = cfg.offload_optimizer.nvme_path_count = 1;
-    }
+    if (r->nvme_path)
+        synth_nvme_path(&cfg, "/unused/by/the/arithmetic", true, true);
     plan_input in = shape();
     in.zero_stage = r->stage;
     size_t dev = (size_t)(r->device_mib * (double)MIB), host = (size_t)(r->host_mib * (double)MIB);
@@ -160,12 +157,7 @@ static void check_engine(const char *nvme_dir)
         c.sub_group_size = 4096;
         c.prefetch_bytes = 1;
         c.max_live_bytes = 2 * 20480 * 4;
-        strata_offload_config *blocks[] = {&c.offload_param, &c.offload_optimizer};
-        for (int b = 0; b < 2; b++) {
-            blocks[b]->device = STRATA_TIER_AUTO;
-            snprintf(blocks[b]->nvme_path[0], STRATA_PATH_BYTES, "%s", nvme_dir);
-            blocks[b]->nvme_path_count = 1;
-        }
+        synth_offload(&c, STRATA_TIER_AUTO, nvme_dir, true, true);
         strata_tier t[3];
         char why[1024];
         if (!placement_of(&o, &c, t, why, sizeof why))

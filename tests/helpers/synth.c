@@ -118,16 +118,29 @@ strata_config synth_config(strata_dtype dtype)
     return c;
 }
 
-void synth_use_nvme(strata_config *c, const char *dir, bool params, bool optimizer)
+void synth_nvme_path(strata_config *c, const char *dir, bool params, bool optimizer)
 {
     strata_offload_config *blocks[] = {params ? &c->offload_param : NULL, optimizer ? &c->offload_optimizer : NULL};
     for (int i = 0; i < 2; i++) {
         if (!blocks[i])
             continue;
-        blocks[i]->device = STRATA_TIER_NVME;
         snprintf(blocks[i]->nvme_path[0], STRATA_PATH_BYTES, "%s", dir);
         blocks[i]->nvme_path_count = 1;
     }
+}
+
+void synth_offload(strata_config *c, strata_tier tier, const char *dir, bool params, bool optimizer)
+{
+    if (params)
+        c->offload_param.device = tier;
+    if (optimizer)
+        c->offload_optimizer.device = tier;
+    synth_nvme_path(c, dir, params, optimizer);
+}
+
+void synth_use_nvme(strata_config *c, const char *dir, bool params, bool optimizer)
+{
+    synth_offload(c, STRATA_TIER_NVME, dir, params, optimizer);
     /* The fault and integrity tests that use this mean every swapped state class, the gradient store included,
      * read from the drive: no host cache in front of it. */
     if (optimizer)

@@ -53,6 +53,13 @@ strata_status synth_engine(const synth_opts *o, const strata_config *cfg, strata
  * lr 1e-2 with weight decay 0.05. Tests change what they are about. */
 strata_config synth_config(strata_dtype dtype);
 
+/* Gives the parameters' and/or the optimizer state's offload block dir as its one nvme_path; their tiers stay. */
+void synth_nvme_path(strata_config *c, const char *dir, bool params, bool optimizer);
+
+/* Homes the parameters and/or the optimizer state on `tier` (STRATA_TIER_NVME, or STRATA_TIER_AUTO: the planner
+ * chooses, NVMe among its choices) with dir as their one nvme_path; nothing else changes. */
+void synth_offload(strata_config *c, strata_tier tier, const char *dir, bool params, bool optimizer);
+
 /* Places the parameters and/or the optimizer state on NVMe, with dir as their one nvme_path; with the optimizer
  * state, the gradient store too (strata.gradients_on_nvme = true); the host cache off (reads reach the drive). */
 void synth_use_nvme(strata_config *c, const char *dir, bool params, bool optimizer);
@@ -69,10 +76,10 @@ typedef struct synth_placement {
 extern const synth_placement synth_placements[];
 extern const size_t synth_placement_count;
 
-/* How many of n floats differ bitwise; *first is the first index (n when none). */
 /* Fresh random byte tokens and targets (n each) for the GPT model tests. */
 void synth_rand_tokens(int32_t *tokens, int32_t *targets, size_t n);
 
+/* How many of n floats differ bitwise; *first is the first index (n when none). */
 size_t synth_count_diff(const float *a, const float *b, size_t n, size_t *first);
 
 /* Sensible small defaults: 4 layers of widths 24..80, batch 6, 2 micro-batches, 4 steps. */
