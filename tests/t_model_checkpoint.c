@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_ref.h"
 #include "model/gpt_engine.h"
 #include "synth.h"
 #include "testlib.h"
@@ -91,36 +92,10 @@ static double engine_grads(const run_kind *k, const int32_t *tok, const int32_t 
     return loss;
 }
 
-static size_t differing(const float *a, const float *b, size_t n, size_t *first)
-{
-    size_t diff = 0;
-    *first = n;
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], sizeof *a) != 0 && diff++ == 0)
-            *first = i;
-    return diff;
-}
-
 /* The network on flat arrays in mode: loss and gradients. */
 static double flat_grads(gpt_act_mode mode, uint64_t seed, const int32_t *tok, const int32_t *tgt, float *grads)
 {
-    gpt_flat *f = NULL;
-    T_OK(gpt_flat_create(&dims, seed, &f));
-    size_t bytes = gpt_activation_bytes(&dims, B, T, mode);
-    void *mem = malloc(bytes);
-    gpt_net *net = NULL;
-    T_OK(gpt_net_create(&dims, B, T, mode, NULL, gpt_ops_host(), mem, bytes, &net));
-    gpt_source src = gpt_flat_source(f);
-    double loss = 0, l;
-    for (int mb = 0; mb < MICRO; mb++) {
-        T_OK(gpt_net_step(net, &src, tok + mb * N, tgt + mb * N, true, 0.5f, &l));
-        loss += l / MICRO;
-    }
-    memcpy(grads, f->grads, gpt_numel(&dims) * sizeof(float));
-    gpt_net_destroy(net);
-    free(mem);
-    gpt_flat_destroy(f);
-    return loss;
+    return gpt_ref_grads(&dims, B, T, mode, seed, tok, tgt, MICRO, 0.5f, grads);
 }
 
 int main(void)
@@ -134,7 +109,7 @@ int main(void)
     /* The oracle: every activation kept, flat arrays. */
     double ref_loss = flat_grads(GPT_ACT_KEEP, seed, tok, tgt, ref);
     double loss = flat_grads(GPT_ACT_CHECKPOINT, seed, tok, tgt, g);
-    size_t diff = differing(g, ref, n, &first);
+    size_t diff = synth_count_diff(g, ref, n, &first);
     T_CHECK(loss == ref_loss && diff == 0, "flat checkpointing: loss %.9f vs %.9f; %zu of %zu gradients differ "
             "(first at %zu: %.9g vs %.9g)", loss, ref_loss, diff, n, first, first < n ? g[first] : 0.0,
             first < n ? ref[first] : 0.0);
@@ -156,7 +131,7 @@ int main(void)
     size_t peaks[5], act_peak[5];
     for (int k = 0; k < 5; k++) {
         loss = engine_grads(&kinds[k], tok, tgt, seed, g, &peaks[k], &act_peak[k]);
-        diff = differing(g, ref, n, &first);
+        diff = synth_count_diff(g, ref, n, &first);
         T_CHECK(loss == ref_loss && diff == 0, "%s: loss %.9f vs %.9f; %zu of %zu gradients differ (first at %zu: "
                 "%.9g vs %.9g)", kinds[k].name, loss, ref_loss, diff, n, first, first < n ? g[first] : 0.0,
                 first < n ? ref[first] : 0.0);
