@@ -10,10 +10,8 @@
  * every micro-batch (the stats count them). Its backward stall is printed (a figure, not a timed check).
  */
 #include <stdlib.h>
-#include <string.h>
 
-#include "gpt_ref.h"
-#include "model/gpt_engine.h"
+#include "gpt_runs.h"
 #include "synth.h"
 #include "testlib.h"
 
@@ -58,23 +56,12 @@ static double engine_grads(const run_kind *k, const int32_t *tok, const int32_t 
                            size_t *peak, size_t *act_peak)
 {
     strata_config c = config(k, 64u << 20);
-    strata_engine *e = NULL;
-    gpt_model *m = NULL;
-    double loss = 0, l;
-    T_OK(strata_engine_create(&c, &e));
-    T_OK(gpt_model_register(e, &dims, seed, &m));
-    T_OK(strata_engine_finalize(e));
-    T_OK(gpt_model_prepare(m, B, T, 1, k->mode, STRATA_DTYPE_FP32));
-    memset(grads, 0, gpt_numel(&dims) * sizeof(float));
-    T_OK(gpt_model_capture_grads(m, grads));
-    for (int mb = 0; mb < MICRO; mb++) {
-        T_CHECK(gpt_model_micro_step(m, tok + mb * N, tgt + mb * N, true, 0.5f, &l) == STRATA_OK, "%s: micro step: %s",
-                k->name, strata_last_error(e));
-        loss += l / MICRO;
-    }
-    T_OK(strata_step(e, NULL, NULL));
+    gpt_engine_run r;
+    double loss = gpt_engine_grads(k->name, &c, &dims, B, T, k->mode, STRATA_DTYPE_FP32, seed, tok, tgt, MICRO, 0.5f,
+                                   grads, &r);
+    T_OK(strata_step(r.e, NULL, NULL));
     strata_stats s;
-    T_OK(strata_stats_get(e, &s));
+    T_OK(strata_stats_get(r.e, &s));
     *peak = s.device_peak_bytes;
     *act_peak = s.act_device_peak_bytes;
     size_t one = gpt_block_input_bytes(&dims, B, T);
@@ -87,8 +74,7 @@ static double engine_grads(const run_kind *k, const int32_t *tok, const int32_t 
         printf("%-28s %llu activations offloaded and restored (%zu B each), kept at most %zu B, backward stall "
                "%.3f ms\n", k->name, (unsigned long long)s.act_pushes, one, s.act_kept_peak_bytes,
                (double)s.act_stall_ns / 1e6);
-    gpt_model_destroy(m);
-    strata_engine_destroy(e);
+    gpt_engine_run_end(&r);
     return loss;
 }
 

@@ -12,8 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt_ref.h"
-#include "model/gpt_engine.h"
+#include "gpt_runs.h"
 #include "synth.h"
 #include "testlib.h"
 

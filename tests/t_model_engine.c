@@ -7,10 +7,8 @@
  */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "gpt_ref.h"
-#include "model/gpt_engine.h"
+#include "gpt_runs.h"
 #include "synth.h"
 #include "testlib.h"
 
@@ -44,27 +42,15 @@ static double engine_grads(strata_dtype dt, bool nvme, uint64_t seed, const int3
                            float *grads)
 {
     strata_config c = config(dt, nvme);
-    strata_engine *e = NULL;
-    gpt_model *m = NULL;
-    double loss = 0, l;
-    T_OK(strata_engine_create(&c, &e));
-    T_OK(gpt_model_register(e, &dims, seed, &m));
-    T_OK(strata_engine_finalize(e));
-    T_OK(gpt_model_prepare(m, B, T, 1, GPT_ACT_KEEP, dt));
-    memset(grads, 0, gpt_numel(&dims) * sizeof(float));
-    T_OK(gpt_model_capture_grads(m, grads));
-    for (int mb = 0; mb < 2; mb++) {
-        T_CHECK(gpt_model_micro_step(m, tok + mb * N, tgt + mb * N, true, 0.5f, &l) == STRATA_OK, "micro step: %s",
-                strata_last_error(e));
-        loss += l / 2;
-    }
+    gpt_engine_run r;
+    double loss = gpt_engine_grads(nvme ? "nvme" : "device", &c, &dims, B, T, GPT_ACT_KEEP, dt, seed, tok, tgt, 2, 0.5f,
+                                   grads, &r);
     /* Misuse: a step while a module is held fails with the engine's message, and the model state stays sane. */
-    T_OK(strata_fetch(e, 0));
-    T_STATUS(strata_step(e, NULL, NULL), STRATA_ESTATE);
-    T_OK(strata_release(e, 0));
-    T_OK(strata_step(e, NULL, NULL));
-    gpt_model_destroy(m);
-    strata_engine_destroy(e);
+    T_OK(strata_fetch(r.e, 0));
+    T_STATUS(strata_step(r.e, NULL, NULL), STRATA_ESTATE);
+    T_OK(strata_release(r.e, 0));
+    T_OK(strata_step(r.e, NULL, NULL));
+    gpt_engine_run_end(&r);
     return loss;
 }
 
