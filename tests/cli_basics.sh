@@ -2,9 +2,8 @@
 # The strata CLI as a user meets it: exit codes (0 ok, 2 bad input), messages on stderr, --help everywhere.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_basics.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
+cli_scratch cli_basics
 
 check "no command" 2 "usage: strata <command>" -- "$bin"
 check "unknown command" 2 'unknown command "frobnicate"' -- "$bin" frobnicate
@@ -37,9 +36,9 @@ cat >"$scratch/good.json" <<'JSON'
 JSON
 check "config good" 0 "good.json: ok" -- "$bin" config check "$scratch/good.json"
 out=$("$bin" config check "$scratch/good.json")
-grep -qE '^aio.block_size +4194304 \(4.00 MiB\) +changed$' <<<"$out" && passed=$((passed + 1)) ||
+grep -qE '^aio.block_size +4194304 \(4.00 MiB\) +changed$' <<<"$out" && ok ||
     { fail "resolved table row for aio.block_size; got:"; echo "$out"; }
-grep -qE '^aio.single_submit +false +same$' <<<"$out" && passed=$((passed + 1)) ||
+grep -qE '^aio.single_submit +false +same$' <<<"$out" && ok ||
     { fail "resolved table row for aio.single_submit"; }
 
 # estimate: the planner's arithmetic for a shape, without allocating
@@ -55,7 +54,7 @@ JSON
 check "estimate 3B on NVMe fits" 0 "master weights + Adam moments (fp32)" -- "$bin" estimate --model 3B --config "$scratch/nvme.json"
 out=$("$bin" estimate --model 3B --config "$scratch/nvme.json")
 grep -qE '^device +[0-9.]+ [KMG]iB +2.00 GiB +yes$' <<<"$out" && grep -qE '^host +[0-9.]+ [KMG]iB +8.00 GiB +yes$' <<<"$out" &&
-    passed=$((passed + 1)) || { fail "estimate 3B table:"; echo "$out"; }
+    ok || { fail "estimate 3B table:"; echo "$out"; }
 # The gradient store stays in host memory when the host budget holds it (124M: 0.5 GB), else goes to NVMe (3B: 12 GB).
 check "estimate 3B gradients on NVMe" 0 "optimizer state nvme, gradients nvme" -- "$bin" estimate --model 3B --config "$scratch/nvme.json"
 check "estimate 124M gradients on host" 0 "optimizer state nvme, gradients host" -- \
@@ -67,7 +66,7 @@ check "estimate preset + seq" 0 "model   gpt 124M, seq 512: 12 layers, hidden 76
     "$bin" estimate --model 124M --seq 512
 a=$("$bin" estimate --seq 512 --model 124M --layers 6 | sed -n 1p)
 b=$("$bin" estimate --layers 6 --heads 12 --hidden 768 --vocab 50257 --seq 512 | sed -n 1p)
-[ "${a#*: }" = "${b#*: }" ] && grep -qF "gpt 124M, layers 6, seq 512: 6 layers" <<<"$a" && passed=$((passed + 1)) ||
+[ "${a#*: }" = "${b#*: }" ] && grep -qF "gpt 124M, layers 6, seq 512: 6 layers" <<<"$a" && ok ||
     fail "preset + dimensions \"$a\" differs from the spelled-out model \"$b\""
 check "estimate preset hidden vs heads" 2 "--hidden 100 is not a multiple of 12 heads; give --heads that divides it" -- \
     "$bin" estimate --model 124M --hidden 100

@@ -13,7 +13,7 @@ check "header names the host cache" 0 "host cache off (strata.host_cache = false
 if ! out=$("$bin" "${run[@]}" --json 2>"$scratch/err"); then
     fail "bench step --json failed:"; cat "$scratch/err"
 else
-    python3 - "$out" <<'EOF' && passed=$((passed + 1)) || fail "bench step --json: the step's configuration"
+    python3 - "$out" <<'EOF' && ok || fail "bench step --json: the step's configuration"
 import json, sys
 d = json.loads(sys.argv[1])
 print(f"host_cache {d.get('host_cache')}, step read {d.get('step_nvme_read_bytes')} / peers {d.get('io_nvme_read_bytes')}, "

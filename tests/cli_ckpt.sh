@@ -6,11 +6,8 @@
 # file and tensor; a missing directory and bad usage give their messages and exit codes.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_ckpt.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-passed=0 failed=0
-fail() { echo "FAIL $*"; failed=$((failed + 1)); }
-ok() { passed=$((passed + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
+cli_scratch cli_ckpt
 
 # Checkpoints at steps 3, 6, 9 and 10, the last 3 kept: step-10 is the latest though it sorts first by name.
 "$bin" train --model tiny --batch 4 --seed 5 --threads 2 --quiet --steps 10 --save "$scratch/ck" --save-every 3 \
@@ -67,5 +64,4 @@ out=$("$bin" ckpt verify "$scratch/none" 2>&1); rc=$?
 out=$("$bin" ckpt frobnicate 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "usage: strata ckpt inspect DIR" <<<"$out" && ok || { fail "bad usage: exit $rc"; echo "$out"; }
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+cli_done cli_ckpt

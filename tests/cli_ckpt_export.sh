@@ -11,7 +11,6 @@ set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 src=${STRATA_SOURCE_DIR:-$(dirname "$0")/..}
 source "$src/tests/helpers/cli.sh"
-source "$src/tests/helpers/mpi.sh"
 py=/usr/bin/python3
 "$py" -c "import torch" 2>/dev/null || { echo "SKIP: $py cannot import torch (install python3-torch)"; exit 77; }
 checker="$src/tests/helpers/ckpt_export_check.py"
@@ -41,7 +40,7 @@ check "1 rank: oracle from --dump-weights" 0 "" -- "$py" "$checker" gpt-oracle "
     "$scratch/w1.pt"
 out=$("$bin" ckpt export "$scratch/ck1" --to "$scratch/latest.safetensors" 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -qF "latest checkpoint: $scratch/ck1/step-4" <<<"$out" && ! grep -q "^note:" <<<"$out" &&
-    passed=$((passed + 1)) ||
+    ok ||
     { fail "export of the --save directory takes its latest checkpoint, every tensor shaped: exit $rc"; echo "$out"; }
 export_and_compare "1 rank" "$scratch/ck1/step-4" "$scratch/w1.pt"
 
@@ -51,7 +50,7 @@ check "export over an existing file" 0 "as F32" -- "$bin" ckpt export "$scratch/
 check "the replaced file holds the new export" 0 "compared with" -- "$py" "$checker" compare "$file" \
     "$scratch/w1.pt" F32
 left=$(ls -A "$scratch" | grep -c '\.tmp$')
-[ "$left" -eq 0 ] && passed=$((passed + 1)) || fail "temporary files left beside the exports: $(ls -A "$scratch")"
+[ "$left" -eq 0 ] && ok || fail "temporary files left beside the exports: $(ls -A "$scratch")"
 
 # ---- two ranks (each rank's files hold pieces of the tensors)
 if command -v mpirun >/dev/null; then
@@ -88,7 +87,7 @@ last=$("$py" -c 'import json,sys; print([t["name"] for t in json.load(open(sys.a
                   if t["file"] == "model.safetensors"][-1])' "$scratch/bad/manifest.json")
 check "a flipped byte: nothing exported" 1 "$scratch/bad/model.safetensors\": tensor \"$last\", elements" -- \
     "$bin" ckpt export "$scratch/bad" --to "$scratch/bad.safetensors"
-[ ! -e "$scratch/bad.safetensors" ] && [ ! -e "$scratch/.bad.safetensors.tmp" ] && passed=$((passed + 1)) ||
+[ ! -e "$scratch/bad.safetensors" ] && [ ! -e "$scratch/.bad.safetensors.tmp" ] && ok ||
     fail "a failed export left a file: $(ls -A "$scratch" | grep bad)"
 check "no --to" 2 "--to FILE.safetensors is required" -- "$bin" ckpt export "$scratch/ck1"
 check "a bad --dtype" 2 "--dtype \"fp8\" is not one of fp32, bf16, fp16" -- \

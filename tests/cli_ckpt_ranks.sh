@@ -11,10 +11,7 @@ set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 src=${STRATA_SOURCE_DIR:-$(dirname "$0")/..}
 source "$src/tests/helpers/cli.sh"
-source "$src/tests/helpers/mpi.sh"
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_ckpt_ranks.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+cli_mpi_scratch cli_ckpt_ranks
 common=(train --model tiny --batch 4 --seed 7 --threads 1 --quiet --warmup 2)
 
 mpi_run 2 "$bin" "${common[@]}" --steps 6 --dump-weights "$scratch/straight.bin" >"$scratch/a.out" 2>&1 ||
@@ -23,10 +20,10 @@ mpi_run 2 "$bin" "${common[@]}" --steps 6 --save "$scratch/ck" --save-every 3 >"
     { fail "2 ranks with --save"; cat "$scratch/b.out"; }
 ck=$scratch/ck/step-3
 lines=$(grep -c "^checkpoint: " "$scratch/b.out")
-[ "$lines" -eq 2 ] && passed=$((passed + 1)) || { fail "rank 0 alone reports each checkpoint: $lines lines"; cat "$scratch/b.out"; }
+[ "$lines" -eq 2 ] && ok || { fail "rank 0 alone reports each checkpoint: $lines lines"; cat "$scratch/b.out"; }
 have=$(cd "$ck" 2>/dev/null && ls | tr '\n' ' ')
 want="manifest.json model.rank0.safetensors model.rank1.safetensors optimizer.rank0.safetensors optimizer.rank1.safetensors "
-[ "$have" = "$want" ] && passed=$((passed + 1)) || fail "files of a 2-rank checkpoint: \"$have\", expected \"$want\""
+[ "$have" = "$want" ] && ok || fail "files of a 2-rank checkpoint: \"$have\", expected \"$want\""
 
 check "verify" 0 "pieces from 2 ranks, " -- "$bin" ckpt verify "$ck"
 out=$("$bin" ckpt inspect "$ck" 2>&1); rc=$?
@@ -34,13 +31,13 @@ rows=$(grep -c "safetensors .* ok$" <<<"$out")
 pieces=$(grep -o '"name"' "$ck/manifest.json" | wc -l)
 cut=$(grep -cE "\] [0-9]+:[0-9]+ " <<<"$out")
 [ $rc -eq 0 ] && [ "$rows" -eq "$pieces" ] && [ "$cut" -gt 0 ] && grep -q "^world        written by 2 ranks" <<<"$out" &&
-    passed=$((passed + 1)) ||
+    ok ||
     { fail "inspect: exit $rc, $rows ok rows for $pieces pieces, $cut cut tensors"; echo "$out" | head -20; }
 
 # Resuming at 2 ranks continues exactly; at 1 and 3 ranks from the same step.
 mpi_run 2 "$bin" "${common[@]}" --steps 6 --resume "$ck" --dump-weights "$scratch/resumed.bin" >"$scratch/c.out" 2>&1 ||
     { fail "resume at 2 ranks"; cat "$scratch/c.out"; }
-cmp -s "$scratch/straight.bin" "$scratch/resumed.bin" && passed=$((passed + 1)) ||
+cmp -s "$scratch/straight.bin" "$scratch/resumed.bin" && ok ||
     fail "resumed at 2 ranks from step 3: the weights differ from the uninterrupted 2-rank run"
 check "resume at 1 rank" 0 "resumed from $ck at step 3" -- "$bin" "${common[@]}" --steps 4 --resume "$ck"
 check "resume at 3 ranks" 0 "resumed from $ck at step 3" -- mpi_run 3 "$bin" "${common[@]}" --steps 4 --resume "$ck"
@@ -54,7 +51,7 @@ printf "$(printf '\\%03o' $((byte ^ 0x20)))" |
 check "verify of a flipped byte" 1 "$scratch/bad/model.rank1.safetensors\": tensor" -- "$bin" ckpt verify "$scratch/bad"
 out=$(mpi_run 2 "$bin" "${common[@]}" --steps 4 --resume "$scratch/bad" 2>&1); rc=$?
 n=$(grep -c "model.rank1.safetensors.*crc32c" <<<"$out")
-[ $rc -ne 0 ] && [ "$n" -ge 2 ] && passed=$((passed + 1)) ||
+[ $rc -ne 0 ] && [ "$n" -ge 2 ] && ok ||
     { fail "resume of a damaged checkpoint: exit $rc, $n ranks named the file"; echo "$out"; }
 cp -r "$ck" "$scratch/missing"
 rm "$scratch/missing/optimizer.rank1.safetensors"
@@ -102,7 +99,7 @@ check "verify of version 1" 0 "every checksum matches" -- "$bin" ckpt verify "$s
 check "inspect of version 1" 0 "strata-checkpoint v1" -- "$bin" ckpt inspect "$scratch/v1/step-3"
 "$bin" "${common[@]}" --steps 6 --resume "$scratch/v1" --dump-weights "$scratch/one-resumed.bin" >/dev/null 2>&1 ||
     fail "resume of version 1"
-cmp -s "$scratch/one.bin" "$scratch/one-resumed.bin" && passed=$((passed + 1)) ||
+cmp -s "$scratch/one.bin" "$scratch/one-resumed.bin" && ok ||
     fail "resumed from a version-1 checkpoint: the weights differ from the uninterrupted run"
 
 cli_done cli_ckpt_ranks

@@ -10,9 +10,7 @@ set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 src=${STRATA_SOURCE_DIR:-$(dirname "$0")/..}
 source "$src/tests/helpers/cli.sh"
-source "$src/tests/helpers/mpi.sh"
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_ckpt_ranks_crash.XXXXXX" 2>/dev/null || mktemp -d)
+cli_mpi_scratch cli_ckpt_ranks_crash # its own trap below also kills the world
 mp=
 # Every process under the background job: its shell, mpirun, and the ranks, which mpirun puts in process groups of
 # their own (so no group kill reaches them) and which outlive a killed mpirun for a while.
@@ -75,11 +73,11 @@ for ((r = 0; r < rounds; r++)); do
         fail "round $r: the latest checkpoint after the kill: exit $rc, step ${step:-none} (last seen $last)"
         echo "$out"; ls -la "$ck"
     else
-        passed=$((passed + 1))
+        ok
         last=$step
     fi
 done
 echo "$mid_save of $rounds kills landed inside a save; the last checkpoint holds step $last"
-[ "$mid_save" -gt 0 ] && passed=$((passed + 1)) || fail "no kill landed inside a save: nothing was tested"
-[ "$last" -gt 0 ] && passed=$((passed + 1)) || fail "no round saved a step"
+[ "$mid_save" -gt 0 ] && ok || fail "no kill landed inside a save: nothing was tested"
+[ "$last" -gt 0 ] && ok || fail "no round saved a step"
 cli_done cli_ckpt_ranks_crash

@@ -5,7 +5,8 @@
 # the buffered fallback) pass with their free space.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_config_check.XXXXXX" 2>/dev/null || mktemp -d)
+source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
+cli_scratch cli_config_check # its own trap below also unmounts
 shm=""
 ro_mounted=""
 full_mounted=""
@@ -16,7 +17,6 @@ cleanup() {
     rm -rf "$scratch"
 }
 trap cleanup EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
 
 # A config with the optimizer state on NVMe at $1 (and "extra" JSON members in the strata section).
 config() { # config NAME PATH [STRATA_SECTION_MEMBERS]
@@ -33,14 +33,14 @@ cfg=$(config good "$scratch/good")
 check "good path" 0 "good.json: ok" -- "$bin" config check "$cfg"
 out=$("$bin" config check "$cfg" 2>/dev/null)
 grep -qE "^nvme_path \"$scratch/good\": directory, writable, (O_DIRECT|O_DIRECT refused, so buffered I/O .*), $free_re" \
-    <<<"$out" && passed=$((passed + 1)) || { fail "good path line; got:"; echo "$out"; }
+    <<<"$out" && ok || { fail "good path line; got:"; echo "$out"; }
 
 # A path that does not exist, and a file where a directory is expected.
 cfg=$(config missing "$scratch/missing")
 check "missing path" 2 "missing.json: nvme_path \"$scratch/missing\": No such file or directory (ENOENT); it must be an existing directory" -- \
     "$bin" config check "$cfg"
 out=$("$bin" config check "$cfg" 2>/dev/null)
-[ -z "$out" ] && passed=$((passed + 1)) || { fail "missing path printed \"ok\" output:"; echo "$out"; }
+[ -z "$out" ] && ok || { fail "missing path printed \"ok\" output:"; echo "$out"; }
 touch "$scratch/afile"
 cfg=$(config afile "$scratch/afile")
 check "file as path" 2 "nvme_path \"$scratch/afile\" is not a directory; name a directory on the NVMe drive" -- \
@@ -71,7 +71,7 @@ if [ -d /dev/shm ] && shm=$(mktemp -d /dev/shm/cli_config_check.XXXXXX 2>/dev/nu
     cfg=$(config tmpfs "$shm")
     check "tmpfs path" 0 "tmpfs.json: ok" -- "$bin" config check "$cfg"
     out=$("$bin" config check "$cfg" 2>/dev/null)
-    grep -qE "^nvme_path \"$shm\": directory, writable, .*, $free_re" <<<"$out" && passed=$((passed + 1)) ||
+    grep -qE "^nvme_path \"$shm\": directory, writable, .*, $free_re" <<<"$out" && ok ||
         { fail "tmpfs line; got:"; echo "$out"; }
     check "tmpfs without O_DIRECT falls back" 0 \
         "nvme_path \"$shm\": directory, writable, O_DIRECT refused, so buffered I/O (strata.aio.direct = auto falls back; true would make this an error)" -- \

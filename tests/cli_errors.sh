@@ -56,7 +56,7 @@ long_list() { # long_list NAME command...: exit 2, every line a whole "config: u
         fail "$name: expected whole lines and \"... and N more\" adding up to 400 (shown $shown, more '$more'); the end:"
         tail -c 300 <<<"$out"; echo
     else
-        passed=$((passed + 1))
+        ok
     fi
 }
 long_list "config check, 400 problems" "$bin" config check "$scratch/many.json"
@@ -74,7 +74,7 @@ outputs() { # outputs NAME FLAG FILE TEXT: the run warns once with TEXT, exits 1
     [ "$warnings" -eq 1 ] || { fail "$name: $warnings warnings with \"$text\", expected 1; output:"; echo "$out"; return; }
     grep -q "FAILED: .*$text" <<<"$out" || { fail "$name: the summary does not say the file failed:"; echo "$out"; return; }
     if grep -q "open it at" <<<"$out"; then fail "$name: the summary offers the failed file to open:"; echo "$out"; return; fi
-    passed=$((passed + 1))
+    ok
 }
 outputs "log to /dev/full" --log-jsonl /dev/full '--log-jsonl "/dev/full": writing failed at step 1: No space left on device'
 outputs "trace to /dev/full" --trace /dev/full 'strata.trace_path "/dev/full": writing the trace (.* events) failed: No space left on device'
@@ -91,7 +91,7 @@ if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=64k strata-tiny "$scratch/tiny
     outputs "log on a full disk" --log-jsonl "$scratch/tiny/log.jsonl" \
         "writing failed at step [0-9]*: No space left on device; the log is incomplete (whole lines of the steps before it)"
     /usr/bin/python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$scratch/tiny/log.jsonl" &&
-        passed=$((passed + 1)) || fail "the log on a full disk is not whole JSON lines"
+        ok || fail "the log on a full disk is not whole JSON lines"
     rm -f "$scratch/tiny/log.jsonl"
     outputs "trace on a full disk" --trace "$scratch/tiny/trace.json" \
         "writing the trace (.* events) failed: No space left on device (ENOSPC); the file is incomplete"
@@ -103,7 +103,7 @@ fi
 check "ckpt unknown subcommand" 2 'strata ckpt: unknown subcommand "frob"; allowed: inspect, verify, export' -- \
     "$bin" ckpt frob
 first=$("$bin" ckpt frob 2>&1 | head -1)
-[[ $first == "strata ckpt: unknown subcommand"* ]] && passed=$((passed + 1)) ||
+[[ $first == "strata ckpt: unknown subcommand"* ]] && ok ||
     fail "ckpt frob: the first line is not the reason: $first"
 check "ckpt without DIR" 2 "strata ckpt inspect: takes one DIR, a checkpoint or a directory holding checkpoints; got 0 arguments" -- \
     "$bin" ckpt inspect

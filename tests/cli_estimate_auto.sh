@@ -5,9 +5,9 @@
 # header prints the placement finalize chose.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
-scratch=${STRATA_SCRATCH:-/tmp}/cli_estimate_auto
 source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
-mkdir -p "$scratch/nvme"
+cli_scratch cli_estimate_auto
+mkdir "$scratch/nvme"
 
 auto() { # auto FILE BACKEND [NVME_DIR]: a config with both devices "auto"
     local paths=""
@@ -21,30 +21,28 @@ JSON
 auto "$scratch/host.json" host
 auto "$scratch/cuda.json" cuda
 auto "$scratch/nvme.json" host "$scratch/nvme"
+estimate() { # estimate CONFIG DEVICE_BUDGET HOST_BUDGET: the 124M preset under $scratch/CONFIG.json
+    "$bin" estimate --model 124M --config "$scratch/$1.json" --device-budget "$2" --host-budget "$3"
+}
 
 check "all on the device" 0 "auto: parameters device + optimizer device, gradients host: the fastest placement" -- \
-    "$bin" estimate --model 124M --config "$scratch/host.json" --device-budget 8GiB --host-budget 16GiB
-check "cuda keeps the optimizer off the GPU" 0 "the optimizer runs on the CPU" -- \
-    "$bin" estimate --model 124M --config "$scratch/cuda.json" --device-budget 8GiB --host-budget 16GiB
+    estimate host 8GiB 16GiB
+check "cuda keeps the optimizer off the GPU" 0 "the optimizer runs on the CPU" -- estimate cuda 8GiB 16GiB
 check "optimizer to the host" 0 \
     "auto: parameters device + optimizer host, gradients host: faster placements ruled out: parameters device + optimizer device: needs" -- \
-    "$bin" estimate --model 124M --config "$scratch/host.json" --device-budget 1GiB --host-budget 16GiB
+    estimate host 1GiB 16GiB
 # With a small prefetch window the parameters off the device need less there (two of the 150 MiB embedding and
 # one gradient buffer, 454 MiB) than on it (625 MiB).
 check "parameters to the host" 0 "tiers   parameters host (fp32), optimizer state host, gradients host" -- \
-    "$bin" estimate --model 124M --config "$scratch/host.json" --device-budget 500MiB --host-budget 16GiB
-check "no nvme_path: nothing fits" 1 "NVMe was not tried" -- \
-    "$bin" estimate --model 124M --config "$scratch/host.json" --device-budget 1GiB --host-budget 1GiB
+    estimate host 500MiB 16GiB
+check "no nvme_path: nothing fits" 1 "NVMe was not tried" -- estimate host 1GiB 1GiB
 check "nothing fits names the closest" 1 'offload device "auto" tried every placement and none fits' -- \
-    "$bin" estimate --model 124M --config "$scratch/host.json" --device-budget 1GiB --host-budget 1GiB
-check "optimizer to NVMe, mirrored" 0 "auto: parameters device + optimizer nvme" -- \
-    "$bin" estimate --model 124M --config "$scratch/nvme.json" --device-budget 1GiB --host-budget 1GiB
-check "the host cache in the reason" 0 "the host cache mirrors" -- \
-    "$bin" estimate --model 124M --config "$scratch/nvme.json" --device-budget 1GiB --host-budget 1GiB
+    estimate host 1GiB 1GiB
+check "optimizer to NVMe, mirrored" 0 "auto: parameters device + optimizer nvme" -- estimate nvme 1GiB 1GiB
+check "the host cache in the reason" 0 "the host cache mirrors" -- estimate nvme 1GiB 1GiB
 check "parameters host, optimizer NVMe" 0 "auto: parameters host + optimizer nvme, gradients nvme" -- \
-    "$bin" estimate --model 124M --config "$scratch/nvme.json" --device-budget 500MiB --host-budget 1200MiB
-check "all on NVMe" 0 "auto: parameters nvme + optimizer nvme, gradients nvme" -- \
-    "$bin" estimate --model 124M --config "$scratch/nvme.json" --device-budget 500MiB --host-budget 1100MiB
+    estimate nvme 500MiB 1200MiB
+check "all on NVMe" 0 "auto: parameters nvme + optimizer nvme, gradients nvme" -- estimate nvme 500MiB 1100MiB
 
 # The train header: "auto" as configured, then the placement finalize chose.
 check "train header" 0 "placement auto: parameters device + optimizer device" -- \

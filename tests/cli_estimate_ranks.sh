@@ -14,7 +14,7 @@ json() {
     "$bin" estimate --json "$@" | python3 -c "import json,sys; v=json.load(sys.stdin)['$key']; print(v if isinstance(v,int) else repr(v))"
 }
 expect() { # expect NAME GOT WANT
-    [ "$2" = "$3" ] && passed=$((passed + 1)) || fail "$1: got $2, want $3"
+    [ "$2" = "$3" ] && ok || fail "$1: got $2, want $3"
 }
 
 seeds=(120000000000 31406250000 16640625000 1875000000)
@@ -23,7 +23,7 @@ for s in 0 1 2 3; do
     expect "seeds stage $s bytes" "$(json model_states_per_rank_bytes --params 7.5e9 --world-size 64 --stage $s)" "${seeds[$s]}"
     out=$("$bin" estimate --params 7.5B --world-size 64 --stage $s)
     grep -qE "^$s \*? +[a-z+ ()]+ +[0-9]+ +[0-9]+ +[0-9]+ +${seeds[$s]} +${gb[$s]}$" <<<"$out" &&
-        passed=$((passed + 1)) || { fail "seeds table row stage $s:"; echo "$out"; }
+        ok || { fail "seeds table row stage $s:"; echo "$out"; }
 done
 expect "seeds stage 1 optimizer" "$(json optimizer_per_rank_bytes --params 7500M --world-size 64 --stage 1)" 1406250000
 expect "seeds stage 2 grads" "$(json grads_per_rank_bytes --params 7500000000 --world-size 64 --stage 2)" 234375000
@@ -36,7 +36,7 @@ for s in 0 1 2 3; do
     # the engine's count: 75 modules of 100M, each padded to 64 shards of 4096-element blocks
     padded=$(json comm_elements_per_step --params 7.5e9 --world-size 64 --stage $s)
     [ "$padded" -ge $((comm[s] * psi)) ] && [ "$padded" -le $((comm[s] * (psi + 75 * 64 * 4096))) ] &&
-        passed=$((passed + 1)) || fail "engine comm stage $s: $padded is not the paper's ${comm[s]}Ψ plus padding"
+        ok || fail "engine comm stage $s: $padded is not the paper's ${comm[s]}Ψ plus padding"
 done
 # bytes: fp32 gradients; stage 0 all-reduces fp32, later stages gather parameters in their dtype (fp32 default)
 expect "comm bytes stage 3" "$(json paper_comm_bytes_per_step --params 7.5e9 --world-size 64 --stage 3)" $((12 * psi))
@@ -64,7 +64,7 @@ for k in ('parameters', 'master weights + Adam moments (fp32)', 'gradient store 
     assert one[k] / $n <= d[k] <= one[k] / $n + 50 * 4096 * 12, (k, one[k], d[k])
 assert d['gradient buffers of one module'] == one['gradient buffers of one module']
 " "$("$bin" estimate --json --model 1.5B | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["plan_lines"]))')" &&
-        passed=$((passed + 1)) || fail "zero-3 plan lines shrink at N=$n"
+        ok || fail "zero-3 plan lines shrink at N=$n"
 done
 [ -n "$one" ] || fail "tier_bytes missing"
 
@@ -72,7 +72,7 @@ done
 # (the world's header line first, its own blocks after the tier table)
 plain=$("$bin" estimate --model 350M)
 world1=$("$bin" estimate --model 350M --world-size 1 | sed -n '2,/^nvme/p')
-[ "$(wc -l <<<"$plain")" -gt 10 ] && [ "$plain" = "$world1" ] && passed=$((passed + 1)) ||
+[ "$(wc -l <<<"$plain")" -gt 10 ] && [ "$plain" = "$world1" ] && ok ||
     { fail "world 1 differs from the plain estimate:"; diff <(echo "$plain") <(echo "$world1"); }
 
 # the bandwidth analysis: 6·Ψ·tokens flops; the overlap bound is the slowest of compute and the link
@@ -84,7 +84,7 @@ assert d['flops_per_step'] == 6 * 7.5e9 * 1024
 assert abs(d['comm_time_s'] - d['comm_bytes_per_step'] / 12.5e9) < 1e-9
 assert d['step_time_lower_bound_s'] == max(d['compute_time_s'], d['comm_time_s'])
 assert abs(d['link_efficiency_ait'] - d['efficiency_no_overlap']) < 1e-12   # the paper's form agrees
-" "$out" && passed=$((passed + 1)) || { fail "bandwidth analysis:"; echo "$out"; }
+" "$out" && ok || { fail "bandwidth analysis:"; echo "$out"; }
 check "bandwidth table" 0 "step, perfect overlap (max)" -- "$bin" estimate --params 7.5e9 --world-size 64 --link-gbps 100
 
 check "world 0" 2 '--world-size "0" is not a whole number in [1, 1000000]' -- "$bin" estimate --world-size 0
@@ -101,7 +101,7 @@ big=$("$bin" estimate --json --params 7.5e9 --world-size 64 --stage 3 | python3 
 import json, sys
 d = {l['what']: l['bytes'] for l in json.load(sys.stdin)['plan_lines']}
 print(d['gradient buffers of one module'])")
-[ "$big" -lt $((2 * 4 * 100100000)) ] && passed=$((passed + 1)) ||
+[ "$big" -lt $((2 * 4 * 100100000)) ] && ok ||
     fail "7.5B x 64: one module's gradient buffers take $big bytes: the plan still holds the whole model as one module"
 check "module params without params" 2 "--module-params cuts a bare --params count into modules" -- \
     "$bin" estimate --model tiny --module-params 1M
@@ -109,10 +109,10 @@ check "module params without params" 2 "--module-params cuts a bare --params cou
 out=$("$bin" estimate --params 1T --world-size 64 --stage 3 --device-budget 80GiB --host-budget 16GiB 2>&1)
 for text in "why     device: device budget exceeded" "strata.device_budget_bytes allows 80.00 GiB" \
     "why     host: host budget exceeded" "strata.host_budget_bytes allows 16.00 GiB; raise strata.host_budget_bytes"; do
-    grep -qF -- "$text" <<<"$out" && passed=$((passed + 1)) || { fail "1T FITS NO lacks \"$text\":"; echo "$out"; }
+    grep -qF -- "$text" <<<"$out" && ok || { fail "1T FITS NO lacks \"$text\":"; echo "$out"; }
 done
 out=$("$bin" estimate --params 7.5e9 --host-budget 1GiB 2>&1)
-grep -q "^host .* NO$" <<<"$out" && grep -qF "why     host: host budget exceeded" <<<"$out" && passed=$((passed + 1)) ||
+grep -q "^host .* NO$" <<<"$out" && grep -qF "why     host: host budget exceeded" <<<"$out" && ok ||
     { fail "host NO without a device budget gives no reason:"; echo "$out"; }
 
 cli_done cli_estimate_ranks

@@ -7,25 +7,21 @@ if grep -qE '^STRATA_SANITIZE:STRING=.+' "$build/CMakeCache.txt"; then
     echo "SKIP: this build is sanitized; an installed sanitized libstrata only loads into sanitized programs"
     exit 77
 fi
-mkdir -p "${STRATA_SCRATCH:-/tmp}"
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_install.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-passed=0 failed=0
-ok() { passed=$((passed + 1)); }
-bad() { echo "FAIL $*"; failed=$((failed + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
+cli_scratch cli_install
 
 prefix=$scratch/prefix
-cmake --install "$build" --prefix "$prefix" >"$scratch/install.log" 2>&1 || { cat "$scratch/install.log"; bad "install"; }
+cmake --install "$build" --prefix "$prefix" >"$scratch/install.log" 2>&1 || { cat "$scratch/install.log"; fail "install"; }
 libdir=$(ls -d "$prefix"/lib* | head -1)
-[ -f "$prefix/include/strata.h" ] && ok || bad "strata.h not installed"
-[ -f "$libdir/cmake/strata/strataConfig.cmake" ] && ok || bad "CMake package not installed"
-[ -f "$libdir/pkgconfig/strata.pc" ] && ok || bad "pkg-config file not installed"
+[ -f "$prefix/include/strata.h" ] && ok || fail "strata.h not installed"
+[ -f "$libdir/cmake/strata/strataConfig.cmake" ] && ok || fail "CMake package not installed"
+[ -f "$libdir/pkgconfig/strata.pc" ] && ok || fail "pkg-config file not installed"
 
 # Only strata_* symbols leave the shared library (STRATA_API + -fvisibility=hidden).
 so=$(ls "$libdir"/libstrata.so.* 2>/dev/null | head -1)
 leaked=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^strata_' | grep -v '^_' || true)
-[ -z "$leaked" ] && ok || bad "internal symbols exported from $so: $(echo $leaked | head -c 400)"
-nm -D --defined-only "$so" | grep -q ' strata_config_load_json$' && ok || bad "strata_config_load_json not exported"
+[ -z "$leaked" ] && ok || fail "internal symbols exported from $so: $(echo $leaked | head -c 400)"
+nm -D --defined-only "$so" | grep -q ' strata_config_load_json$' && ok || fail "strata_config_load_json not exported"
 
 mkdir -p "$scratch/consumer"
 cat >"$scratch/consumer/main.c" <<'C'
@@ -54,18 +50,17 @@ CM
 if cmake -S "$scratch/consumer" -B "$scratch/consumer/build" -DCMAKE_PREFIX_PATH="$prefix" >"$scratch/c.log" 2>&1 &&
     cmake --build "$scratch/consumer/build" >>"$scratch/c.log" 2>&1; then
     out=$(LD_LIBRARY_PATH="$libdir" "$scratch/consumer/build/consumer") && [ "$out" = "strata 0.1.0: success" ] && ok ||
-        bad "find_package consumer printed \"$out\""
+        fail "find_package consumer printed \"$out\""
 else
-    cat "$scratch/c.log"; bad "find_package consumer did not build"
+    cat "$scratch/c.log"; fail "find_package consumer did not build"
 fi
 
 if PKG_CONFIG_PATH="$libdir/pkgconfig" cc "$scratch/consumer/main.c" -o "$scratch/pc_consumer" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs strata) 2>"$scratch/pc.log"; then
     out=$(LD_LIBRARY_PATH="$libdir" "$scratch/pc_consumer") && [ "$out" = "strata 0.1.0: success" ] && ok ||
-        bad "pkg-config consumer printed \"$out\""
+        fail "pkg-config consumer printed \"$out\""
 else
-    cat "$scratch/pc.log"; bad "pkg-config consumer did not build"
+    cat "$scratch/pc.log"; fail "pkg-config consumer did not build"
 fi
 
-echo "cli_install: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+cli_done cli_install

@@ -4,11 +4,11 @@
 # quoted header that is neither strata.h nor model/'s own. The checker is first shown to catch a planted file.
 set -u
 src=${STRATA_SOURCE_DIR:?STRATA_SOURCE_DIR must name the source root}
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_model_api.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+source "$src/tests/helpers/cli.sh"
+cli_scratch cli_model_api
 
-# check DIR: prints every forbidden include as FILE:LINE: TEXT; exit 1 when there is one.
-check() {
+# forbidden_includes DIR: prints every forbidden include as FILE:LINE: TEXT; exit 1 when there is one.
+forbidden_includes() {
     local dir=$1 bad=0 f line n inc
     while IFS= read -r f; do
         n=0
@@ -29,12 +29,12 @@ check() {
 mkdir -p "$scratch/model"
 printf '#include "strata.h"\n#include "model/ok.h"\n' >"$scratch/model/ok.h"
 printf '#include "model/ok.h"\n#include <cblas.h>\n  #  include "engine/engine.h"\n' >"$scratch/model/bad.c"
-out=$(check "$scratch/model")
+out=$(forbidden_includes "$scratch/model")
 if [ $? -eq 0 ] || ! grep -q 'bad.c:3' <<<"$out"; then
     echo "FAIL: the checker missed a planted internal include; it printed:"; echo "$out"; exit 1
 fi
 
-out=$(check "$src/model")
+out=$(forbidden_includes "$src/model")
 if [ $? -ne 0 ]; then
     echo "FAIL: model/ includes headers other than include/strata.h and its own:"; echo "$out"; exit 1
 fi

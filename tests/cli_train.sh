@@ -4,9 +4,8 @@
 # bit-identical weights; the summary, the JSONL log and the trace are written.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
+cli_scratch cli_train
 
 : >"$scratch/empty.txt"
 printf 'short text' >"$scratch/short.txt"
@@ -52,7 +51,7 @@ else
     done
     /usr/bin/python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$scratch/trace.json" 2>/dev/null ||
         grep -q '"traceEvents"\|"ph"' "$scratch/trace.json" || fail "trace.json is not a trace"
-    passed=$((passed + 1))
+    ok
 fi
 
 # Placement must not change what is computed: NVMe offload under a device budget that forces refetches,
@@ -71,7 +70,7 @@ size=$(stat -c %s "$scratch/w_device.bin" 2>/dev/null || echo 0)
 [ "$size" -gt 0 ] || fail "no weights dumped"
 if cmp -s "$scratch/w_device.bin" "$scratch/w_nvme.bin" && cmp -s "$scratch/w_device.bin" "$scratch/w_host.bin"; then
     echo "weights after 12 steps: device, host and NVMe placements bit-identical ($size bytes)"
-    passed=$((passed + 1))
+    ok
 else
     fail "weights differ between placements:"; cmp "$scratch/w_device.bin" "$scratch/w_nvme.bin"
     cmp "$scratch/w_device.bin" "$scratch/w_host.bin"

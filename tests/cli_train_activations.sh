@@ -5,9 +5,9 @@
 # fits a device budget is what training fits: that batch trains, one more is refused at the plan.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
-scratch=${STRATA_SCRATCH:-/tmp}/cli_train_activations
 source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
-rm -rf "$scratch" && mkdir -p "$scratch/nvme"
+cli_scratch cli_train_activations
+mkdir "$scratch/nvme"
 echo '{"strata": {"backend": "host"}}' >"$scratch/host.json"
 model=(--layers 4 --heads 2 --hidden 64 --vocab 256 --context 64 --seq 64)
 train=("$bin" train "${model[@]}" --config "$scratch/host.json" --steps 3 --batch 2 --grad-accum 2 --threads 2 --quiet)
@@ -23,7 +23,7 @@ check "offloaded, layer-wise" 0 "" -- \
     "${train[@]}" --offload-activations host --schedule layerwise --dump-weights "$scratch/layerwise.bin"
 for run in ckpt host nvme layerwise; do
     if cmp -s "$scratch/keep.bin" "$scratch/$run.bin"; then
-        passed=$((passed + 1))
+        ok
     else
         fail "$run: the weights differ from keeping every activation ($(cmp "$scratch/keep.bin" "$scratch/$run.bin" 2>&1))"
     fi
@@ -53,6 +53,6 @@ for mode in keep offload; do
     echo "$mode: the estimate's largest batch under $budget is $n"
 done
 keep_n=$(fits "every activation") off_n=$(fits "checkpointing + offload" --offload-activations host)
-[ "${off_n:-0}" -gt "${keep_n:-0}" ] && passed=$((passed + 1)) ||
+[ "${off_n:-0}" -gt "${keep_n:-0}" ] && ok ||
     fail "offloading fits batch $off_n, keeping every activation $keep_n: expected more"
 cli_done cli_train_activations

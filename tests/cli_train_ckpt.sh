@@ -6,10 +6,8 @@
 # redrawn with \r); SIGTERM finishes the step, saves and exits 128+15; --resume without a checkpoint exits 2.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_ckpt.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-passed=0 failed=0
-fail() { echo "FAIL $*"; failed=$((failed + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
+cli_scratch cli_train_ckpt
 common=(train --model tiny --batch 4 --seed 3 --threads 2 --quiet --warmup 2)
 
 "$bin" "${common[@]}" --steps 16 --dump-weights "$scratch/straight.bin" >"$scratch/a.out" 2>&1 || { fail "straight run"; cat "$scratch/a.out"; }
@@ -19,14 +17,14 @@ mkdir -p "$scratch/ck/step-999" && echo "mine" >"$scratch/ck/step-999/notes.txt"
 "$bin" "${common[@]}" --steps 16 --save "$scratch/ck" --save-every 4 --keep 2 --dump-weights "$scratch/saved.bin" \
     >"$scratch/b.out" 2>&1 || { fail "run with --save"; cat "$scratch/b.out"; }
 have=$(cd "$scratch/ck" 2>/dev/null && ls -d step-* 2>/dev/null | sort -t- -k2 -n | tr '\n' ' ')
-[ "$have" = "step-12 step-16 step-999 " ] && passed=$((passed + 1)) ||
+[ "$have" = "step-12 step-16 step-999 " ] && ok ||
     fail "--keep 2 left \"$have\", expected \"step-12 step-16 step-999 \""
-[ "$(cat "$scratch/ck/step-999/notes.txt" 2>&1)" = "mine" ] && passed=$((passed + 1)) ||
+[ "$(cat "$scratch/ck/step-999/notes.txt" 2>&1)" = "mine" ] && ok ||
     fail "the rotation touched step-999/notes.txt, which strata did not write"
-cmp -s "$scratch/straight.bin" "$scratch/saved.bin" && passed=$((passed + 1)) || fail "saving changed the weights"
+cmp -s "$scratch/straight.bin" "$scratch/saved.bin" && ok || fail "saving changed the weights"
 lines=$(grep -x "checkpoint: $scratch/ck/step-[0-9]*" "$scratch/b.out" | tr '\n' ' ')
 want="checkpoint: $scratch/ck/step-4 checkpoint: $scratch/ck/step-8 checkpoint: $scratch/ck/step-12 checkpoint: $scratch/ck/step-16 "
-[ "$lines" = "$want" ] && passed=$((passed + 1)) || { fail "checkpoint lines alone on their lines: got \"$lines\", expected \"$want\""; cat "$scratch/b.out"; }
+[ "$lines" = "$want" ] && ok || { fail "checkpoint lines alone on their lines: got \"$lines\", expected \"$want\""; cat "$scratch/b.out"; }
 
 # The same on a terminal, where the progress line ends in \r (util-linux script gives the run a pseudo-terminal).
 if script -qec true /dev/null >/dev/null 2>&1; then
@@ -34,7 +32,7 @@ if script -qec true /dev/null >/dev/null 2>&1; then
         "$scratch/tty" --save-every 2)" "$scratch/tty.out" >/dev/null 2>&1 || fail "run with --save on a terminal"
     lines=$(tr -d '\r' <"$scratch/tty.out" | grep -x "checkpoint: $scratch/tty/step-[0-9]*" | tr '\n' ' ')
     want="checkpoint: $scratch/tty/step-2 checkpoint: $scratch/tty/step-4 "
-    [ "$lines" = "$want" ] && passed=$((passed + 1)) ||
+    [ "$lines" = "$want" ] && ok ||
         { fail "on a terminal: checkpoint lines alone on their lines: got \"$lines\", expected \"$want\""; cat -A "$scratch/tty.out"; }
 else
     echo "skipped the terminal check: util-linux script is not installed"
@@ -42,7 +40,7 @@ fi
 
 # Resume from the --save directory: its latest checkpoint, step-16, not step-999.
 "$bin" "${common[@]}" --steps 17 --resume "$scratch/ck" >"$scratch/r.out" 2>&1 || { fail "resume from the --save directory"; cat "$scratch/r.out"; }
-grep -qx "resumed from $scratch/ck/step-16 at step 16" "$scratch/r.out" && passed=$((passed + 1)) ||
+grep -qx "resumed from $scratch/ck/step-16 at step 16" "$scratch/r.out" && ok ||
     { fail "resume from the --save directory did not take step-16"; cat "$scratch/r.out"; }
 
 # Resume from step 12 (a named checkpoint) and run to 16.
@@ -51,13 +49,13 @@ grep -qx "resumed from $scratch/ck/step-16 at step 16" "$scratch/r.out" && passe
 grep -q "resumed from $scratch/ck/step-12 at step 12" "$scratch/c.out" || { fail "no resume line"; cat "$scratch/c.out"; }
 grep -q "summary: 4 steps" "$scratch/c.out" || fail "the resumed run did not run 4 steps"
 if cmp -s "$scratch/straight.bin" "$scratch/resumed.bin"; then
-    echo "16 steps straight == 12 + resume 4: weights bit-identical"; passed=$((passed + 1))
+    echo "16 steps straight == 12 + resume 4: weights bit-identical"; ok
 else
     fail "resumed weights differ from the straight run"; cmp "$scratch/straight.bin" "$scratch/resumed.bin"
 fi
 
 out=$("$bin" "${common[@]}" --steps 4 --resume "$scratch/nothing" 2>&1); rc=$?
-[ $rc -eq 2 ] && grep -qF -- "--resume \"$scratch/nothing\": no checkpoint there" <<<"$out" && passed=$((passed + 1)) ||
+[ $rc -eq 2 ] && grep -qF -- "--resume \"$scratch/nothing\": no checkpoint there" <<<"$out" && ok ||
     { fail "resume from nothing: exit $rc"; echo "$out"; }
 
 # SIGTERM in the middle: the current step finishes, a checkpoint is written, the exit code is 143.
@@ -68,10 +66,9 @@ for _ in $(seq 100); do [ -s "$scratch/sig.jsonl" ] && break; sleep 0.1; done
 kill -TERM $pid
 wait $pid; rc=$?
 if [ $rc -eq 143 ] && grep -q "stopped by SIGTERM after step" "$scratch/sig.out" && ls -d "$scratch/sig"/step-* >/dev/null 2>&1; then
-    echo "SIGTERM: $(grep 'stopped by' "$scratch/sig.out"); saved $(ls "$scratch/sig")"; passed=$((passed + 1))
+    echo "SIGTERM: $(grep 'stopped by' "$scratch/sig.out"); saved $(ls "$scratch/sig")"; ok
 else
     fail "SIGTERM: exit $rc"; tail -5 "$scratch/sig.out"; ls "$scratch/sig" 2>&1
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+cli_done cli_train_ckpt

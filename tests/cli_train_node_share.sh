@@ -25,11 +25,10 @@ IFS='|' read -r host1 threads1 cores1 <<<"$(parse <<<"$one")"
 if [ -z "${host1:-}" ]; then
     fail "world 1: no budgets line in the header:"; echo "$one"
 else
-    [ "$threads1" = "$(ncores "$cores1")" ] && passed=$((passed + 1)) ||
+    [ "$threads1" = "$(ncores "$cores1")" ] && ok ||
         fail "world 1: $threads1 Adam threads on cores $cores1: one per core expected"
 fi
 
-source "$here/helpers/mpi.sh"
 if command -v mpirun >/dev/null && [ -n "${host1:-}" ]; then
     two=$(timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" 2>&1)
     if grep -q "built without MPI" <<<"$two"; then
@@ -40,10 +39,10 @@ if command -v mpirun >/dev/null && [ -n "${host1:-}" ]; then
             fail "2 ranks: no budgets line for rank 0's share:"; echo "$two"
         else
             python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(2 * b - a) > 0.01 * a)' \
-                "$(bytes "$host1")" "$(bytes "$host2")" && passed=$((passed + 1)) ||
+                "$(bytes "$host1")" "$(bytes "$host2")" && ok ||
                 fail "2 ranks: rank 0's host budget $host2 is not half of world 1's $host1"
             n1=$(ncores "$cores1") n2=$(ncores "$cores2")
-            [ "$n2" -eq $((n1 >= 2 ? n1 / 2 : 1)) ] && [ "$threads2" -eq "$n2" ] && passed=$((passed + 1)) ||
+            [ "$n2" -eq $((n1 >= 2 ? n1 / 2 : 1)) ] && [ "$threads2" -eq "$n2" ] && ok ||
                 fail "2 ranks: rank 0 has $threads2 threads on cores $cores2 ($n2) of world 1's $cores1 ($n1)"
         fi
     fi
@@ -52,6 +51,6 @@ fi
 printf '{"strata": {"host_budget_bytes": "3 GiB"}}' >"$scratch/budget.json"
 given=$("$bin" "${common[@]}" --config "$scratch/budget.json" 2>&1)
 IFS='|' read -r host3 _ _ <<<"$(parse <<<"$given")"
-[ "${host3:-}" = "3.00 GiB" ] && passed=$((passed + 1)) || { fail "a given host budget: the header says '${host3:-}'"; echo "$given"; }
+[ "${host3:-}" = "3.00 GiB" ] && ok || { fail "a given host budget: the header says '${host3:-}'"; echo "$given"; }
 
 cli_done cli_train_node_share

@@ -6,10 +6,7 @@ set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/helpers/cli.sh"
-source "$here/helpers/mpi.sh"
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-cli_scratch cli_train_rank_fault
-passed=0 failed=0
+cli_mpi_scratch cli_train_rank_fault
 
 cat >"$scratch/nvme.json" <<JSON
 {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "$scratch"},
@@ -30,10 +27,10 @@ out=$(timeout 120 bash -c "source '$here/helpers/mpi.sh'; mpi_run 2 '$scratch/ra
 rc=$?
 took=$(($(date +%s) - start))
 if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then fail "the job exited $rc (0: the fault never hit; 124: it hung)"; echo "$out"
-else passed=$((passed + 1)); fi
-[ "$took" -lt 60 ] && passed=$((passed + 1)) || fail "the failed world took ${took}s to end"
-grep -q '^rank 1: strata train: .*Input/output error (EIO)' <<<"$out" && passed=$((passed + 1)) ||
+else ok; fi
+[ "$took" -lt 60 ] && ok || fail "the failed world took ${took}s to end"
+grep -q '^rank 1: strata train: .*Input/output error (EIO)' <<<"$out" && ok ||
     { fail "rank 1 did not report its I/O error"; echo "$out"; }
-grep -q '^rank 0: strata train: .*rank 1 failed: .*Input/output error (EIO)' <<<"$out" && passed=$((passed + 1)) ||
+grep -q '^rank 0: strata train: .*rank 1 failed: .*Input/output error (EIO)' <<<"$out" && ok ||
     { fail "rank 0 did not name rank 1 and its cause"; echo "$out"; }
 cli_done cli_train_rank_fault

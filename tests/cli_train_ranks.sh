@@ -8,15 +8,10 @@ set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/helpers/cli.sh"
-source "$here/helpers/mpi.sh"
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-cli_scratch cli_train_ranks
+cli_mpi_scratch cli_train_ranks
 
 common=(train --model tiny --steps 3 --batch 2 --seq 32 --threads 1 --seed 5)
-probe=$(timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --steps 1 --quiet 2>&1)
-if grep -q "built without MPI" <<<"$probe"; then
-    echo "SKIP: strata was built without MPI"; exit 77
-fi
+cli_mpi_strata "${common[@]}" --steps 1 --quiet || { echo "SKIP: strata was built without MPI"; exit 77; }
 
 # Who prints: --tag-output marks each line [job,rank]<stream>; every stdout line must be rank 0's.
 out=$(timeout 60 bash "$here/helpers/mpi.sh" 2 --tag-output "$bin" "${common[@]}" --offload host 2>&1)
@@ -33,7 +28,7 @@ else
         "summary: 3 steps, 384 tokens" "moved and peak are rank 0's, per rank; loss, tokens and throughput are the world's" "comm  "; do
         [ "$(grep -cF -- "$text" <<<"$stdout")" -eq 1 ] || fail "rank 0's output lacks \"$text\" (or has it twice)"
     done
-    passed=$((passed + 1))
+    ok
 fi
 
 # Ψ: the engine's padded partition, every module cut into 2 shards of whole 4096-element blocks. The GPT's modules
@@ -46,7 +41,7 @@ emb = pad((v + c) * h)
 print(emb + layers * pad(12 * h * h + 13 * h) + pad(2 * h), emb)")
 est=$("$bin" estimate --json --model tiny --world-size 2 --stage 3 |
     python3 -c "import json,sys; print(2 * next(l['bytes'] for l in json.load(sys.stdin)['plan_lines'] if l['what'] == 'parameters') // 4)")
-[ "$est" = "$psi" ] && passed=$((passed + 1)) || fail "padded Ψ: the layout gives $psi, strata estimate $est"
+[ "$est" = "$psi" ] && ok || fail "padded Ψ: the layout gives $psi, strata estimate $est"
 
 # comm_bytes per step (k = 1, fp32 parameters, p = 4 bytes): stage 0 all-reduces the fp32 gradients (2 x 4Ψ);
 # stage 1 reduce-scatters them once per step (4Ψ) and all-gathers the updated parameters (pΨ); stage 2 reduce-scatters
@@ -62,7 +57,7 @@ for stage in 0 1 2 3; do
     if ! o=$(timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" "${place[@]}" --quiet --log-jsonl "$log" 2>&1); then
         fail "stage $stage: training failed"; echo "$o"; continue
     fi
-    python3 - "$log" "${want[$stage]}" "$stage" <<'EOF' && passed=$((passed + 1)) || fail "stage $stage: comm_bytes"
+    python3 - "$log" "${want[$stage]}" "$stage" <<'EOF' && ok || fail "stage $stage: comm_bytes"
 import json, sys
 log, want, stage = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 for rank, path in ((0, log), (1, log + ".rank1")):
@@ -86,7 +81,7 @@ for p in sys.argv[1:]:
     events = events['traceEvents'] if isinstance(events, dict) else events
     assert len(events) > 10, (p, len(events))
 " "$scratch/t.json" "$scratch/t.json.rank1"; then
-    passed=$((passed + 1))
+    ok
 else
     fail "2 ranks with one --trace: rank 0's and rank 1's traces are not both whole JSON files"; ls -la "$scratch"
 fi
@@ -100,7 +95,7 @@ for place in "--offload host" "--config $scratch/s1.json"; do
         --log-jsonl "$scratch/two.jsonl" --dump-weights "$scratch/two.bin" 2>&1); then
         fail "2 ranks ($place) failed"; echo "$o"; continue
     fi
-    python3 - "$scratch" "$place" <<'EOF' && passed=$((passed + 1)) || fail "2 ranks ($place) differ from 1 rank"
+    python3 - "$scratch" "$place" <<'EOF' && ok || fail "2 ranks ($place) differ from 1 rank"
 import array, json, sys
 d, place = sys.argv[1], sys.argv[2]
 last = lambda p: json.loads(open(p).read().splitlines()[-1])["loss"]
@@ -126,7 +121,7 @@ rc=$?
 if [ "$rc" -ne 1 ] && [ "$rc" -ne 2 ]; then fail "one rank fails: exit $rc, expected 1 or 2"; echo "$out"
 elif ! grep -qF "rank 1: strata train: --log-jsonl \"$scratch/bad.jsonl.rank1\": cannot open" <<<"$out"; then
     fail "one rank fails: rank 1's message is missing"; echo "$out"
-else passed=$((passed + 1)); fi
+else ok; fi
 [ $(($(date +%s) - t0)) -lt 30 ] || fail "one rank's failure took $(($(date +%s) - t0)) s to end the job"
 
 # Rank 1's log cannot be written (a full disk: /dev/full) while rank 0's can: rank 1 warns at the step it fails, both
@@ -140,6 +135,6 @@ elif ! grep -qF "rank 1: strata train: warning: --log-jsonl \"$scratch/full.json
 elif ! grep -q "^summary: 3 steps" <<<"$out" || grep -q "comm_abort_world\|rank 1 failed" <<<"$out"; then
     fail "rank 1's log on a full disk: rank 0 did not finish, or the world was aborted"; echo "$out"
 elif [ "$(wc -l <"$scratch/full.jsonl")" -ne 3 ]; then fail "rank 0's log does not hold its 3 steps"
-else passed=$((passed + 1)); fi
+else ok; fi
 
 cli_done cli_train_ranks

@@ -19,18 +19,18 @@ trap 'umount "$mnt" 2>/dev/null; rm -rf "$scratch"' EXIT
 common=(train --model tiny --batch 2 --seq 16 --threads 1 --seed 4 --quiet)
 
 out=$("$bin" "${common[@]}" --steps 6 --save "$mnt/ck" --save-every 2 2>&1); rc=$?
-[ $rc -eq 1 ] && passed=$((passed + 1)) || fail "a run whose saves found the disk full: exit $rc, expected 1"
+[ $rc -eq 1 ] && ok || fail "a run whose saves found the disk full: exit $rc, expected 1"
 grep -qF "warning: saving $mnt/ck/step-4 failed, the disk is full (" <<<"$out" &&
     grep -qF "training goes on and the next save tries again; the last checkpoint (step-2) is intact" <<<"$out" &&
-    passed=$((passed + 1)) || fail "no warning naming step-4, the free space and the intact step-2"
-grep -q "^summary: 6 steps" <<<"$out" && passed=$((passed + 1)) || fail "training did not go on to step 6"
-grep -qF "warning: saving $mnt/ck/step-6 failed, the disk is full" <<<"$out" && passed=$((passed + 1)) ||
+    ok || fail "no warning naming step-4, the free space and the intact step-2"
+grep -q "^summary: 6 steps" <<<"$out" && ok || fail "training did not go on to step 6"
+grep -qF "warning: saving $mnt/ck/step-6 failed, the disk is full" <<<"$out" && ok ||
     fail "the save after the failed one was not tried"
 want="2 of 3 checkpoint saves failed, the disk was full (steps 4, 6); the latest checkpoint is step-2 in \"$mnt/ck\""
-grep -qF "$want" <<<"$out" && passed=$((passed + 1)) || fail "no closing line \"$want\""
+grep -qF "$want" <<<"$out" && ok || fail "no closing line \"$want\""
 [ $failed -eq 0 ] || echo "$out"
 left=$(cd "$mnt/ck" && ls -A | tr '\n' ' ')
-[ "$left" = ".strata.lock step-2 " ] && passed=$((passed + 1)) ||
+[ "$left" = ".strata.lock step-2 " ] && ok ||
     fail "the root holds \"$left\", expected \".strata.lock step-2 \" (no partial staging directory)"
 check "the previous checkpoint verifies" 0 "every checksum matches" -- "$bin" ckpt verify "$mnt/ck/step-2"
 check "the previous checkpoint keeps its step" 0 "step         2 " -- "$bin" ckpt inspect "$mnt/ck/step-2"

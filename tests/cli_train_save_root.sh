@@ -21,13 +21,13 @@ touch "$scratch/file"
 for bad in "/proc/strata-test-$$" "$scratch/file" "$scratch/missing/deeper"; do
     out=$("$bin" "${common[@]}" --steps 2 --save "$bad" 2>&1); rc=$?
     if [ $rc -eq 2 ] && grep -qF -- "--save \"$bad\"" <<<"$out" && ! grep -q "^summary:" <<<"$out"; then
-        passed=$((passed + 1))
+        ok
     else
         fail "--save $bad: exit $rc (expected 2, refused before training); output:"; echo "$out"
     fi
 done
 grep -qF "exists and is not a directory" <<<"$("$bin" "${common[@]}" --steps 2 --save "$scratch/file" 2>&1)" &&
-    passed=$((passed + 1)) || fail "--save of a regular file does not say it is not a directory"
+    ok || fail "--save of a regular file does not say it is not a directory"
 # A read-only directory: root writes anywhere, so as root a read-only tmpfs stands in for it.
 mkdir "$scratch/ro"
 if [ "$(id -u)" -ne 0 ]; then
@@ -61,7 +61,7 @@ for what in link fifo; do
     check "a $what as the lock file" 2 "--save \"$scratch/lf-$what\": opening its lock file .strata.lock failed" -- \
         timeout 30 "$bin" "${common[@]}" --steps 2 --save "$scratch/lf-$what"
 done
-[ ! -s "$scratch/file" ] && passed=$((passed + 1)) || fail "the lock file's link target \"$scratch/file\" was written"
+[ ! -s "$scratch/file" ] && ok || fail "the lock file's link target \"$scratch/file\" was written"
 
 # A killed save's staging directory goes at start; a link of that name, its target and other names stay.
 mkdir -p "$scratch/st/.step-7.tmp" "$scratch/st/.mine.tmp" "$scratch/target"
@@ -71,10 +71,10 @@ ln -s "$scratch/target" "$scratch/st/.step-8.tmp"
 out=$("$bin" "${common[@]}" --steps 2 --save "$scratch/st" 2>&1); rc=$?
 [ $rc -eq 0 ] || { fail "run over a root with stale staging directories: exit $rc"; echo "$out"; }
 grep -qF "removed \"$scratch/st/.step-7.tmp\", the staging directory of a save that was interrupted" <<<"$out" &&
-    [ ! -e "$scratch/st/.step-7.tmp" ] && passed=$((passed + 1)) ||
+    [ ! -e "$scratch/st/.step-7.tmp" ] && ok ||
     { fail "the stale .step-7.tmp was not removed (and said so)"; echo "$out"; ls -la "$scratch/st"; }
 grep -qF "kept \"$scratch/st/.step-8.tmp\"" <<<"$out" && [ -L "$scratch/st/.step-8.tmp" ] && [ -d "$scratch/st/.mine.tmp" ] &&
-    [ "$(cat "$scratch/target/model.safetensors")" = keep ] && passed=$((passed + 1)) ||
+    [ "$(cat "$scratch/target/model.safetensors")" = keep ] && ok ||
     { fail "a link named like a staging directory, its target or another hidden name was touched"; echo "$out"; ls -la "$scratch/st" "$scratch/target"; }
 
 # Rotation and links: ROOT/step-0 -> elsewhere (a checkpoint) survives --keep 1, and so does elsewhere.
@@ -85,13 +85,11 @@ before=$(ls "$scratch/elsewhere" | tr '\n' ' ')
     { fail "run with --keep 1 beside a link"; cat "$scratch/rot.out"; }
 after=$(ls "$scratch/elsewhere" 2>&1 | tr '\n' ' ')
 have=$(cd "$scratch/rot" && ls -d step-* | tr '\n' ' ')
-[ -L "$scratch/rot/step-0" ] && [ "$after" = "$before" ] && [ "$have" = "step-0 step-4 " ] && passed=$((passed + 1)) ||
+[ -L "$scratch/rot/step-0" ] && [ "$after" = "$before" ] && [ "$have" = "step-0 step-4 " ] && ok ||
     { fail "rotation with a link: root holds \"$have\" (expected \"step-0 step-4 \"), elsewhere \"$after\" (was \"$before\")"; cat "$scratch/rot.out"; }
 
 # Ranks: one 2-rank run locks the root for both of its ranks; a second 2-rank run on it is refused.
-source "$here/helpers/mpi.sh"
-if command -v mpirun >/dev/null && ! timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --steps 1 2>&1 |
-    grep -q "built without MPI"; then
+if cli_mpi_strata "${common[@]}" --steps 1; then
     check "2 ranks save under one locked root" 0 "checkpoint: $scratch/rk/step-2" -- \
         timeout 120 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --steps 2 --save "$scratch/rk" --save-every 1
     timeout 300 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --steps 1000000 --save "$scratch/rk" \

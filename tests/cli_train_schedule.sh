@@ -6,9 +6,8 @@
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_schedule.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
 source "$here/helpers/cli.sh"
+cli_scratch cli_train_schedule
 
 check "help" 0 "--schedule S       ordinary (default)" -- "$bin" train --help
 check "bad schedule" 2 '--schedule "vertical": allowed: ordinary, layerwise' -- "$bin" train --schedule vertical
@@ -36,7 +35,7 @@ for place in "${places[@]}"; do
         "$bin" "${common[@]}" "${flags[@]}" --schedule "$schedule" --dump-weights "$out.bin" --log-jsonl "$out.jsonl" \
             >"$out.txt" 2>&1 || { fail "$name $schedule: exit $?"; cat "$out.txt"; }
     done
-    python3 - "$scratch/$name" "$name" "$layers" <<'EOF' && passed=$((passed + 1)) || fail "$name: the schedules differ"
+    python3 - "$scratch/$name" "$name" "$layers" <<'EOF' && ok || fail "$name: the schedules differ"
 import array, json, sys
 base, name, layers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 runs = ("ordinary", "layerwise")
@@ -66,10 +65,7 @@ EOF
 done
 
 # Two ranks split each step's micro-batches round robin under either schedule: the same weights again.
-if ! command -v mpirun >/dev/null; then
-    echo "mpirun not found: the 2-rank comparison is left out"
-elif probe=$(timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --steps 1 2>&1)
-    ! grep -q "built without MPI" <<<"$probe"; then
+if cli_mpi_strata "${common[@]}" --steps 1; then
     for schedule in ordinary layerwise; do
         timeout 120 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --offload host --schedule "$schedule" \
             --dump-weights "$scratch/ranks-$schedule.bin" >"$scratch/ranks-$schedule.txt" 2>&1 ||
@@ -77,12 +73,12 @@ elif probe=$(timeout 60 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --st
     done
     if cmp -s "$scratch/ranks-ordinary.bin" "$scratch/ranks-layerwise.bin" && [ -s "$scratch/ranks-ordinary.bin" ]; then
         echo "2 ranks: weights bit-identical under both schedules"
-        passed=$((passed + 1))
+        ok
     else
         fail "2 ranks: the schedules' weights differ:"; cmp "$scratch/ranks-ordinary.bin" "$scratch/ranks-layerwise.bin"
     fi
 else
-    echo "strata was built without MPI: the 2-rank comparison is left out"
+    echo "mpirun missing or strata built without MPI: the 2-rank comparison is left out"
 fi
 
 cli_done cli_train_schedule

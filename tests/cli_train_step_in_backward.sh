@@ -7,9 +7,8 @@
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
-scratch=$(mktemp -d "${STRATA_SCRATCH:-/tmp}/cli_train_sib.XXXXXX" 2>/dev/null || mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
 source "$here/helpers/cli.sh"
+cli_scratch cli_train_step_in_backward
 
 seed=${STRATA_TEST_SEED:-$RANDOM}
 echo "seed $seed (set STRATA_TEST_SEED to reproduce)"
@@ -41,7 +40,7 @@ for place in "${places[@]}"; do
         "$bin" "${common[@]}" "${flags[@]}" --config "$scratch/$mode$suffix.json" --dump-weights "$out.bin" \
             --log-jsonl "$out.jsonl" >"$out.txt" 2>&1 || { fail "$name $mode: exit $?"; cat "$out.txt"; }
     done
-    python3 - "$scratch/$name" "$name" <<'EOF' && passed=$((passed + 1)) || fail "$name: step in backward differs"
+    python3 - "$scratch/$name" "$name" <<'EOF' && ok || fail "$name: step in backward differs"
 import json, sys
 base, name = sys.argv[1], sys.argv[2]
 runs = ("ordinary", "sib")
