@@ -15,21 +15,19 @@
 #include "testlib.h"
 #include "world.h"
 
-static strata_comm *world;
-static int rank, size;
-static uint64_t seed;
+static t_world world;     /* this process's: its comm, rank, size and seed */
 static const char *mine;  /* this rank's scratch directory (NVMe swap files) */
 static char shared[512]; /* rank 0's: the world's checkpoints go there */
 
 static void model(synth_opts *o)
 {
-    synth_defaults(o, seed);
+    synth_defaults(o, world.seed);
     /* Modules of 8 and 16 blocks: cut into shards, each rank's slice still has several 4096-element sub-groups. */
     const int widths[] = {128, 256, 256, 256, 128};
     memcpy(o->width, widths, sizeof widths);
     o->layers = 4;
     o->steps = 3;
-    o->comm = world;
+    o->comm = world.comm;
 }
 
 static bool train(const char *what, const synth_opts *o, const strata_config *cfg, float **w, size_t *n)
@@ -38,7 +36,7 @@ static bool train(const char *what, const synth_opts *o, const strata_config *cf
     strata_status st = synth_train(o, cfg, w, n, NULL, NULL);
     T_CHECK(st == STRATA_OK, "%s: training failed: %s: %s", what, strata_status_name(st), strata_last_error(NULL));
     if (st == STRATA_OK)
-        t_world_agree(world, what, *w, *n);
+        t_world_agree(world.comm, what, *w, *n);
     return st == STRATA_OK;
 }
 
@@ -64,8 +62,8 @@ static void run_resume(void)
     float *ref, *w;
     size_t nref, n;
     char what[128], dir[600];
-    snprintf(what, sizeof what, "stage 1, %d ranks, saved at ratio 0.5, resumed at 0.3", size);
-    snprintf(dir, sizeof dir, "%s/ckpt-np%d", shared, size);
+    snprintf(what, sizeof what, "stage 1, %d ranks, saved at ratio 0.5, resumed at 0.3", world.size);
+    snprintf(dir, sizeof dir, "%s/ckpt-np%d", shared, world.size);
     if (!train(what, &o, &cfg, &ref, &nref))
         return;
     synth_opts first = o, second = o;
@@ -83,7 +81,7 @@ static void run_resume(void)
             compare(what, ref, nref, w, n);
         free(w);
     }
-    if (rank == 0)
+    if (world.rank == 0)
         printf("%s: checked\n", what);
     free(ref);
 }
@@ -107,7 +105,7 @@ static void run_case(int stage, const synth_placement *pl, double clip, bool del
         cfg.offload_optimizer_ratio = ratios[r];
         char what[256];
         snprintf(what, sizeof what, "stage %d, %s%s%s, %d ranks, ratio %g", stage, pl->name,
-                 clip > 0 ? ", clipped" : "", delayed ? ", delayed update" : "", size, ratios[r]);
+                 clip > 0 ? ", clipped" : "", delayed ? ", delayed update" : "", world.size, ratios[r]);
         float *w;
         size_t n;
         if (!train(what, &o, &cfg, &w, &n))
@@ -119,20 +117,16 @@ static void run_case(int stage, const synth_placement *pl, double clip, bool del
         compare(what, ref, nref, w, n);
         free(w);
     }
-    if (rank == 0)
+    if (world.rank == 0)
         printf("stage %d, %s%s%s, %d ranks: ratios 0.5, 0.3, 0 match ratio 1\n", stage, pl->name,
-               clip > 0 ? ", clipped" : "", delayed ? ", delayed update" : "", size);
+               clip > 0 ? ", clipped" : "", delayed ? ", delayed update" : "", world.size);
     free(ref);
 }
 
 int main(void)
 {
-    t_world w = t_world_open();
-    world = w.comm;
-    rank = w.rank;
-    size = w.size;
-    seed = w.seed;
-    mine = t_world_scratch(world, "mpi_twin_flow", shared, sizeof shared);
+    world = t_world_open();
+    mine = t_world_scratch(world.comm, "mpi_twin_flow", shared, sizeof shared);
     for (int stage = 0; stage <= 2; stage++)
         run_case(stage, &synth_placements[1], 0, false); /* the optimizer on the host */
     run_case(3, &synth_placements[2], 0.05, false);        /* parameters and optimizer on the host */
@@ -140,6 +134,6 @@ int main(void)
     run_case(1, &synth_placements[1], 0.05, true);
     run_resume();
     t_scratch_cleanup();
-    strata_comm_destroy(world);
+    strata_comm_destroy(world.comm);
     return t_done();
 }

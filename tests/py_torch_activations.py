@@ -15,15 +15,14 @@ torch = T.require_torch()
 import strata  # noqa: E402
 import strata.torch  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+import gpt_batches  # noqa: E402
 
 STEPS, GAS, BATCH = 3, 2, 4
 MODEL = GPTConfig(vocab_size=96, block_size=32, n_layer=4, n_head=4, n_embd=64)
 
 
 def batch(seed, step, micro):
-    g = torch.Generator().manual_seed(seed * 1000003 + step * 101 + micro)
-    x = torch.randint(0, MODEL.vocab_size, (BATCH, MODEL.block_size), generator=g)
-    return x, torch.roll(x, -1, dims=1)
+    return gpt_batches.tokens(MODEL, BATCH, seed, step, micro)
 
 
 def config(acts=None, nvme_dir=None, kept="64MiB"):
@@ -42,14 +41,7 @@ def train(seed, cfg):
     model = GPT(MODEL)
     engine = strata.torch.initialize(model=model, config=cfg, device="cpu")[0]
     engine.activation_min_bytes = 4096  # this model's saved tensors are small
-    losses = []
-    for step in range(STEPS):
-        for micro in range(GAS):
-            x, y = batch(seed, step, micro)
-            loss = engine(x, y)
-            engine.backward(loss)
-            engine.step()
-            losses.append(loss.item())
+    losses = gpt_batches.train_steps(engine, batch, seed, 0, STEPS, GAS)
     stats = engine.engine.stats()
     weights = engine.fp32_state_dict()
     engine.close()

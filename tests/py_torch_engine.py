@@ -29,6 +29,7 @@ torch = T.require_torch()
 import strata  # noqa: E402
 import strata.torch  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+import gpt_batches  # noqa: E402
 
 STEPS, GAS, BATCH = 20, 2, 4
 MODEL = GPTConfig(vocab_size=96, block_size=32, n_layer=8, n_head=4, n_embd=64)
@@ -36,9 +37,7 @@ HP = dict(lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
 
 
 def batch(seed, step, micro):
-    g = torch.Generator().manual_seed(seed * 1000003 + step * 101 + micro)
-    x = torch.randint(0, MODEL.vocab_size, (BATCH, MODEL.block_size), generator=g)
-    return x, torch.roll(x, -1, dims=1)
+    return gpt_batches.tokens(MODEL, BATCH, seed, step, micro)
 
 
 def model_bytes(model):
@@ -81,17 +80,7 @@ def train_torch(model, seed, steps):
 
 
 def train_strata(engine, seed, first, last, on_step=None):
-    losses = []
-    for step in range(first, last):
-        for micro in range(GAS):
-            x, y = batch(seed, step, micro)
-            loss = engine(x, y)
-            engine.backward(loss)
-            engine.step()
-            losses.append(loss.item())
-        if on_step:
-            on_step(step)
-    return losses
+    return gpt_batches.train_steps(engine, batch, seed, first, last, GAS, on_step)
 
 
 def first_difference(got, want, same=None):
