@@ -18,7 +18,7 @@ typedef struct gpt_shape {
  * --hidden and --vocab, into the fields of a gpt_shape at base in the command's arguments (0 = not given). */
 #define GPT_SHAPE_NOPTS 4
 extern const cli_opt gpt_shape_opts[GPT_SHAPE_NOPTS];
-#define GPT_SHAPE_GROUP(base) {gpt_shape_opts, GPT_SHAPE_NOPTS, (base), false, 0}
+#define GPT_SHAPE_GROUP(base) {gpt_shape_opts, GPT_SHAPE_NOPTS, (base), false, 0, NULL}
 /* The context length, into gpt_shape.seq at base, under the name the command gives it: `strata train --context`
  * (its --seq is the tokens of a sequence), `strata estimate --seq` (its --seq-len is). */
 #define GPT_SHAPE_CONTEXT_OPT(flag, base)                                                                       \

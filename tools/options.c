@@ -12,7 +12,7 @@
 #include "tools/cli.h"
 
 #define HELP_WIDTH 118
-#define HELP_COLUMN 24
+#define HELP_COLUMN 21 /* where the help of an option starts, as the hand-written usages had it */
 
 typedef struct found {
     const cli_opt *opt;
@@ -56,7 +56,7 @@ const char *cli_opt_range(const cli_opt *o, char *buf, size_t len)
         snprintf(buf, len, "at least %.0f", o->lo);
         break;
     case CLI_REAL:
-        snprintf(buf, len, "%c%g, %g%c", o->open_lo ? '(' : '[', o->lo, o->hi, o->open_hi ? ')' : ']');
+        snprintf(buf, len, "%c%.15g, %.15g%c", o->open_lo ? '(' : '[', o->lo, o->hi, o->open_hi ? ')' : ']');
         break;
     case CLI_SIZE:
         if (o->hi > 0)
@@ -290,7 +290,9 @@ void cli_print_usage(const cli_spec *spec, FILE *out)
 
 void cli_print_options(const cli_spec *spec, FILE *out)
 {
-    for (size_t g = 0; g < spec->ngroups; g++)
+    for (size_t g = 0; g < spec->ngroups; g++) {
+        if (spec->groups[g].title)
+            fprintf(out, "%s\n", spec->groups[g].title);
         for (size_t k = 0; k < spec->groups[g].count; k++) {
             const cli_opt *o = &spec->groups[g].opts[k];
             char range[64], help[1024], copy[1024];
@@ -306,4 +308,5 @@ void cli_print_options(const cli_spec *spec, FILE *out)
             size_t n = split_words(help, copy, sizeof copy, words, 256);
             print_wrapped(out, words, n, HELP_COLUMN, HELP_COLUMN);
         }
+    }
 }

@@ -38,13 +38,14 @@ typedef struct cli_opt {
 
 /* A table of options whose destinations lie at base in the argument struct (a shared table, such as the model
  * shape's, is one group of each command that uses it). When mark_given, any option of the group that is given sets
- * the bool at mark. */
+ * the bool at mark. A title heads the group's options in --help. */
 typedef struct cli_opt_group {
     const cli_opt *opts;
     size_t count;
     size_t base;
     bool mark_given;
     size_t mark;
+    const char *title;
 } cli_opt_group;
 
 /* A command's whole command line. */
@@ -55,7 +56,7 @@ typedef struct cli_spec {
     size_t ngroups;
 } cli_spec;
 
-#define CLI_GROUP(table) {(table), sizeof(table) / sizeof((table)[0]), 0, false, 0}
+#define CLI_GROUP(table) {(table), sizeof(table) / sizeof((table)[0]), 0, false, 0, NULL}
 
 /* Parses argv (argv[0] is the command) into args. Operands (arguments that are not options) go to
  * operands[0..*noperands) when the spec takes them (at most max_operands; operands may be NULL otherwise). Returns 0,
