@@ -13,7 +13,7 @@
 
 #include "base/error.h"
 #include "base/size.h"
-#include "nvme/bench.h"
+#include "tools/nvme_bench_run.h"
 #include "tools/cli.h"
 #include "tools/machine_line.h"
 
