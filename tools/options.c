@@ -9,6 +9,7 @@
 
 #include "base/nearest.h"
 #include "base/size.h"
+#include "base/util.h"
 #include "tools/cli.h"
 
 #define HELP_WIDTH 118
@@ -48,9 +49,20 @@ static void unknown_option(const cli_spec *spec, const char *name, char *err, si
         snprintf(err, len, "unknown option %s; see `strata %s --help`", name, spec->command);
 }
 
-const char *cli_opt_range(const cli_opt *o, char *buf, size_t len)
+/* A size range: "[4 KiB, 1 GiB]", "at least 8 MiB", "" (any size). */
+static void size_range(const cli_opt *o, char *buf, size_t len)
 {
     char a[32], b[32];
+    if (o->hi > 0)
+        snprintf(buf, len, "[%s, %s]", size_format((size_t)o->lo, a, sizeof a), size_format((size_t)o->hi, b, sizeof b));
+    else if (o->lo > 0)
+        snprintf(buf, len, "at least %s", size_format((size_t)o->lo, a, sizeof a));
+    else
+        buf[0] = '\0';
+}
+
+const char *cli_opt_range(const cli_opt *o, char *buf, size_t len)
+{
     switch (o->kind) {
     case CLI_LL:
         snprintf(buf, len, "at least %.0f", o->lo);
@@ -59,12 +71,11 @@ const char *cli_opt_range(const cli_opt *o, char *buf, size_t len)
         snprintf(buf, len, "%c%.15g, %.15g%c", o->open_lo ? '(' : '[', o->lo, o->hi, o->open_hi ? ')' : ']');
         break;
     case CLI_SIZE:
-        if (o->hi > 0)
-            snprintf(buf, len, "[%s, %s]", size_format((size_t)o->lo, a, sizeof a), size_format((size_t)o->hi, b, sizeof b));
-        else
-            snprintf(buf, len, "at least %s", size_format((size_t)o->lo, a, sizeof a));
+    case CLI_SIZE_LIST:
+        size_range(o, buf, len);
         break;
     case CLI_INT:
+    case CLI_INT_LIST:
     case CLI_COUNT:
         snprintf(buf, len, "[%.0f, %.0f]", o->lo, o->hi);
         break;
@@ -74,11 +85,14 @@ const char *cli_opt_range(const cli_opt *o, char *buf, size_t len)
     return buf;
 }
 
-/* What a bad value should have been: "a whole number in [1, 4096]", "a learning rate in (0, 10)". */
+/* What a bad value should have been: "a whole number in [1, 4096]", "a learning rate in (0, 10)", "a comma-separated
+ * list of at most 16 sizes, each a multiple of 4 KiB". */
 static void describe(const cli_opt *o, char *buf, size_t len)
 {
-    char range[64];
+    char range[64], align[48] = "";
     cli_opt_range(o, range, sizeof range);
+    if (o->align)
+        snprintf(align, sizeof align, ", a multiple of %s", size_format(o->align, (char[32]){0}, 32));
     switch (o->kind) {
     case CLI_INT:
     case CLI_COUNT:
@@ -91,33 +105,51 @@ static void describe(const cli_opt *o, char *buf, size_t len)
         snprintf(buf, len, "%s in %s", o->what ? o->what : "a number", range);
         break;
     case CLI_SIZE:
-        snprintf(buf, len, o->lo > 0 || o->hi > 0 ? "a size %s%s" : "a size", o->hi > 0 ? "in " : "", range);
+        snprintf(buf, len, "a size%s%s%s", range[0] && o->hi > 0 ? " in " : range[0] ? " of " : "", range, align);
+        break;
+    case CLI_INT_LIST:
+        snprintf(buf, len, "a comma-separated list of at most %d whole numbers, each in %s", CLI_LIST_MAX, range);
+        break;
+    case CLI_SIZE_LIST:
+        snprintf(buf, len, "a comma-separated list of at most %d sizes%s%s%s", CLI_LIST_MAX, range[0] ? ", each " : "",
+                 range[0] && o->hi > 0 ? "in " : range[0] ? "of " : "", range);
+        if (o->align)
+            snprintf(buf + strlen(buf), len - strlen(buf), ", each a multiple of %s",
+                     size_format(o->align, (char[32]){0}, 32));
         break;
     default:
         snprintf(buf, len, "%s", o->what ? o->what : "a value");
     }
 }
 
-/* The message of a bad value. An option with a hint says what the value is not and what it means; one without says
- * what it must be (the wording `strata train` has always used). A choice lists the allowed values. */
+/* "a, b, c" from "a|b|c". */
+static void list_choices(const char *choices, char *buf, size_t len)
+{
+    size_t n = 0;
+    for (const char *c = choices; *c && n + 3 < len; c++)
+        n += (size_t)(*c == '|' ? snprintf(buf + n, len - n, ", ") : snprintf(buf + n, len - n, "%c", *c));
+    buf[MIN(n, len - 1)] = '\0';
+}
+
+/* The message of a bad value. A choice lists the allowed values; a list names the value it could not take. Any other
+ * option with a hint says what the value is not and what it means; one without says what it must be (the wording
+ * `strata train` has always used). */
 static void bad_value(const cli_opt *o, const char *v, char *err, size_t len)
 {
-    char what[128], allowed[256];
+    char what[192], allowed[256];
+    describe(o, what, sizeof what);
     if (o->kind == CLI_CHOICE) {
-        size_t n = 0;
-        for (const char *c = o->choices; *c && n + 3 < sizeof allowed; c++)
-            n += (size_t)(*c == '|' ? snprintf(allowed + n, sizeof allowed - n, ", ")
-                                    : snprintf(allowed + n, sizeof allowed - n, "%c", *c));
-        allowed[n] = '\0';
+        list_choices(o->choices, allowed, sizeof allowed);
         snprintf(err, len, "%s \"%s\": allowed: %s%s%s%s", o->name, v, allowed, o->hint ? " (" : "",
                  o->hint ? o->hint : "", o->hint ? ")" : "");
-        return;
-    }
-    describe(o, what, sizeof what);
-    if (o->hint)
+    } else if (o->kind == CLI_INT_LIST || o->kind == CLI_SIZE_LIST) {
+        snprintf(err, len, "bad value \"%s\" for %s: it must be %s%s%s", v, o->name, what, o->hint ? "; " : "",
+                 o->hint ? o->hint : "");
+    } else if (o->hint) {
         snprintf(err, len, "%s \"%s\" is not %s; %s", o->name, v, what, o->hint);
-    else
+    } else {
         snprintf(err, len, "%s \"%s\"%s must be %s", o->name, v, o->kind == CLI_REAL ? ":" : "", what);
+    }
 }
 
 /* A count like 7.5e9, 7.5B, 125M, 4K or 350000000 into *out; false when it is not one or not whole. */
@@ -149,10 +181,59 @@ static int choice_index(const char *choices, const char *v)
     return -1;
 }
 
+static bool parse_whole(const cli_opt *o, const char *v, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (!*v || *end || errno || n < (long long)o->lo || n > (long long)o->hi)
+        return false;
+    *out = n;
+    return true;
+}
+
+static bool parse_real(const cli_opt *o, const char *v, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (!*v || *end || !(o->open_lo ? x > o->lo : x >= o->lo) || !(o->open_hi ? x < o->hi : x <= o->hi))
+        return false;
+    *out = x;
+    return true;
+}
+
+static bool parse_size(const cli_opt *o, const char *v, size_t *out)
+{
+    size_t n;
+    if (!size_parse(v, &n) || (double)n < o->lo || (o->hi > 0 && (double)n > o->hi) || (o->align && n % o->align))
+        return false;
+    *out = n;
+    return true;
+}
+
+/* A comma-separated list of at most CLI_LIST_MAX values, each taken by parse_size or parse_whole. */
+static bool parse_list(const cli_opt *o, const char *v, void *dst)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    bool sizes = o->kind == CLI_SIZE_LIST;
+    int n = 0;
+    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long x = 0;
+        if (n == CLI_LIST_MAX || (sizes ? !parse_size(o, tok, &((cli_size_list *)dst)->v[n]) : !parse_whole(o, tok, &x)))
+            return false;
+        if (!sizes)
+            ((cli_int_list *)dst)->v[n] = (int)x;
+        n++;
+    }
+    *(sizes ? &((cli_size_list *)dst)->n : &((cli_int_list *)dst)->n) = n;
+    return n > 0;
+}
+
 /* Stores v into dst as o's kind; false when it is not a value o takes. */
 static bool store(const cli_opt *o, const char *v, void *dst)
 {
-    char *end;
+    long long n;
     switch (o->kind) {
     case CLI_SWITCH:
         return *(bool *)dst = true;
@@ -162,33 +243,18 @@ static bool store(const cli_opt *o, const char *v, void *dst)
     case CLI_CHOICE:
         return (*(int *)dst = choice_index(o->choices, v)) >= 0;
     case CLI_INT:
-    case CLI_LL: {
-        errno = 0;
-        long long n = strtoll(v, &end, 10);
-        if (!*v || *end || errno || n < (long long)o->lo || n > (long long)o->hi)
-            return false;
-        if (o->kind == CLI_INT)
-            *(int *)dst = (int)n;
-        else
-            *(long long *)dst = n;
-        return true;
-    }
-    case CLI_REAL: {
-        double x = strtod(v, &end);
-        if (!*v || *end || !(o->open_lo ? x > o->lo : x >= o->lo) || !(o->open_hi ? x < o->hi : x <= o->hi))
-            return false;
-        *(double *)dst = x;
-        return true;
-    }
-    case CLI_SIZE: {
-        size_t n;
-        if (!size_parse(v, &n) || (double)n < o->lo || (o->hi > 0 && (double)n > o->hi))
-            return false;
-        *(size_t *)dst = n;
-        return true;
-    }
+        return parse_whole(o, v, &n) && (*(int *)dst = (int)n, true);
+    case CLI_LL:
+        return parse_whole(o, v, dst);
+    case CLI_REAL:
+        return parse_real(o, v, dst);
+    case CLI_SIZE:
+        return parse_size(o, v, dst);
     case CLI_COUNT:
         return parse_count(v, o->lo, o->hi, dst);
+    case CLI_INT_LIST:
+    case CLI_SIZE_LIST:
+        return parse_list(o, v, dst);
     case CLI_CUSTOM:
         return o->parse(v, dst);
     }

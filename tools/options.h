@@ -17,10 +17,22 @@ typedef enum cli_opt_kind {
     CLI_INT,    /* int in [lo, hi] */
     CLI_LL,     /* long long of at least lo (hi is only the type's bound) */
     CLI_REAL,   /* double in lo..hi, each end open or closed (open_lo, open_hi) */
-    CLI_SIZE,   /* size_t: bytes or a string like 2GiB, in [lo, hi] */
+    CLI_SIZE,   /* size_t: bytes or a string like 2GiB, in [lo, hi] (hi 0: no bound) and a multiple of align */
     CLI_COUNT,  /* size_t: a whole count written 7.5e9, 7.5B, 125M or 350000000, in [lo, hi] */
-    CLI_CUSTOM, /* parse(text, destination) decides; what says what it takes */
+    CLI_INT_LIST,  /* cli_int_list: comma-separated whole numbers, each in [lo, hi] */
+    CLI_SIZE_LIST, /* cli_size_list: comma-separated sizes, each in [lo, hi] and a multiple of align */
+    CLI_CUSTOM,    /* parse(text, destination) decides; what says what it takes */
 } cli_opt_kind;
+
+#define CLI_LIST_MAX 16
+typedef struct cli_int_list {
+    int v[CLI_LIST_MAX];
+    int n;
+} cli_int_list;
+typedef struct cli_size_list {
+    size_t v[CLI_LIST_MAX];
+    int n;
+} cli_size_list;
 
 typedef struct cli_opt {
     const char *name; /* "--layers" */
@@ -28,6 +40,7 @@ typedef struct cli_opt {
     size_t offset; /* of the destination in the command's argument struct (plus the group's base) */
     double lo, hi;
     bool open_lo, open_hi;
+    size_t align; /* CLI_SIZE, CLI_SIZE_LIST: the value is a multiple of it (0: any) */
     const char *meta;    /* the value's placeholder in --help: "N", "SIZE", "FILE" */
     const char *help;    /* one line for --help; "{}" in it is replaced by the range */
     const char *hint;    /* added to a bad value's message: what the value means, an example */
