@@ -53,9 +53,7 @@ typedef struct step_opts {
     bool json;
 } step_opts;
 
-#define OPT(flag, kind_, field, lo_, hi_, meta_, text)                                                             \
-    {.name = flag, .kind = kind_, .offset = offsetof(step_opts, field), .lo = lo_, .hi = hi_, .meta = meta_,        \
-     .help = text}
+#define OPT(...) CLI_OPTION(step_opts, __VA_ARGS__)
 static const cli_opt step_opt_table[] = {
     OPT("--path", CLI_TEXT, path, 0, 0, "DIR", "a directory on the drive to measure (required)"),
     {.name = "--numel", .kind = CLI_SIZE, .offset = offsetof(step_opts, numel), .lo = 4096, .meta = "N",
@@ -74,17 +72,12 @@ static const cli_opt step_opt_table[] = {
 };
 #undef OPT
 static const cli_opt_group step_groups[] = {CLI_GROUP(step_opt_table)};
-static const cli_spec step_spec = {"bench step", NULL, step_groups, 1};
-
-static void usage(FILE *out)
-{
-    cli_print_usage(&step_spec, out);
-    fprintf(out, "\nTimes Adam alone in RAM, the optimizer's NVMe I/O alone, and the engine's pipelined step over\n"
-                 "the same state (fp32 master/m/v and gradients on NVMe under DIR, bf16 parameters, the host cache\n"
-                 "off so that the step reads the drive as the I/O-alone peers do), and prints the overlap efficiency\n"
-                 "max(T_adam, T_io) / T_step, T_step including the settling of its write-backs.\n\n");
-    cli_print_options(&step_spec, out);
-}
+static const cli_spec step_spec = {
+    .command = "bench step", .groups = step_groups, .ngroups = 1,
+    .about = "Times Adam alone in RAM, the optimizer's NVMe I/O alone, and the engine's pipelined step over\n"
+             "the same state (fp32 master/m/v and gradients on NVMe under DIR, bf16 parameters, the host cache\n"
+             "off so that the step reads the drive as the I/O-alone peers do), and prints the overlap efficiency\n"
+             "max(T_adam, T_io) / T_step, T_step including the settling of its write-backs."};
 
 static float init_value(size_t i)
 {
@@ -578,7 +571,7 @@ out:
 int bench_step_main(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        usage(stdout);
+        cli_print_help(&step_spec, stdout);
         return CLI_EXIT_OK;
     }
     step_opts o;

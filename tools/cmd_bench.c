@@ -105,9 +105,7 @@ static bool parse_combos(const char *list, void *dst)
     return o->n > 0;
 }
 
-#define OPT(flag, kind_, field, lo_, hi_, meta_, text)                                                             \
-    {.name = flag, .kind = kind_, .offset = offsetof(adam_opts, field), .lo = lo_, .hi = hi_, .meta = meta_,        \
-     .help = text}
+#define OPT(...) CLI_OPTION(adam_opts, __VA_ARGS__)
 static const cli_opt adam_opt_table[] = {
     OPT("--sizes", CLI_SIZE_LIST, sizes, 1, 0, "LIST", "element counts (default 16M,64M,256M,1G; K/M/G are powers of "
                                                        "1024)"),
@@ -124,14 +122,8 @@ static const cli_opt adam_opt_table[] = {
 };
 #undef OPT
 static const cli_opt_group adam_groups[] = {CLI_GROUP(adam_opt_table)};
-static const cli_spec adam_spec = {"bench adam", NULL, adam_groups, 1};
-
-static void adam_usage(FILE *out)
-{
-    cli_print_usage(&adam_spec, out);
-    cli_print_options(&adam_spec, out);
-    fprintf(out, "STRATA_ISA=ref|avx2|avx512 forces the kernel.\n");
-}
+static const cli_spec adam_spec = {.command = "bench adam", .groups = adam_groups, .ngroups = 1,
+                                   .footer = "STRATA_ISA=ref|avx2|avx512 forces the kernel."};
 
 static int parse_adam_opts(int argc, char **argv, adam_opts *o)
 {
@@ -378,7 +370,7 @@ out:
 static int bench_adam(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        adam_usage(stdout);
+        cli_print_help(&adam_spec, stdout);
         return CLI_EXIT_OK;
     }
     adam_opts o;

@@ -51,19 +51,13 @@ static const cli_opt_group estimate_groups[] = {
     CLI_GROUP(model_opts), GPT_SHAPE_GROUP(offsetof(estimate_args, shape)), CLI_GROUP(estimate_opts),
     ESTIMATE_ACTS_GROUP(offsetof(estimate_args, acts)), ESTIMATE_RANKS_GROUP(offsetof(estimate_args, ranks)),
 };
-static const cli_spec estimate_spec = {"estimate", NULL, estimate_groups, 5};
-
-static void usage(FILE *out)
-{
-    cli_print_usage(&estimate_spec, out);
-    fprintf(out,
-            "\nPrints how many bytes each tier (device, host, NVMe) needs to train a GPT-style model with the\n"
-            "config, with the largest module and the prefetch window in flight, and whether the budgets hold it.\n"
-            "With zero_optimization.offload_param.device or offload_optimizer.device \"auto\" in the config it\n"
-            "places them as training would (the fastest placement that fits the budgets) and says why.\n"
-            "Nothing is allocated. SIZE takes bytes or strings like 2GiB.\n\n");
-    cli_print_options(&estimate_spec, out);
-}
+static const cli_spec estimate_spec = {
+    .command = "estimate", .groups = estimate_groups, .ngroups = 5,
+    .about = "Prints how many bytes each tier (device, host, NVMe) needs to train a GPT-style model with the\n"
+             "config, with the largest module and the prefetch window in flight, and whether the budgets hold it.\n"
+             "With zero_optimization.offload_param.device or offload_optimizer.device \"auto\" in the config it\n"
+             "places them as training would (the fastest placement that fits the budgets) and says why.\n"
+             "Nothing is allocated. SIZE takes bytes or strings like 2GiB."};
 
 /* The smallest free space among the NVMe paths of the config, or 0 when none can be read. */
 static size_t nvme_free(const strata_config *cfg)
@@ -286,7 +280,7 @@ static void print_tiers(const strata_config *cfg, const plan_input *in, const pl
 int cmd_estimate(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        usage(stdout);
+        cli_print_help(&estimate_spec, stdout);
         return CLI_EXIT_OK;
     }
     estimate_args a = {.ranks = ESTIMATE_RANKS_INIT, .acts = ESTIMATE_ACTS_INIT};

@@ -61,8 +61,7 @@ static bool parse_direct(const char *text, void *dst)
     return true;
 }
 
-#define OPT(flag, kind_, field, meta_, text) \
-    {.name = flag, .kind = kind_, .offset = offsetof(bench_args, field), .meta = meta_, .help = text}
+#define OPT(flag, kind, field, meta, text) CLI_OPTION(bench_args, flag, kind, field, 0, 0, meta, text)
 static const cli_opt bench_opts[] = {
     {.name = "--size", .kind = CLI_SIZE, .offset = offsetof(bench_args, size), .lo = 8u << 20, .meta = "SIZE",
      .help = "total file size over all paths, {} (default 4GiB)", .hint = "write bytes or e.g. 4GiB"},
@@ -88,7 +87,9 @@ static const cli_opt bench_opts[] = {
 };
 #undef OPT
 static const cli_opt_group bench_groups[] = {CLI_GROUP(bench_opts)};
-static const cli_spec bench_spec = {"nvme-bench", "PATH [PATH...]", bench_groups, 1};
+static const cli_spec bench_spec = {
+    .command = "nvme-bench", .operands = "PATH [PATH...]", .groups = bench_groups, .ngroups = 1,
+    .about = "Measures NVMe bandwidth on private files in each PATH (a directory; several are striped)."};
 
 static volatile sig_atomic_t interrupted;
 
@@ -96,13 +97,6 @@ static void on_sigint(int sig)
 {
     (void)sig;
     interrupted = 1;
-}
-
-static void usage(FILE *out)
-{
-    cli_print_usage(&bench_spec, out);
-    fprintf(out, "  Measures NVMe bandwidth on private files in each PATH (a directory; several are striped).\n");
-    cli_print_options(&bench_spec, out);
 }
 
 static void progress_bar(uint64_t done, uint64_t total, void *ctx)
@@ -309,7 +303,7 @@ static int parse_args(int argc, char **argv, bench_args *a, const char **paths, 
     if (*npaths < 1 || *npaths > STRATA_MAX_NVME_PATHS) {
         fprintf(stderr, "strata nvme-bench: give 1 to %d directories to measure (got %d)\n", STRATA_MAX_NVME_PATHS,
                 *npaths);
-        usage(stderr);
+        cli_print_help(&bench_spec, stderr);
         return CLI_EXIT_USAGE;
     }
     return 0;
@@ -318,7 +312,7 @@ static int parse_args(int argc, char **argv, bench_args *a, const char **paths, 
 int cmd_nvme_bench(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        usage(stdout);
+        cli_print_help(&bench_spec, stdout);
         return CLI_EXIT_OK;
     }
     bench_args g = {.bs = {{128 << 10, 1 << 20, 8 << 20}, 3}, .qd = {{1, 4, 16, 64}, 4}, .threads = {{1, 2}, 2},

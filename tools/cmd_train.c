@@ -121,20 +121,13 @@ static const cli_opt train_opts[] = {
 
 static const cli_opt_group train_groups[] = {CLI_GROUP(model_opts), GPT_SHAPE_GROUP(offsetof(args, shape)),
                                              CLI_GROUP(train_opts)};
-static const cli_spec train_spec = {"train", NULL, train_groups, 3};
-
-static void usage(FILE *out)
-{
-    cli_print_usage(&train_spec, out);
-    fprintf(out,
-            "\nTrains a GPT-2 style model (byte-level tokens) with strata holding its parameters and optimizer state.\n"
-            "Under `mpirun -np N` it trains as N data-parallel ranks (ZeRO stage from the config; --offload host|nvme\n"
-            "means stage 3): --batch and --grad-accum are per rank, rank r takes micro-batches r, N + r, 2N + r, ...\n"
-            "of each step, so N ranks x grad-accum k train as 1 rank x N*k. Only rank 0 prints (errors excepted);\n"
-            "--save writes sharded checkpoints (each rank its own files), which any number of ranks can --resume.\n\n");
-    cli_print_options(&train_spec, out);
-    fprintf(out, "SIZE takes bytes or strings like 2GiB.\n");
-}
+static const cli_spec train_spec = {
+    .command = "train", .groups = train_groups, .ngroups = 3, .footer = "SIZE takes bytes or strings like 2GiB.",
+    .about = "Trains a GPT-2 style model (byte-level tokens) with strata holding its parameters and optimizer state.\n"
+             "Under `mpirun -np N` it trains as N data-parallel ranks (ZeRO stage from the config; --offload host|nvme\n"
+             "means stage 3): --batch and --grad-accum are per rank, rank r takes micro-batches r, N + r, 2N + r, ...\n"
+             "of each step, so N ranks x grad-accum k train as 1 rank x N*k. Only rank 0 prints (errors excepted);\n"
+             "--save writes sharded checkpoints (each rank its own files), which any number of ranks can --resume."};
 
 static int bad(const char *flag, const char *value, const char *why)
 {
@@ -428,7 +421,7 @@ static int train(int argc, char **argv, strata_comm *comm, bool *training)
 int cmd_train(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        usage(stdout);
+        cli_print_help(&train_spec, stdout);
         return CLI_EXIT_OK;
     }
     /* Under mpirun: MPI, one rank per process; otherwise a world of one, as without MPI. */

@@ -85,40 +85,41 @@ const char *cli_opt_range(const cli_opt *o, char *buf, size_t len)
     return buf;
 }
 
+/* "a size in [4 KiB, 1 GiB]", "a size of at least 8 MiB, a multiple of 4 KiB", "a size". */
+static void describe_size(const cli_opt *o, const char *range, char *buf, size_t len)
+{
+    char align[32];
+    snprintf(buf, len, "a size%s%s%s%s", o->hi > 0 ? " in " : o->lo > 0 ? " of " : "", range,
+             o->align ? ", a multiple of " : "", o->align ? size_format(o->align, align, sizeof align) : "");
+}
+
 /* What a bad value should have been: "a whole number in [1, 4096]", "a learning rate in (0, 10)", "a comma-separated
- * list of at most 16 sizes, each a multiple of 4 KiB". */
+ * list of at most 16 values, each a whole number in [1, 64]". */
 static void describe(const cli_opt *o, char *buf, size_t len)
 {
-    char range[64], align[48] = "";
+    char range[64];
     cli_opt_range(o, range, sizeof range);
-    if (o->align)
-        snprintf(align, sizeof align, ", a multiple of %s", size_format(o->align, (char[32]){0}, 32));
+    bool list = o->kind == CLI_INT_LIST || o->kind == CLI_SIZE_LIST;
+    size_t at = list ? (size_t)snprintf(buf, len, "a comma-separated list of at most %d values, each ", CLI_LIST_MAX) : 0;
+    at = MIN(at, len - 1);
     switch (o->kind) {
     case CLI_INT:
+    case CLI_INT_LIST:
     case CLI_COUNT:
-        snprintf(buf, len, "a whole number in %s", range);
+        snprintf(buf + at, len - at, "a whole number in %s", range);
         break;
     case CLI_LL:
-        snprintf(buf, len, "a whole number of %s", range);
+        snprintf(buf + at, len - at, "a whole number of %s", range);
         break;
     case CLI_REAL:
-        snprintf(buf, len, "%s in %s", o->what ? o->what : "a number", range);
+        snprintf(buf + at, len - at, "%s in %s", o->what ? o->what : "a number", range);
         break;
     case CLI_SIZE:
-        snprintf(buf, len, "a size%s%s%s", range[0] && o->hi > 0 ? " in " : range[0] ? " of " : "", range, align);
-        break;
-    case CLI_INT_LIST:
-        snprintf(buf, len, "a comma-separated list of at most %d whole numbers, each in %s", CLI_LIST_MAX, range);
-        break;
     case CLI_SIZE_LIST:
-        snprintf(buf, len, "a comma-separated list of at most %d sizes%s%s%s", CLI_LIST_MAX, range[0] ? ", each " : "",
-                 range[0] && o->hi > 0 ? "in " : range[0] ? "of " : "", range);
-        if (o->align)
-            snprintf(buf + strlen(buf), len - strlen(buf), ", each a multiple of %s",
-                     size_format(o->align, (char[32]){0}, 32));
+        describe_size(o, range, buf + at, len - at);
         break;
     default:
-        snprintf(buf, len, "%s", o->what ? o->what : "a value");
+        snprintf(buf + at, len - at, "%s", o->what ? o->what : "a value");
     }
 }
 
@@ -375,4 +376,14 @@ void cli_print_options(const cli_spec *spec, FILE *out)
             print_wrapped(out, words, n, HELP_COLUMN, HELP_COLUMN);
         }
     }
+}
+
+void cli_print_help(const cli_spec *spec, FILE *out)
+{
+    cli_print_usage(spec, out);
+    if (spec->about)
+        fprintf(out, "\n%s\n\n", spec->about);
+    cli_print_options(spec, out);
+    if (spec->footer)
+        fprintf(out, "%s\n", spec->footer);
 }

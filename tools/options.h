@@ -67,7 +67,14 @@ typedef struct cli_spec {
     const char *operands; /* in the usage line, e.g. "PATH [PATH...]"; NULL: the command takes none */
     const cli_opt_group *groups;
     size_t ngroups;
+    const char *about;  /* what the command does, between the usage line and the options; NULL: nothing */
+    const char *footer; /* after the options; NULL: nothing */
 } cli_spec;
+
+/* An entry of the common shape: flag of kind into field of the argument struct type, range [lo, hi], help. */
+#define CLI_OPTION(type, flag, kind_, field, lo_, hi_, meta_, text)                                                 \
+    {.name = (flag), .kind = (kind_), .offset = offsetof(type, field), .lo = (lo_), .hi = (hi_), .meta = (meta_),   \
+     .help = (text)}
 
 #define CLI_GROUP(table) {(table), sizeof(table) / sizeof((table)[0]), 0, false, 0, NULL}
 
@@ -87,5 +94,7 @@ const char *cli_opt_range(const cli_opt *o, char *buf, size_t len);
 void cli_print_usage(const cli_spec *spec, FILE *out);
 /* One line per option, "  --name META  help", wrapped and indented. */
 void cli_print_options(const cli_spec *spec, FILE *out);
+/* --help: the usage line, the about text, the options and the footer. */
+void cli_print_help(const cli_spec *spec, FILE *out);
 
 #endif
