@@ -61,7 +61,8 @@ static void size_range(const cli_opt *o, char *buf, size_t len)
         buf[0] = '\0';
 }
 
-const char *cli_opt_range(const cli_opt *o, char *buf, size_t len)
+/* The range of an option as messages and --help state it: "[1, 4096]", "(0, 10)", "at least 1". */
+static const char *cli_opt_range(const cli_opt *o, char *buf, size_t len)
 {
     switch (o->kind) {
     case CLI_LL:

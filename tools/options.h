@@ -87,9 +87,6 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, void *args, const cha
 /* cli_parse for a command that has no operands and prints its own errors as "strata <command>: <reason>". */
 int cli_parse_or_say(const cli_spec *spec, int argc, char **argv, void *args);
 
-/* The range of an option as messages and --help state it: "[1, 4096]", "(0, 10)", "at least 1". */
-const char *cli_opt_range(const cli_opt *o, char *buf, size_t len);
-
 /* "usage: strata <command> [operands] [--name META]..." wrapped to the terminal width of the house (118). */
 void cli_print_usage(const cli_spec *spec, FILE *out);
 /* One line per option, "  --name META  help", wrapped and indented. */
