@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "nvme/bench.h"
+#include "tools/nvme_bench_run.h"
 #include "nvme/fault.h"
 #include "nvme/io.h"
 #include "testlib.h"

@@ -34,6 +34,7 @@
 #include "strata.h"
 #include "tools/cli.h"
 #include "tools/machine_line.h"
+#include "tools/options.h"
 
 #define MODULE_NUMEL ((size_t)16 << 20)
 #define GRAD_VALUE 1e-3f
@@ -52,17 +53,31 @@ typedef struct step_opts {
     bool json;
 } step_opts;
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: strata bench step --path DIR [--numel N] [--sub-group N] [--threads T] [--reps R]\n"
-                 "                         [--block-size SIZE] [--queue-depth N] [--io-threads N] [--trace FILE] [--json]\n\n"
-                 "Times Adam alone in RAM, the optimizer's NVMe I/O alone, and the engine's pipelined step over\n"
-                 "the same state (fp32 master/m/v and gradients on NVMe under DIR, bf16 parameters, the host cache\n"
-                 "off so that the step reads the drive as the I/O-alone peers do), and prints the overlap efficiency\n"
-                 "max(T_adam, T_io) / T_step, T_step including the settling of its write-backs. Defaults: --numel 64M, --sub-group 16M,\n"
-                 "--reps 3 (after one warm-up rep), aio block 1MiB, queue depth 32, 1 I/O thread, threads = the\n"
-                 "cores of this process.\n");
-}
+#define OPT(...) CLI_OPTION(step_opts, __VA_ARGS__)
+static const cli_opt step_opt_table[] = {
+    OPT("--path", CLI_TEXT, path, 0, 0, "DIR", "a directory on the drive to measure (required)"),
+    {.name = "--numel", .kind = CLI_SIZE, .offset = offsetof(step_opts, numel), .lo = 4096, .meta = "N",
+     .help = "fp32 elements of the state, at least 4096 (default 64M)", .hint = "elements, written like a size: 64M = 64 x 2^20"},
+    {.name = "--sub-group", .kind = CLI_SIZE, .offset = offsetof(step_opts, sub_group), .lo = 4096, .meta = "N",
+     .help = "elements per optimizer sub-group, at least 4096 (default 16M)", .hint = "elements, written like a size: 16M"},
+    OPT("--threads", CLI_INT, threads, 0, 1024, "T", "Adam threads, {} (default 0: the cores of this process)"),
+    OPT("--reps", CLI_INT, reps, 1, 100, "R", "timed reps after one warm-up rep, {} (default 3)"),
+    {.name = "--block-size", .kind = CLI_SIZE, .offset = offsetof(step_opts, aio.block_size), .lo = 4096,
+     .align = 4096, .meta = "SIZE", .help = "aio block, {}, a multiple of 4KiB (default 1MiB)",
+     .hint = "write bytes or e.g. 1MiB"},
+    OPT("--queue-depth", CLI_INT, aio.queue_depth, 1, 1024, "N", "aio queue depth, {} (default 32)"),
+    OPT("--io-threads", CLI_INT, aio.intra_op_parallelism, 1, 64, "N", "I/O threads, {} (default 1)"),
+    OPT("--trace", CLI_TEXT, trace, 0, 0, "FILE", "Chrome trace-event JSON of the engine's steps"),
+    OPT("--json", CLI_SWITCH, json, 0, 0, NULL, "one JSON object of the medians instead of the table"),
+};
+#undef OPT
+static const cli_opt_group step_groups[] = {CLI_GROUP(step_opt_table)};
+static const cli_spec step_spec = {
+    .command = "bench step", .groups = step_groups, .ngroups = 1,
+    .about = "Times Adam alone in RAM, the optimizer's NVMe I/O alone, and the engine's pipelined step over\n"
+             "the same state (fp32 master/m/v and gradients on NVMe under DIR, bf16 parameters, the host cache\n"
+             "off so that the step reads the drive as the I/O-alone peers do), and prints the overlap efficiency\n"
+             "max(T_adam, T_io) / T_step, T_step including the settling of its write-backs."};
 
 static float init_value(size_t i)
 {
@@ -360,42 +375,8 @@ static bool parse_args(int argc, char **argv, step_opts *o)
     strata_config_init(&c);
     *o = (step_opts){.numel = (size_t)64 << 20, .sub_group = (size_t)16 << 20, .reps = 3, .checksum = c.swap_checksum};
     nvme_aio_defaults(&o->aio);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        size_t sz;
-        if (strcmp(a, "--json") == 0) {
-            o->json = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "strata bench step: %s needs a value (see --help)\n", a);
-            return false;
-        }
-        i++;
-        bool ok = size_parse(v, &sz);
-        if (strcmp(a, "--path") == 0)
-            o->path = v;
-        else if (strcmp(a, "--trace") == 0)
-            o->trace = v;
-        else if (strcmp(a, "--numel") == 0 && ok && sz >= 4096)
-            o->numel = sz;
-        else if (strcmp(a, "--sub-group") == 0 && ok && sz >= 4096)
-            o->sub_group = sz;
-        else if (strcmp(a, "--threads") == 0 && ok && sz <= 1024)
-            o->threads = (int)sz;
-        else if (strcmp(a, "--reps") == 0 && ok && sz >= 1 && sz <= 100)
-            o->reps = (int)sz;
-        else if (strcmp(a, "--block-size") == 0 && ok && sz >= 4096 && sz % 4096 == 0)
-            o->aio.block_size = sz;
-        else if (strcmp(a, "--queue-depth") == 0 && ok && sz >= 1 && sz <= 1024)
-            o->aio.queue_depth = (int)sz;
-        else if (strcmp(a, "--io-threads") == 0 && ok && sz >= 1 && sz <= 64)
-            o->aio.intra_op_parallelism = (int)sz;
-        else {
-            fprintf(stderr, "strata bench step: bad option or value: %s %s (see --help)\n", a, v);
-            return false;
-        }
-    }
+    if (cli_parse_or_say(&step_spec, argc, argv, o))
+        return false;
     if (!o->path) {
         fprintf(stderr, "strata bench step: --path DIR is required (a directory on the drive to measure)\n");
         return false;
@@ -420,10 +401,177 @@ static void print_header(FILE *out, const step_opts *o, const adam_ops *ops)
             "rep checks the step moved the peers' NVMe bytes with no host-cache hit\n\n", PEER_SLOTS);
 }
 
+/* The RAM arrays, touched now so that no rep pays for first-touch page faults, master initialised as the engine's,
+ * gradients the engine's bf16-rounded GRAD_VALUE. False when memory is short. */
+static bool ram_open(const step_opts *o, ram_state *r)
+{
+    r->master = malloc(o->numel * 4);
+    r->m = malloc(o->numel * 4);
+    r->v = malloc(o->numel * 4);
+    r->grad = malloc(o->numel * 4);
+    r->param = malloc(o->numel * 2);
+    if (!r->master || !r->m || !r->v || !r->grad || !r->param)
+        return false;
+    /* explicit_bzero, because the compiler folds malloc + memset into calloc, which touches nothing. */
+    explicit_bzero(r->m, o->numel * 4);
+    explicit_bzero(r->v, o->numel * 4);
+    explicit_bzero(r->param, o->numel * 2);
+    for (size_t i = 0; i < o->numel; i++)
+        r->master[i] = init_value(i);
+    uint32_t bits;
+    float gv = GRAD_VALUE;
+    memcpy(&bits, &gv, 4);
+    bits &= 0xffff0000u; /* the engine's gradients pass through bf16 */
+    memcpy(&gv, &bits, 4);
+    for (size_t i = 0; i < o->numel; i++)
+        r->grad[i] = gv;
+    return true;
+}
+
+static void ram_close(ram_state *r)
+{
+    free(r->master);
+    free(r->m);
+    free(r->v);
+    free(r->grad);
+    free(r->param);
+}
+
+/* What the reps gathered: each column per rep (the warm-up left out), the mismatches, the last rep's counters. */
+typedef struct reps {
+    double *col[COLS];
+    uint64_t wrong_total, moved_wrong;
+    strata_stats last;
+} reps;
+
+/* The step moved exactly the peers' NVMe bytes with no host-cache hit; says so on stderr when not. */
+static bool step_moved_peers_bytes(const step_opts *o, int rep, const strata_stats *d)
+{
+    if (!d->host_cache_hits && d->nvme_to_host_bytes == o->numel * 16 && d->host_to_nvme_bytes == o->numel * 12)
+        return true;
+    fprintf(stderr, "strata bench step: rep %d: the step read %llu and wrote %llu bytes on NVMe with %llu host-cache "
+            "hits; the peers read %zu and write %zu: the step did not run the traffic it is compared with\n", rep,
+            (unsigned long long)d->nvme_to_host_bytes, (unsigned long long)d->host_to_nvme_bytes,
+            (unsigned long long)d->host_cache_hits, o->numel * 16, o->numel * 12);
+    return false;
+}
+
+/* #wrong: the engine's master weights against the RAM Adam, on a strided sample. */
+static uint64_t count_wrong(const step_opts *o, const engine_run *er, const ram_state *r)
+{
+    uint64_t wrong = 0;
+    for (size_t i = 0; i < o->numel; i += o->numel / 997 + 1) {
+        size_t mod = i / MODULE_NUMEL;
+        float got;
+        if (strata_param_read_master(er->e, er->params[mod], i - mod * MODULE_NUMEL, 1, &got) != STRATA_OK ||
+            memcmp(&got, &r->master[i], 4) != 0)
+            wrong++;
+    }
+    return wrong;
+}
+
+/* One rep: Adam in RAM, the two I/O peers, the engine's step; checked and printed. */
+static strata_status run_rep(const step_opts *o, const adam_ops *ops, ram_state *r, io_peer *peer, engine_run *er,
+                             int rep, reps *out)
+{
+    const float *const ram[4] = {r->master, r->m, r->v, r->grad};
+    strata_stats d;
+    double t[COLS];
+    t[COL_ADAM] = time_adam(o, ops, r, rep + 1);
+    /* The peers take turns going first, so that neither always starts behind the other's writes. Before each, the
+     * gradients are written afresh, untimed, as the engine's backward writes them just before its step: a virtual
+     * disk's host cache serves data written moments ago faster than data written long ago. */
+    bool pipe_first = rep % 2 == 0;
+    strata_status st;
+    if ((st = time_peer(o, peer, ram, pipe_first, t)) != STRATA_OK ||
+        (st = time_peer(o, peer, ram, !pipe_first, t)) != STRATA_OK ||
+        (st = engine_step(o, er, &t[COL_STEP], &d)) != STRATA_OK)
+        return st;
+    out->last = d; /* the configuration the step ran with: every byte the peers move went to and from the drive */
+    out->moved_wrong += !step_moved_peers_bytes(o, rep, &d);
+    uint64_t wrong = count_wrong(o, er, r);
+    out->wrong_total += wrong;
+    t[COL_IO] = MIN(t[COL_PIPE], t[COL_SEQ]);
+    t[COL_OVERLAP] = MAX(t[COL_ADAM], t[COL_IO]) / t[COL_STEP];
+    for (int c = 0; c < COLS && rep > 0; c++)
+        out->col[c][rep - 1] = t[c];
+    char label[16] = "warm";
+    if (rep)
+        snprintf(label, sizeof label, "%d", rep);
+    if (!o->json)
+        printf("%-4s %10.3f %10.3f %10.3f %10.3f %10.3f %9.3f %10.2f %10.3f %7llu\n", label, t[COL_ADAM], t[COL_PIPE],
+               t[COL_SEQ], t[COL_IO], t[COL_STEP], t[COL_OVERLAP], o->numel * 28 / t[COL_IO] / 1e9,
+               d.step_io_wait_ns / 1e9, (unsigned long long)wrong);
+    return STRATA_OK;
+}
+
+/* The medians of the reps, as the table's last row or as one JSON object. */
+static void print_medians(const step_opts *o, reps *rs)
+{
+    double med[COLS];
+    for (int c = 0; c < COLS; c++) {
+        qsort(rs->col[c], (size_t)o->reps, sizeof(double), cmp_double);
+        med[c] = rs->col[c][o->reps / 2];
+    }
+    if (o->json)
+        printf("{\"bench\":\"step\",\"numel\":%zu,\"sub_group\":%zu,\"threads\":%d,\"peer_slots\":%d,"
+               "\"t_adam_s\":%.4f,\"t_io_pipelined_s\":%.4f,\"t_io_sequential_s\":%.4f,\"t_io_s\":%.4f,"
+               "\"t_step_s\":%.4f,\"overlap_efficiency\":%.4f,\"wrong\":%llu,\"host_cache\":false,"
+               "\"step_host_cache_hits\":%llu,\"step_nvme_read_bytes\":%llu,\"step_nvme_write_bytes\":%llu,"
+               "\"io_nvme_read_bytes\":%zu,\"io_nvme_write_bytes\":%zu,\"reps_traffic_mismatch\":%llu}\n",
+               o->numel, o->sub_group, o->threads, PEER_SLOTS, med[COL_ADAM], med[COL_PIPE], med[COL_SEQ], med[COL_IO],
+               med[COL_STEP], med[COL_OVERLAP], (unsigned long long)rs->wrong_total,
+               (unsigned long long)rs->last.host_cache_hits, (unsigned long long)rs->last.nvme_to_host_bytes,
+               (unsigned long long)rs->last.host_to_nvme_bytes, o->numel * 16, o->numel * 12,
+               (unsigned long long)rs->moved_wrong);
+    else
+        printf("%-4s %10.3f %10.3f %10.3f %10.3f %10.3f %9.3f   (medians; overlap = median of the per-rep ratios)\n",
+               "med", med[COL_ADAM], med[COL_PIPE], med[COL_SEQ], med[COL_IO], med[COL_STEP], med[COL_OVERLAP]);
+}
+
+/* The peers and the engine over r, then the reps; an exit code. */
+static int run_bench(const step_opts *o, const adam_ops *ops, ram_state *r, reps *rs)
+{
+    const float *const ram[4] = {r->master, r->m, r->v, r->grad};
+    nvme_io *io = NULL;
+    io_peer peer = {0};
+    engine_run er = {0};
+    int rc = CLI_EXIT_FAIL;
+    strata_status st = nvme_io_create(&o->aio, &io);
+    if (st == STRATA_OK)
+        st = peer_open(o, io, ram, &peer);
+    if (st == STRATA_OK)
+        st = engine_open(o, &er);
+    if (st != STRATA_OK) {
+        fprintf(stderr, "strata bench step: setup failed: %s\n", strata_last_error(er.e));
+        goto out;
+    }
+    if (!o->json)
+        printf("%-4s %10s %10s %10s %10s %10s %9s %10s %10s %7s\n", "REP", "T_ADAM_S", "T_PIPE_S", "T_SEQ_S", "T_IO_S",
+               "T_STEP_S", "OVERLAP", "IO_GB/S", "STEP_IOW_S", "#WRONG");
+    /* Rep 0 warms up (the engine takes its pinned slots at its first step, threads start, pages are touched)
+     * and is printed but left out of the medians. */
+    for (int rep = 0; rep <= o->reps; rep++)
+        if (run_rep(o, ops, r, &peer, &er, rep, rs) != STRATA_OK) {
+            fprintf(stderr, "strata bench step: %s\n", strata_last_error(er.e));
+            goto out;
+        }
+    print_medians(o, rs);
+    rc = rs->wrong_total || rs->moved_wrong ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+out:
+    strata_engine_destroy(er.e);
+    free(er.mods);
+    free(er.params);
+    free(er.bases);
+    peer_close(&peer);
+    nvme_io_destroy(io);
+    return rc;
+}
+
 int bench_step_main(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        usage(stdout);
+        cli_print_help(&step_spec, stdout);
         return CLI_EXIT_OK;
     }
     step_opts o;
@@ -435,137 +583,18 @@ int bench_step_main(int argc, char **argv)
         return CLI_EXIT_FAIL;
     }
     print_header(o.json ? stderr : stdout, &o, ops);
-
     int rc = CLI_EXIT_FAIL;
     ram_state r = {0};
-    nvme_io *io = NULL;
-    io_peer peer = {0};
-    engine_run er = {0};
-    double *col[COLS];
+    reps rs = {0};
     bool ok = true;
     for (int c = 0; c < COLS; c++)
-        ok &= (col[c] = calloc((size_t)o.reps, sizeof(double))) != NULL;
-    r.master = malloc(o.numel * 4);
-    r.m = malloc(o.numel * 4);
-    r.v = malloc(o.numel * 4);
-    r.grad = malloc(o.numel * 4);
-    r.param = malloc(o.numel * 2);
-    if (!ok || !r.master || !r.m || !r.v || !r.grad || !r.param) {
-        fprintf(stderr, "strata bench step: out of memory for %zu elements in RAM\n", o.numel);
-        goto out;
-    }
-    /* Touch everything now, so that no rep pays for first-touch page faults: explicit_bzero, because the
-     * compiler folds malloc + memset into calloc, which touches nothing. */
-    explicit_bzero(r.m, o.numel * 4);
-    explicit_bzero(r.v, o.numel * 4);
-    explicit_bzero(r.param, o.numel * 2);
-    for (size_t i = 0; i < o.numel; i++)
-        r.master[i] = init_value(i);
-    {
-        uint32_t bits;
-        float gv = GRAD_VALUE;
-        memcpy(&bits, &gv, 4);
-        bits &= 0xffff0000u; /* the engine's gradients pass through bf16 */
-        memcpy(&gv, &bits, 4);
-        for (size_t i = 0; i < o.numel; i++)
-            r.grad[i] = gv;
-    }
-    const float *const ram[4] = {r.master, r.m, r.v, r.grad};
-    strata_status st = nvme_io_create(&o.aio, &io);
-    if (st == STRATA_OK)
-        st = peer_open(&o, io, ram, &peer);
-    if (st == STRATA_OK)
-        st = engine_open(&o, &er);
-    if (st != STRATA_OK) {
-        fprintf(stderr, "strata bench step: setup failed: %s\n", strata_last_error(er.e));
-        goto out;
-    }
-    if (!o.json)
-        printf("%-4s %10s %10s %10s %10s %10s %9s %10s %10s %7s\n", "REP", "T_ADAM_S", "T_PIPE_S", "T_SEQ_S", "T_IO_S",
-               "T_STEP_S", "OVERLAP", "IO_GB/S", "STEP_IOW_S", "#WRONG");
-    /* Rep 0 warms up (the engine takes its pinned slots at its first step, threads start, pages are touched)
-     * and is printed but left out of the medians. */
-    uint64_t wrong_total = 0, moved_wrong = 0;
-    strata_stats last = {0};
-    for (int rep = 0; rep <= o.reps; rep++) {
-        strata_stats d;
-        double t[COLS];
-        t[COL_ADAM] = time_adam(&o, ops, &r, rep + 1);
-        /* The peers take turns going first, so that neither always starts behind the other's writes. Before each,
-         * the gradients are written afresh, untimed, as the engine's backward writes them just before its step: a
-         * virtual disk's host cache serves data written moments ago faster than data written long ago. */
-        bool pipe_first = rep % 2 == 0;
-        if ((st = time_peer(&o, &peer, ram, pipe_first, t)) != STRATA_OK ||
-            (st = time_peer(&o, &peer, ram, !pipe_first, t)) != STRATA_OK ||
-            (st = engine_step(&o, &er, &t[COL_STEP], &d)) != STRATA_OK) {
-            fprintf(stderr, "strata bench step: %s\n", strata_last_error(er.e));
-            goto out;
-        }
-        /* The configuration the step ran with: every byte the peers move went to and from the drive. */
-        last = d;
-        if (d.host_cache_hits || d.nvme_to_host_bytes != o.numel * 16 || d.host_to_nvme_bytes != o.numel * 12) {
-            fprintf(stderr, "strata bench step: rep %d: the step read %llu and wrote %llu bytes on NVMe with %llu "
-                    "host-cache hits; the peers read %zu and write %zu: the step did not run the traffic it is "
-                    "compared with\n", rep, (unsigned long long)d.nvme_to_host_bytes,
-                    (unsigned long long)d.host_to_nvme_bytes, (unsigned long long)d.host_cache_hits, o.numel * 16,
-                    o.numel * 12);
-            moved_wrong++;
-        }
-        /* #wrong: the engine's master weights against the RAM Adam, on a strided sample. */
-        uint64_t wrong = 0;
-        for (size_t i = 0; i < o.numel; i += o.numel / 997 + 1) {
-            size_t mod = i / MODULE_NUMEL;
-            float got;
-            if (strata_param_read_master(er.e, er.params[mod], i - mod * MODULE_NUMEL, 1, &got) != STRATA_OK ||
-                memcmp(&got, &r.master[i], 4) != 0)
-                wrong++;
-        }
-        wrong_total += wrong;
-        t[COL_IO] = MIN(t[COL_PIPE], t[COL_SEQ]);
-        t[COL_OVERLAP] = MAX(t[COL_ADAM], t[COL_IO]) / t[COL_STEP];
-        for (int c = 0; c < COLS && rep > 0; c++)
-            col[c][rep - 1] = t[c];
-        char label[16] = "warm";
-        if (rep)
-            snprintf(label, sizeof label, "%d", rep);
-        if (!o.json)
-            printf("%-4s %10.3f %10.3f %10.3f %10.3f %10.3f %9.3f %10.2f %10.3f %7llu\n", label, t[COL_ADAM],
-                   t[COL_PIPE], t[COL_SEQ], t[COL_IO], t[COL_STEP], t[COL_OVERLAP], o.numel * 28 / t[COL_IO] / 1e9,
-                   d.step_io_wait_ns / 1e9, (unsigned long long)wrong);
-    }
-    double med[COLS];
-    for (int c = 0; c < COLS; c++) {
-        qsort(col[c], (size_t)o.reps, sizeof(double), cmp_double);
-        med[c] = col[c][o.reps / 2];
-    }
-    if (o.json)
-        printf("{\"bench\":\"step\",\"numel\":%zu,\"sub_group\":%zu,\"threads\":%d,\"peer_slots\":%d,"
-               "\"t_adam_s\":%.4f,\"t_io_pipelined_s\":%.4f,\"t_io_sequential_s\":%.4f,\"t_io_s\":%.4f,"
-               "\"t_step_s\":%.4f,\"overlap_efficiency\":%.4f,\"wrong\":%llu,\"host_cache\":false,"
-               "\"step_host_cache_hits\":%llu,\"step_nvme_read_bytes\":%llu,\"step_nvme_write_bytes\":%llu,"
-               "\"io_nvme_read_bytes\":%zu,\"io_nvme_write_bytes\":%zu,\"reps_traffic_mismatch\":%llu}\n",
-               o.numel, o.sub_group, o.threads, PEER_SLOTS, med[COL_ADAM], med[COL_PIPE], med[COL_SEQ], med[COL_IO],
-               med[COL_STEP], med[COL_OVERLAP], (unsigned long long)wrong_total,
-               (unsigned long long)last.host_cache_hits, (unsigned long long)last.nvme_to_host_bytes,
-               (unsigned long long)last.host_to_nvme_bytes, o.numel * 16, o.numel * 12,
-               (unsigned long long)moved_wrong);
+        ok &= (rs.col[c] = calloc((size_t)o.reps, sizeof(double))) != NULL;
+    if (ok && ram_open(&o, &r))
+        rc = run_bench(&o, ops, &r, &rs);
     else
-        printf("%-4s %10.3f %10.3f %10.3f %10.3f %10.3f %9.3f   (medians; overlap = median of the per-rep ratios)\n",
-               "med", med[COL_ADAM], med[COL_PIPE], med[COL_SEQ], med[COL_IO], med[COL_STEP], med[COL_OVERLAP]);
-    rc = wrong_total || moved_wrong ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-out:
-    strata_engine_destroy(er.e);
-    free(er.mods);
-    free(er.params);
-    free(er.bases);
-    peer_close(&peer);
-    nvme_io_destroy(io);
-    free(r.master);
-    free(r.m);
-    free(r.v);
-    free(r.grad);
-    free(r.param);
+        fprintf(stderr, "strata bench step: out of memory for %zu elements in RAM\n", o.numel);
+    ram_close(&r);
     for (int c = 0; c < COLS; c++)
-        free(col[c]);
+        free(rs.col[c]);
     return rc;
 }

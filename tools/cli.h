@@ -11,7 +11,7 @@ typedef struct cli_command {
     const char *name;
     const char *summary;
     int (*run)(int argc, char **argv); /* argv[0] is the command name */
-    bool passive_openmp;               /* mixes OpenMP with OpenBLAS's threads: see tools/strata.c */
+    bool passive_openmp;               /* mixes OpenMP with OpenBLAS's threads: see tools/main.c */
 } cli_command;
 
 /* True when argv holds --help or -h. */

@@ -26,6 +26,7 @@
 #include "strata.h"
 #include "tools/cli.h"
 #include "tools/machine_line.h"
+#include "tools/options.h"
 
 /* ------------------------------------------------------------------ bench adam */
 
@@ -36,18 +37,21 @@ typedef struct combo {
 /* The headline combination: fp32 master/m/v, bf16 gradients, bf16 parameter copy. */
 static const combo headline = {STRATA_DTYPE_BF16, STRATA_DTYPE_BF16};
 
+typedef struct combo_list {
+    combo v[12];
+    int n;
+    bool given; /* by --combos */
+} combo_list;
+
 typedef struct adam_opts {
-    size_t sizes[16];
-    int size_count;
+    cli_size_list sizes;
     size_t full_max;          /* sizes above this run the headline combination only */
-    int threads[8];
-    int thread_count;
-    combo combos[12];
-    int combo_count;
-    bool combos_given;
+    cli_int_list threads;
+    combo_list combos;
     int reps;
     bool json;
-    uint64_t seed;
+    long long seed;
+    int optimizer;            /* the index of adamw|adam */
     const adam_ops *ops;
     strata_adam_hparams hp;
 } adam_opts;
@@ -63,21 +67,6 @@ typedef struct row {
     size_t wrong, checked;
 } row;
 
-static void adam_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: strata bench adam [options]\n"
-            "  --sizes LIST      element counts (default 16M,64M,256M,1G; K/M/G are powers of 1024)\n"
-            "  --full-max N      sizes above N run only bf16 grad -> bf16 param (default 256M)\n"
-            "  --combos LIST     all | GRAD:PARAM,... with GRAD in fp32,bf16,fp16 and PARAM in fp32,bf16,fp16,none\n"
-            "  --threads LIST    OpenMP thread counts (default 1,<cores>)\n"
-            "  --reps N          timed repetitions per row; the best counts (default 3)\n"
-            "  --optimizer NAME  adamw (default) or adam\n"
-            "  --seed N          data seed (default 1)\n"
-            "  --json            one JSON document on stdout (the header goes to stderr)\n"
-            "STRATA_ISA=ref|avx2|avx512 forces the kernel.\n");
-}
-
 static bool parse_dtype(const char *s, size_t len, strata_dtype *out)
 {
     static const strata_dtype all[] = {STRATA_DTYPE_FP32, STRATA_DTYPE_BF16, STRATA_DTYPE_FP16, STRATA_DTYPE_NONE};
@@ -91,13 +80,15 @@ static bool parse_dtype(const char *s, size_t len, strata_dtype *out)
     return false;
 }
 
-static bool parse_combos(const char *list, adam_opts *o)
+static bool parse_combos(const char *list, void *dst)
 {
-    o->combo_count = 0;
+    combo_list *o = dst;
+    o->n = 0;
+    o->given = true;
     if (strcmp(list, "all") == 0) {
         for (int g = 0; g < 3; g++)
             for (int p = 0; p < 4; p++)
-                o->combos[o->combo_count++] = (combo){(strata_dtype)g, (strata_dtype)p};
+                o->v[o->n++] = (combo){(strata_dtype)g, (strata_dtype)p};
         return true;
     }
     for (const char *s = list; *s;) {
@@ -105,96 +96,47 @@ static bool parse_combos(const char *list, adam_opts *o)
         if (!end)
             end = s + strlen(s);
         combo c;
-        if (!colon || colon > end || o->combo_count == (int)ARRAY_LEN(o->combos) ||
-            !parse_dtype(s, (size_t)(colon - s), &c.grad) || c.grad == STRATA_DTYPE_NONE ||
-            !parse_dtype(colon + 1, (size_t)(end - colon - 1), &c.param))
+        if (!colon || colon > end || o->n == (int)ARRAY_LEN(o->v) || !parse_dtype(s, (size_t)(colon - s), &c.grad) ||
+            c.grad == STRATA_DTYPE_NONE || !parse_dtype(colon + 1, (size_t)(end - colon - 1), &c.param))
             return false;
-        o->combos[o->combo_count++] = c;
+        o->v[o->n++] = c;
         s = *end ? end + 1 : end;
     }
-    return o->combo_count > 0;
+    return o->n > 0;
 }
 
-static bool parse_sizes(const char *list, adam_opts *o)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", list);
-    o->size_count = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (o->size_count == (int)ARRAY_LEN(o->sizes) || !size_parse(tok, &o->sizes[o->size_count]) ||
-            o->sizes[o->size_count] == 0)
-            return false;
-        o->size_count++;
-    }
-    return o->size_count > 0;
-}
-
-static bool parse_threads(const char *list, adam_opts *o)
-{
-    o->thread_count = 0;
-    for (const char *s = list; *s;) {
-        char *end;
-        long t = strtol(s, &end, 10);
-        if (end == s || t < 1 || t > 4096 || o->thread_count == (int)ARRAY_LEN(o->threads) || (*end && *end != ','))
-            return false;
-        o->threads[o->thread_count++] = (int)t;
-        s = *end ? end + 1 : end;
-    }
-    return o->thread_count > 0;
-}
+#define OPT(...) CLI_OPTION(adam_opts, __VA_ARGS__)
+static const cli_opt adam_opt_table[] = {
+    OPT("--sizes", CLI_SIZE_LIST, sizes, 1, 0, "LIST", "element counts (default 16M,64M,256M,1G; K/M/G are powers of "
+                                                       "1024)"),
+    OPT("--full-max", CLI_SIZE, full_max, 0, 0, "N", "sizes above N run only bf16 grad -> bf16 param (default 256M)"),
+    {.name = "--combos", .kind = CLI_CUSTOM, .offset = offsetof(adam_opts, combos), .parse = parse_combos,
+     .meta = "LIST", .what = "all or a list of GRAD:PARAM",
+     .help = "all | GRAD:PARAM,... with GRAD in fp32,bf16,fp16 and PARAM in fp32,bf16,fp16,none"},
+    OPT("--threads", CLI_INT_LIST, threads, 1, 4096, "LIST", "OpenMP thread counts, each in {} (default 1,<cores>)"),
+    OPT("--reps", CLI_INT, reps, 1, 1000, "N", "timed repetitions per row, {}; the best counts (default 3)"),
+    {.name = "--optimizer", .kind = CLI_CHOICE, .offset = offsetof(adam_opts, optimizer), .choices = "adamw|adam",
+     .meta = "NAME", .help = "adamw (default) or adam"},
+    OPT("--seed", CLI_LL, seed, 0, 1e18, "N", "data seed (default 1)"),
+    OPT("--json", CLI_SWITCH, json, 0, 0, NULL, "one JSON document on stdout (the header goes to stderr)"),
+};
+#undef OPT
+static const cli_opt_group adam_groups[] = {CLI_GROUP(adam_opt_table)};
+static const cli_spec adam_spec = {.command = "bench adam", .groups = adam_groups, .ngroups = 1,
+                                   .footer = "STRATA_ISA=ref|avx2|avx512 forces the kernel."};
 
 static int parse_adam_opts(int argc, char **argv, adam_opts *o)
 {
     int cores = adam_default_threads();
-    *o = (adam_opts){.full_max = (size_t)256 << 20, .reps = 3, .seed = 1,
+    *o = (adam_opts){.sizes = {{(size_t)16 << 20, (size_t)64 << 20, (size_t)256 << 20, (size_t)1 << 30}, 4},
+                     .full_max = (size_t)256 << 20, .threads = {{1, cores}, cores > 1 ? 2 : 1}, .reps = 3, .seed = 1,
                      .hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true}};
-    parse_sizes("16M,64M,256M,1G", o);
-    parse_combos("all", o);
-    o->threads[o->thread_count++] = 1;
-    if (cores > 1)
-        o->threads[o->thread_count++] = cores;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = true;
-        if (strcmp(a, "--json") == 0) {
-            o->json = true;
-            continue;
-        }
-        static const char *const valued[] = {"--sizes", "--full-max", "--combos", "--threads", "--reps", "--seed",
-                                             "--optimizer"};
-        bool known = false;
-        for (size_t k = 0; k < ARRAY_LEN(valued); k++)
-            known |= strcmp(a, valued[k]) == 0;
-        if (!known) {
-            fprintf(stderr, "strata bench adam: unknown option \"%s\"; allowed: --sizes --full-max --combos --threads "
-                    "--reps --optimizer --seed --json\n", a);
-            return CLI_EXIT_USAGE;
-        }
-        if (!v) {
-            fprintf(stderr, "strata bench adam: %s needs a value (see --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-        if (strcmp(a, "--sizes") == 0)
-            ok = parse_sizes(v, o);
-        else if (strcmp(a, "--full-max") == 0)
-            ok = size_parse(v, &o->full_max);
-        else if (strcmp(a, "--combos") == 0)
-            ok = parse_combos(v, o), o->combos_given = true;
-        else if (strcmp(a, "--threads") == 0)
-            ok = parse_threads(v, o);
-        else if (strcmp(a, "--reps") == 0)
-            ok = (o->reps = atoi(v)) >= 1 && o->reps <= 1000;
-        else if (strcmp(a, "--seed") == 0)
-            o->seed = strtoull(v, NULL, 0);
-        else
-            ok = strcmp(v, "adamw") == 0 || strcmp(v, "adam") == 0,
-            o->hp.kind = strcmp(v, "adam") == 0 ? STRATA_OPTIMIZER_ADAM : STRATA_OPTIMIZER_ADAMW;
-        if (!ok) {
-            fprintf(stderr, "strata bench adam: %s \"%s\" is not valid (see --help)\n", a, v);
-            return CLI_EXIT_USAGE;
-        }
-        i++;
-    }
+    parse_combos("all", &o->combos);
+    o->combos.given = false;
+    int rc = cli_parse_or_say(&adam_spec, argc, argv, o);
+    if (rc)
+        return rc;
+    o->hp.kind = o->optimizer == 1 ? STRATA_OPTIMIZER_ADAM : STRATA_OPTIMIZER_ADAMW;
     if (adam_ops_default(&o->ops) != STRATA_OK) {
         fprintf(stderr, "strata bench adam: %s\n", strata_last_error(NULL));
         return CLI_EXIT_FAIL;
@@ -334,7 +276,7 @@ static void print_header(FILE *out, const adam_opts *o)
             " reps %d (best counts), sizes above %zu elements: bf16:bf16 only%s, seed %llu\n",
             o->ops->name, o->hp.kind == STRATA_OPTIMIZER_ADAM ? "adam" : "adamw", o->hp.lr, o->hp.beta1, o->hp.beta2,
             o->hp.eps, o->hp.weight_decay, o->hp.bias_correction, o->reps, o->full_max,
-            o->combos_given ? " (or as --combos says)" : "", (unsigned long long)o->seed);
+            o->combos.given ? " (or as --combos says)" : "", (unsigned long long)o->seed);
     fprintf(out, "# bytes = master+m+v read and written (24 B) + grad read + param written, per element.\n"
                  "# roof = Adam's access pattern without arithmetic, fastest of regular (reg), streaming (nt) and"
                  " regular + streaming parameter copy (nt-copy, as Adam stores)\n"
@@ -372,13 +314,63 @@ static void print_row_json(const row *r, bool first)
 
 static bool runs_at(const adam_opts *o, size_t n, combo c)
 {
-    return n <= o->full_max || o->combos_given || (c.grad == headline.grad && c.param == headline.param);
+    return n <= o->full_max || o->combos.given || (c.grad == headline.grad && c.param == headline.param);
+}
+
+/* Every combination and thread count at n elements, on one set of buffers; adds the rows printed and the sampled
+ * elements that differ from the reference. CLI_EXIT_OK, also when n is skipped for want of memory, or an exit code. */
+static int bench_size(const adam_opts *o, size_t n, int max_threads, int *rows, size_t *wrong)
+{
+    size_t gmax = 0, pmax = 0;
+    for (int c = 0; c < o->combos.n; c++)
+        if (runs_at(o, n, o->combos.v[c])) {
+            gmax = MAX(gmax, strata_dtype_bytes(o->combos.v[c].grad));
+            pmax = MAX(pmax, strata_dtype_bytes(o->combos.v[c].param));
+        }
+    if (!gmax)
+        return CLI_EXIT_OK;
+    size_t need = n * (12 + gmax + pmax), avail = machine_mem_available_bytes();
+    char a[32], b[32];
+    if (need + ((size_t)1 << 30) > avail) {
+        fprintf(stderr, "# %zu elements skipped: needs %s, %s available (keep 1 GiB spare)\n", n,
+                size_format(need, a, sizeof a), size_format(avail, b, sizeof b));
+        return CLI_EXIT_OK;
+    }
+    int rc = CLI_EXIT_OK;
+    bufs buf = {big_alloc(n * 4), big_alloc(n * 4), big_alloc(n * 4), big_alloc(n * gmax),
+                pmax ? big_alloc(n * pmax) : NULL};
+    if (!buf.master || !buf.m || !buf.v || !buf.grad || (pmax && !buf.param)) {
+        fprintf(stderr, "strata bench adam: could not allocate %s for %zu elements\n", size_format(need, a, sizeof a),
+                n);
+        rc = CLI_EXIT_FAIL;
+        goto out;
+    }
+    fill_state(&buf, n, (uint64_t)o->seed, max_threads);
+    int64_t step = 0;
+    for (int c = 0; c < o->combos.n; c++) {
+        if (!runs_at(o, n, o->combos.v[c]))
+            continue;
+        fill_grad(&buf, n, o->combos.v[c].grad, (uint64_t)o->seed, max_threads);
+        for (int t = 0; t < o->threads.n; t++) {
+            row r = {.n = n, .c = o->combos.v[c], .threads = o->threads.v[t]};
+            run_row(o, &buf, &r, &step);
+            *wrong += r.wrong;
+            if (o->json)
+                print_row_json(&r, *rows == 0);
+            else
+                print_row_text(&r, *rows == 0);
+            ++*rows;
+        }
+    }
+out:
+    free(buf.master), free(buf.m), free(buf.v), free(buf.grad), free(buf.param);
+    return rc;
 }
 
 static int bench_adam(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        adam_usage(stdout);
+        cli_print_help(&adam_spec, stdout);
         return CLI_EXIT_OK;
     }
     adam_opts o;
@@ -390,51 +382,11 @@ static int bench_adam(int argc, char **argv)
         printf("{\"kernel\": \"%s\", \"rows\": [", o.ops->name);
     int max_threads = 1, rows = 0;
     size_t total_wrong = 0;
-    for (int t = 0; t < o.thread_count; t++)
-        max_threads = MAX(max_threads, o.threads[t]);
-    for (int s = 0; s < o.size_count; s++) {
-        size_t n = o.sizes[s], gmax = 0, pmax = 0;
-        for (int c = 0; c < o.combo_count; c++)
-            if (runs_at(&o, n, o.combos[c])) {
-                gmax = MAX(gmax, strata_dtype_bytes(o.combos[c].grad));
-                pmax = MAX(pmax, strata_dtype_bytes(o.combos[c].param));
-            }
-        if (!gmax)
-            continue;
-        size_t need = n * (12 + gmax + pmax), avail = machine_mem_available_bytes();
-        char a[32], b[32];
-        if (need + ((size_t)1 << 30) > avail) {
-            fprintf(stderr, "# %zu elements skipped: needs %s, %s available (keep 1 GiB spare)\n", n,
-                    size_format(need, a, sizeof a), size_format(avail, b, sizeof b));
-            continue;
-        }
-        bufs buf = {big_alloc(n * 4), big_alloc(n * 4), big_alloc(n * 4), big_alloc(n * gmax),
-                    pmax ? big_alloc(n * pmax) : NULL};
-        if (!buf.master || !buf.m || !buf.v || !buf.grad || (pmax && !buf.param)) {
-            fprintf(stderr, "strata bench adam: could not allocate %s for %zu elements\n",
-                    size_format(need, a, sizeof a), n);
-            free(buf.master), free(buf.m), free(buf.v), free(buf.grad), free(buf.param);
-            return CLI_EXIT_FAIL;
-        }
-        fill_state(&buf, n, o.seed, max_threads);
-        int64_t step = 0;
-        for (int c = 0; c < o.combo_count; c++) {
-            if (!runs_at(&o, n, o.combos[c]))
-                continue;
-            fill_grad(&buf, n, o.combos[c].grad, o.seed, max_threads);
-            for (int t = 0; t < o.thread_count; t++) {
-                row r = {.n = n, .c = o.combos[c], .threads = o.threads[t]};
-                run_row(&o, &buf, &r, &step);
-                total_wrong += r.wrong;
-                if (o.json)
-                    print_row_json(&r, rows == 0);
-                else
-                    print_row_text(&r, rows == 0);
-                rows++;
-            }
-        }
-        free(buf.master), free(buf.m), free(buf.v), free(buf.grad), free(buf.param);
-    }
+    for (int t = 0; t < o.threads.n; t++)
+        max_threads = MAX(max_threads, o.threads.v[t]);
+    for (int s = 0; s < o.sizes.n; s++)
+        if ((rc = bench_size(&o, o.sizes.v[s], max_threads, &rows, &total_wrong)) != CLI_EXIT_OK)
+            return rc;
     if (o.json)
         printf("\n], \"wrong\": %zu}\n", total_wrong);
     if (total_wrong) {

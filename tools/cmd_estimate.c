@@ -16,33 +16,48 @@
 #include "tools/estimate_acts.h"
 #include "tools/estimate_ranks.h"
 #include "tools/gpt_shape.h"
+#include "tools/options.h"
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: strata estimate [--model PRESET] [--layers N] [--hidden N] [--heads N] [--vocab N] [--seq N]\n"
-            "                       [--config FILE] [--device-budget SIZE] [--host-budget SIZE]\n\n"
-            "Prints how many bytes each tier (device, host, NVMe) needs to train a GPT-style model with the\n"
-            "config, with the largest module and the prefetch window in flight, and whether the budgets hold it.\n"
-            "With zero_optimization.offload_param.device or offload_optimizer.device \"auto\" in the config it\n"
-            "places them as training would (the fastest placement that fits the budgets) and says why.\n"
-            "Nothing is allocated. Presets: %s (default 1.5B); --layers, --hidden, --heads, --vocab and --seq\n"
-            "change those dimensions of the preset, or describe a model of their own with --layers and --hidden.\n"
-            "SIZE takes bytes or strings like 2GiB.\n\n%s\n%s", gpt_preset_names(), estimate_ranks_usage,
-            estimate_acts_usage);
-}
+/* The command line: the shape given (0 = the preset's), the budgets, the world's and the activations' options. */
+typedef struct estimate_args {
+    const char *model, *config;
+    gpt_shape shape;
+    size_t device_budget, host_budget;
+    int batch; /* 0 = not given */
+    estimate_ranks ranks;
+    estimate_acts acts;
+} estimate_args;
 
-static bool parse_int(const char *flag, const char *text, int *out)
-{
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (*end || v <= 0 || v > 1000000) {
-        fprintf(stderr, "strata estimate: %s \"%s\" must be a whole number in [1, 1000000]\n", flag, text);
-        return false;
-    }
-    *out = (int)v;
-    return true;
-}
+#define SIZE_OPT(flag, field, text)                                                                                  \
+    {.name = flag, .kind = CLI_SIZE, .offset = offsetof(estimate_args, field), .meta = "SIZE", .help = text,        \
+     .hint = "write bytes or e.g. 2GiB"}
+static const cli_opt model_opts[] = {
+    {.name = "--model", .kind = CLI_TEXT, .offset = offsetof(estimate_args, model), .meta = "PRESET",
+     .help = GPT_PRESET_NAMES " (default 1.5B); the shape flags change those dimensions of the preset, or describe a "
+             "model of their own with --layers and --hidden"},
+};
+static const cli_opt estimate_opts[] = {
+    GPT_SHAPE_CONTEXT_OPT("--seq", offsetof(estimate_args, shape)),
+    {.name = "--config", .kind = CLI_TEXT, .offset = offsetof(estimate_args, config), .meta = "FILE",
+     .help = "a DeepSpeed-style JSON config"},
+    SIZE_OPT("--device-budget", device_budget, "device memory strata may use (default: the config's)"),
+    SIZE_OPT("--host-budget", host_budget, "host memory strata may use (default: the config's)"),
+    {.name = "--batch", .kind = CLI_INT, .offset = offsetof(estimate_args, batch), .lo = 1, .hi = 1000000,
+     .meta = "N", .help = "sequences per rank per micro-batch, {} (default 1): the activations' and the world's",
+     .hint = "sequences per rank per micro-batch"},
+};
+#undef SIZE_OPT
+static const cli_opt_group estimate_groups[] = {
+    CLI_GROUP(model_opts), GPT_SHAPE_GROUP(offsetof(estimate_args, shape)), CLI_GROUP(estimate_opts),
+    ESTIMATE_ACTS_GROUP(offsetof(estimate_args, acts)), ESTIMATE_RANKS_GROUP(offsetof(estimate_args, ranks)),
+};
+static const cli_spec estimate_spec = {
+    .command = "estimate", .groups = estimate_groups, .ngroups = 5,
+    .about = "Prints how many bytes each tier (device, host, NVMe) needs to train a GPT-style model with the\n"
+             "config, with the largest module and the prefetch window in flight, and whether the budgets hold it.\n"
+             "With zero_optimization.offload_param.device or offload_optimizer.device \"auto\" in the config it\n"
+             "places them as training would (the fastest placement that fits the budgets) and says why.\n"
+             "Nothing is allocated. SIZE takes bytes or strings like 2GiB."};
 
 /* The smallest free space among the NVMe paths of the config, or 0 when none can be read. */
 static size_t nvme_free(const strata_config *cfg)
@@ -118,184 +133,186 @@ static void print_misfits(const plan *p, const plan_input *in, const size_t budg
     }
 }
 
-int cmd_estimate(int argc, char **argv)
+/* The command line into a, cfg and the shape to estimate (named into name); 0 or an exit code. */
+static int settle_args(int argc, char **argv, estimate_args *a, strata_config *cfg, const gpt_shape **shape,
+                       char *name, size_t name_bytes)
 {
-    if (cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return CLI_EXIT_OK;
-    }
-    /* The dimensions given on the command line (0 = not given) change those of --model's preset, or of none. */
-    gpt_shape custom = {"custom", 0, 0, 0, 0, 0};
-    const gpt_shape *preset = NULL;
-    strata_config cfg;
-    strata_config_init(&cfg);
-    size_t dev_budget = 0, host_budget = 0;
-    estimate_ranks ranks = ESTIMATE_RANKS_INIT;
-    estimate_acts acts = ESTIMATE_ACTS_INIT;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool used;
-        int took = estimate_acts_option(&acts, a, v, &used);
-        if (took < 0)
-            return CLI_EXIT_USAGE;
-        if (took) {
-            i += used;
-            continue;
-        }
-        if (strcmp(a, "--json") == 0) {
-            estimate_ranks_option(&ranks, a, NULL);
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "strata estimate: %s needs a value (see --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-        i++;
-        int taken = estimate_ranks_option(&ranks, a, v);
-        if (taken < 0)
-            return CLI_EXIT_USAGE;
-        if (taken)
-            continue;
-        if (strcmp(a, "--model") == 0) {
-            if (!(preset = gpt_preset(v))) {
-                fprintf(stderr, "strata estimate: --model \"%s\" is not a preset; allowed: %s\n", v, gpt_preset_names());
-                return CLI_EXIT_USAGE;
-            }
-        } else if (strcmp(a, "--layers") == 0 || strcmp(a, "--hidden") == 0 || strcmp(a, "--heads") == 0 ||
-                   strcmp(a, "--vocab") == 0 || strcmp(a, "--seq") == 0) {
-            int *field = a[2] == 'l' ? &custom.layers : a[3] == 'i' ? &custom.hidden : a[2] == 'h' ? &custom.heads
-                         : a[2] == 'v' ? &custom.vocab : &custom.seq;
-            if (!parse_int(a, v, field))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(a, "--config") == 0) {
-            char err[4096];
-            if (strata_config_load_json(&cfg, v, err, sizeof err) != STRATA_OK) {
-                fprintf(stderr, "%s\n", err);
-                return CLI_EXIT_USAGE;
-            }
-        } else if (strcmp(a, "--device-budget") == 0 || strcmp(a, "--host-budget") == 0) {
-            size_t *dst = a[2] == 'd' ? &dev_budget : &host_budget;
-            if (!size_parse(v, dst)) {
-                fprintf(stderr, "strata estimate: %s \"%s\" is not a size; write bytes or e.g. 2GiB\n", a, v);
-                return CLI_EXIT_USAGE;
-            }
-        } else {
-            fprintf(stderr, "strata estimate: unknown option \"%s\" (see --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-    }
-    char shape_name[96];
-    const gpt_shape *shape = settle_shape(preset, &custom, shape_name, sizeof shape_name);
-    if (!shape)
+    int rc = cli_parse_or_say(&estimate_spec, argc, argv, a);
+    if (rc)
+        return rc;
+    const gpt_shape *preset = a->model ? gpt_preset(a->model) : NULL;
+    if (a->model && !preset) {
+        fprintf(stderr, "strata estimate: --model \"%s\" is not a preset; allowed: %s\n", a->model, gpt_preset_names());
         return CLI_EXIT_USAGE;
-    if (dev_budget)
-        cfg.device_budget_bytes = dev_budget;
-    if (host_budget)
-        cfg.host_budget_bytes = host_budget;
-    if (!estimate_ranks_settle(&ranks, &cfg))
+    }
+    char err[4096];
+    if (a->config && strata_config_load_json(cfg, a->config, err, sizeof err) != STRATA_OK) {
+        fprintf(stderr, "%s\n", err);
         return CLI_EXIT_USAGE;
-    if (acts.active && ranks.params) {
+    }
+    if (a->batch) { /* --batch is both the activations' and the world's */
+        a->acts.batch = a->ranks.batch = a->batch;
+        a->acts.active = a->ranks.active = true;
+    }
+    if (!(*shape = settle_shape(preset, &a->shape, name, name_bytes)))
+        return CLI_EXIT_USAGE;
+    if (a->device_budget)
+        cfg->device_budget_bytes = a->device_budget;
+    if (a->host_budget)
+        cfg->host_budget_bytes = a->host_budget;
+    if (!estimate_ranks_settle(&a->ranks, cfg))
+        return CLI_EXIT_USAGE;
+    if (a->acts.active && a->ranks.params) {
         fprintf(stderr, "strata estimate: activations need a model shape (--model or --layers/--hidden), not --params\n");
         return CLI_EXIT_USAGE;
     }
-    gpt_dims dims = gpt_shape_dims(shape);
-    if (!ranks.params && !estimate_acts_apply(&acts, &dims, &cfg))
-        return CLI_EXIT_USAGE;
+    return 0;
+}
 
-    plan_input in = {.param_bytes = strata_dtype_bytes(cfg.param_dtype), .delayed = cfg.delayed_update,
-                     .sub_group_numel = align_up(cfg.sub_group_size, PLAN_MODULE_ALIGN),
-                     .activation_bytes = cfg.activation_bytes, .world_size = ranks.world_size,
-                     .zero_stage = ranks.zero_stage, .step_in_backward = cfg.step_in_backward};
-    plan_windows(&cfg, in.param_bytes, &in.prefetch_bytes, &in.max_live_bytes);
+/* What the plan is made of: this rank's shard of each module of the shape (or of the equal modules of a bare
+ * count). *nmodules and *tied_numel (the embeddings, which the GPT's head fetches once more) are for the printers. */
+static plan_input plan_input_of(const estimate_ranks *ranks, const strata_config *cfg, const gpt_shape *shape,
+                                size_t *nmodules, size_t *tied_numel)
+{
+    plan_input in = {.param_bytes = strata_dtype_bytes(cfg->param_dtype), .delayed = cfg->delayed_update,
+                     .sub_group_numel = align_up(cfg->sub_group_size, PLAN_MODULE_ALIGN),
+                     .activation_bytes = cfg->activation_bytes, .world_size = ranks->world_size,
+                     .zero_stage = ranks->zero_stage, .step_in_backward = cfg->step_in_backward};
+    plan_windows(cfg, in.param_bytes, &in.prefetch_bytes, &in.max_live_bytes);
     /* Each module is partitioned on its own (a rank owns a slice of every module, so a fetch gathers one
      * module), so this rank's shard is the sum of its module slices; a bare count is cut into equal modules. The
      * GPT's embeddings (module 0) are also its head: fetched and handed over once more per micro-batch. */
-    size_t module_params = ranks.params ? estimate_ranks_module_params(&ranks) : 0, tied_numel = 0;
-    size_t nmodules = ranks.params ? (ranks.params + module_params - 1) / module_params : (size_t)gpt_module_count(shape);
-    for (size_t m = 0; m < nmodules; m++) {
-        size_t sizes[16] = {MIN(module_params, ranks.params - MIN(ranks.params, m * module_params))};
-        int n = ranks.params ? 1 : gpt_module_params(shape, (int)m, sizes);
+    size_t module_params = ranks->params ? estimate_ranks_module_params(ranks) : 0;
+    *tied_numel = 0;
+    *nmodules = ranks->params ? (ranks->params + module_params - 1) / module_params : (size_t)gpt_module_count(shape);
+    for (size_t m = 0; m < *nmodules; m++) {
+        size_t sizes[16] = {MIN(module_params, ranks->params - MIN(ranks->params, m * module_params))};
+        int n = ranks->params ? 1 : gpt_module_params(shape, (int)m, sizes);
         size_t numel = plan_module_layout(sizes, (size_t)n, NULL, NULL);
-        size_t shard = align_up(plan_rank_slice_numel(numel, ranks.world_size), PLAN_MODULE_ALIGN);
+        size_t shard = align_up(plan_rank_slice_numel(numel, ranks->world_size), PLAN_MODULE_ALIGN);
         in.total_numel += numel;
         in.shard_numel += shard;
         in.largest_module_numel = MAX(in.largest_module_numel, numel);
-        if (!ranks.params && m == 0)
-            tied_numel = shard * (size_t)ranks.world_size;
+        if (!ranks->params && m == 0)
+            *tied_numel = shard * (size_t)ranks->world_size;
     }
     size_t param_numel, grad_numel, opt_numel;
     plan_class_numel(&in, &param_numel, &grad_numel, &opt_numel);
     in.opt_device_numel = opt_numel - twin_flow_split(opt_numel, MIN(in.sub_group_numel, opt_numel),
-                                                      cfg.offload_optimizer_ratio); /* as finalize's plan_input_of */
-    /* Placed as finalize places (plan_place): an unknown device budget holds anything, and "auto" keeps the
-     * optimizer state on the device only where the device is the host backend's RAM (a config that fixes it there
-     * is estimated as it says). */
-    bool is_auto = cfg.offload_param.device == STRATA_TIER_AUTO || cfg.offload_optimizer.device == STRATA_TIER_AUTO;
-    bool opt_on_device = cfg.offload_optimizer.device == STRATA_TIER_DEVICE || cfg.backend == STRATA_BACKEND_HOST;
-    if (cfg.offload_optimizer.device == STRATA_TIER_AUTO && cfg.backend == STRATA_BACKEND_AUTO)
-        opt_on_device = dev_probe(STRATA_BACKEND_CUDA, NULL, 0) != STRATA_OK; /* as training resolves the backend */
+                                                      cfg->offload_optimizer_ratio); /* as finalize's plan_input_of */
+    return in;
+}
+
+/* The plan placed as finalize places it (plan_place). */
+typedef struct placed {
     plan p;
     plan_placement place;
-    strata_status placed = plan_place(&cfg, opt_on_device, &in,
-                                      cfg.device_budget_bytes ? cfg.device_budget_bytes : SIZE_MAX,
-                                      plan_host_budget(&cfg), &place, &p);
-    char placed_msg[1024];
-    snprintf(placed_msg, sizeof placed_msg, "%s", placed == STRATA_OK ? "" : strata_last_error(NULL));
-    size_t psi = ranks.params ? ranks.params : gpt_param_count(shape);
-    int seq = ranks.params ? 1024 : shape->seq;
-    if (ranks.json) {
-        estimate_ranks_print(&ranks, &cfg, &in, &p, psi, seq, tied_numel);
-        return CLI_EXIT_OK;
-    }
+    strata_status st;
+    char msg[1024]; /* why it does not fit, when st is not STRATA_OK */
+    bool is_auto, opt_on_device;
+} placed;
 
-    char b1[32], b2[32], b3[32], b4[32];
+/* An unknown device budget holds anything, and "auto" keeps the optimizer state on the device only where the device
+ * is the host backend's RAM (a config that fixes it there is estimated as it says). */
+static void place_plan(const strata_config *cfg, plan_input *in, placed *out)
+{
+    out->is_auto = cfg->offload_param.device == STRATA_TIER_AUTO || cfg->offload_optimizer.device == STRATA_TIER_AUTO;
+    out->opt_on_device = cfg->offload_optimizer.device == STRATA_TIER_DEVICE || cfg->backend == STRATA_BACKEND_HOST;
+    if (cfg->offload_optimizer.device == STRATA_TIER_AUTO && cfg->backend == STRATA_BACKEND_AUTO)
+        out->opt_on_device = dev_probe(STRATA_BACKEND_CUDA, NULL, 0) != STRATA_OK; /* as training resolves the backend */
+    out->st = plan_place(cfg, out->opt_on_device, in, cfg->device_budget_bytes ? cfg->device_budget_bytes : SIZE_MAX,
+                         plan_host_budget(cfg), &out->place, &out->p);
+    snprintf(out->msg, sizeof out->msg, "%s", out->st == STRATA_OK ? "" : strata_last_error(NULL));
+}
+
+/* The lines above the tables: the world, the model and where the state classes went. */
+static void print_model(const estimate_ranks *ranks, const strata_config *cfg, const gpt_shape *shape,
+                        const plan_input *in, const placed *pl, size_t psi, size_t nmodules)
+{
     double count = (double)psi;
-    if (ranks.active)
+    if (ranks->active)
         printf("world   %d rank%s at ZeRO stage %d: every number below is per rank; no ranks are started\n",
-               ranks.world_size, ranks.world_size == 1 ? "" : "s", ranks.zero_stage);
-    if (ranks.params)
+               ranks->world_size, ranks->world_size == 1 ? "" : "s", ranks->zero_stage);
+    if (ranks->params)
         printf("model   %zu parameters as %zu module%s of %zu (--module-params): a bare count has no layers, so the "
                "plan takes equal modules, no tied embeddings and no activations (%zu elements padded)\n", psi,
-               nmodules, nmodules == 1 ? "" : "s", module_params, in.total_numel);
+               nmodules, nmodules == 1 ? "" : "s", estimate_ranks_module_params(ranks), in->total_numel);
     else
         printf("model   gpt %s: %d layers, hidden %d, vocab %d, seq %d: %.3g%s parameters (%zu elements padded)\n",
                shape->name, shape->layers, shape->hidden, shape->vocab, shape->seq,
-               count >= 1e9 ? count / 1e9 : count / 1e6, count >= 1e9 ? " billion" : " million", in.total_numel);
+               count >= 1e9 ? count / 1e9 : count / 1e6, count >= 1e9 ? " billion" : " million", in->total_numel);
     printf("tiers   parameters %s (%s), optimizer state %s, gradients %s; largest module %zu elements\n",
-           strata_tier_name(in.param_tier), strata_dtype_name(cfg.param_dtype),
-           strata_tier_name(in.opt_tier), strata_tier_name(in.grad_tier), in.largest_module_numel);
-    if (is_auto && placed == STRATA_OK)
-        printf("        %s%s\n", place.reason, cfg.device_budget_bytes ? "" : " (no device budget given: "
+           strata_tier_name(in->param_tier), strata_dtype_name(cfg->param_dtype),
+           strata_tier_name(in->opt_tier), strata_tier_name(in->grad_tier), in->largest_module_numel);
+    if (pl->is_auto && pl->st == STRATA_OK)
+        printf("        %s%s\n", pl->place.reason, cfg->device_budget_bytes ? "" : " (no device budget given: "
                "--device-budget or strata.device_budget_bytes; the device was taken to hold anything)");
-    else if (is_auto)
+    else if (pl->is_auto)
         printf("        auto: no placement fits the budgets; below is the one closest to fitting\n");
     printf("\n");
+}
+
+/* The plan's lines, what each tier needs against what it has, why a tier misfits, and the host cache. */
+static void print_tiers(const strata_config *cfg, const plan_input *in, const plan *p)
+{
+    char b1[32], b2[32], b3[32], b4[32];
     printf("%-7s %-45s %14s\n", "TIER", "WHAT", "BYTES");
-    for (int i = 0; i < p.nlines; i++)
-        printf("%-7s %-45s %14s\n", strata_tier_name(p.lines[i].tier), p.lines[i].what,
-               size_format(p.lines[i].bytes, b1, sizeof b1));
-    size_t budgets[3] = {cfg.device_budget_bytes, plan_host_budget(&cfg), nvme_free(&cfg)};
+    for (int i = 0; i < p->nlines; i++)
+        printf("%-7s %-45s %14s\n", strata_tier_name(p->lines[i].tier), p->lines[i].what,
+               size_format(p->lines[i].bytes, b1, sizeof b1));
+    size_t budgets[3] = {cfg->device_budget_bytes, plan_host_budget(cfg), nvme_free(cfg)};
     printf("\n%-7s %14s %14s  %s\n", "TIER", "NEEDED", "AVAILABLE", "FITS");
     for (int t = 0; t < 3; t++) {
         bool known = budgets[t] > 0;
-        printf("%-7s %14s %14s  %s\n", strata_tier_name((strata_tier)t), size_format(p.tier_bytes[t], b2, sizeof b2),
+        printf("%-7s %14s %14s  %s\n", strata_tier_name((strata_tier)t), size_format(p->tier_bytes[t], b2, sizeof b2),
                known ? size_format(budgets[t], b3, sizeof b3) : t == 0 ? "all free" : "unknown",
-               !known ? "-" : p.tier_bytes[t] <= budgets[t] ? "yes" : "NO");
+               !known ? "-" : p->tier_bytes[t] <= budgets[t] ? "yes" : "NO");
     }
-    print_misfits(&p, &in, budgets);
-    if (p.nvme_param_bytes || p.nvme_opt_bytes)
+    print_misfits(p, in, budgets);
+    if (p->nvme_param_bytes || p->nvme_opt_bytes)
         printf("\nhost cache (strata.host_cache%s): mirrors %s of %s of NVMe parameters (read at every fetch) and %s of "
                "%s of NVMe optimizer state (read once per step), from what the host budget leaves\n",
-               cfg.host_cache ? "" : " = false", size_format(p.cache_param_bytes, b1, sizeof b1),
-               size_format(p.nvme_param_bytes, b2, sizeof b2), size_format(p.cache_opt_bytes, b3, sizeof b3),
-               size_format(p.nvme_opt_bytes, b4, sizeof b4));
-    if (ranks.active)
-        estimate_ranks_print(&ranks, &cfg, &in, &p, psi, seq, tied_numel);
-    if (acts.active)
-        estimate_acts_print(&acts, &dims, &cfg, &in, opt_on_device);
+               cfg->host_cache ? "" : " = false", size_format(p->cache_param_bytes, b1, sizeof b1),
+               size_format(p->nvme_param_bytes, b2, sizeof b2), size_format(p->cache_opt_bytes, b3, sizeof b3),
+               size_format(p->nvme_opt_bytes, b4, sizeof b4));
+}
+
+int cmd_estimate(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        cli_print_help(&estimate_spec, stdout);
+        return CLI_EXIT_OK;
+    }
+    estimate_args a = {.ranks = ESTIMATE_RANKS_INIT, .acts = ESTIMATE_ACTS_INIT};
+    strata_config cfg;
+    strata_config_init(&cfg);
+    const gpt_shape *shape;
+    char shape_name[96];
+    int rc = settle_args(argc, argv, &a, &cfg, &shape, shape_name, sizeof shape_name);
+    if (rc)
+        return rc;
+    gpt_dims dims = gpt_shape_dims(shape);
+    if (!a.ranks.params && !estimate_acts_apply(&a.acts, &dims, &cfg))
+        return CLI_EXIT_USAGE;
+    size_t nmodules, tied_numel;
+    plan_input in = plan_input_of(&a.ranks, &cfg, shape, &nmodules, &tied_numel);
+    placed pl;
+    place_plan(&cfg, &in, &pl);
+    size_t psi = a.ranks.params ? a.ranks.params : gpt_param_count(shape);
+    int seq = a.ranks.params ? 1024 : shape->seq;
+    if (a.ranks.json) {
+        estimate_ranks_print(&a.ranks, &cfg, &in, &pl.p, psi, seq, tied_numel);
+        return CLI_EXIT_OK;
+    }
+    print_model(&a.ranks, &cfg, shape, &in, &pl, psi, nmodules);
+    print_tiers(&cfg, &in, &pl.p);
+    if (a.ranks.active)
+        estimate_ranks_print(&a.ranks, &cfg, &in, &pl.p, psi, seq, tied_numel);
+    if (a.acts.active)
+        estimate_acts_print(&a.acts, &dims, &cfg, &in, pl.opt_on_device);
     /* Without a device budget nothing is judged, unless auto had to choose by the host budget. */
-    if ((cfg.device_budget_bytes || is_auto) && placed != STRATA_OK) {
-        printf("\n%s\n", placed_msg);
+    if ((cfg.device_budget_bytes || pl.is_auto) && pl.st != STRATA_OK) {
+        printf("\n%s\n", pl.msg);
         return CLI_EXIT_FAIL;
     }
     return CLI_EXIT_OK;

@@ -1,7 +1,6 @@
 /* `strata nvme-bench PATH...`: sweep block size x queue depth x I/O threads over write, read and
  * concurrent read+write; print a verified table and the best settings; optionally write them as
  * an aio config block. */
-#include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,78 +12,27 @@
 
 #include "base/error.h"
 #include "base/size.h"
-#include "nvme/bench.h"
+#include "tools/nvme_bench_run.h"
 #include "tools/cli.h"
 #include "tools/machine_line.h"
+#include "tools/options.h"
 
-#define MAX_GRID 16
-
-typedef struct grid {
-    size_t bs[MAX_GRID];
-    int nbs;
-    int qd[MAX_GRID];
-    int nqd;
-    int threads[MAX_GRID];
-    int nthreads;
+/* The command line: the grid to sweep and how. */
+typedef struct bench_args {
+    cli_size_list bs;
+    cli_int_list qd, threads;
     bool modes[BENCH_MODES];
-} grid;
+    size_t size, max_buffers;
+    double seconds;
+    strata_switch direct;
+    long long seed; /* -1: the time */
+    bool json;
+    const char *config_out;
+} bench_args;
 
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig)
+static bool parse_modes(const char *text, void *dst)
 {
-    (void)sig;
-    interrupted = 1;
-}
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: strata nvme-bench PATH [PATH...] [options]\n"
-            "  Measures NVMe bandwidth on private files in each PATH (a directory; several are striped).\n"
-            "  --size SIZE          total file size over all paths (default 4GiB)\n"
-            "  --bs LIST            block sizes (default 128KiB,1MiB,8MiB)\n"
-            "  --qd LIST            queue depths per ring (default 1,4,16,64)\n"
-            "  --threads LIST       I/O threads, one ring each (default 1,2)\n"
-            "  --modes LIST         write,read,rw (default all three; rw = concurrent read+write)\n"
-            "  --seconds S          time limit per pass, 0 = the whole file (default 1)\n"
-            "  --direct auto|on|off O_DIRECT policy (default auto)\n"
-            "  --max-buffers SIZE   skip points needing more buffer memory (default 1GiB)\n"
-            "  --seed N             pattern seed (default: time)\n"
-            "  --json               print JSON instead of the table\n"
-            "  --write-config FILE  write the best settings as a DeepSpeed-style aio block\n");
-}
-
-static bool parse_sizes(const char *text, size_t *out, int *n)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", text);
-    *n = 0;
-    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n == MAX_GRID || !size_parse(tok, &out[*n]) || out[*n] % 4096 || out[*n] == 0)
-            return false;
-        (*n)++;
-    }
-    return *n > 0;
-}
-
-static bool parse_ints(const char *text, int *out, int *n, int lo, int hi)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", text);
-    *n = 0;
-    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long v = strtol(tok, &end, 10);
-        if (*n == MAX_GRID || *end || v < lo || v > hi)
-            return false;
-        out[(*n)++] = (int)v;
-    }
-    return *n > 0;
-}
-
-static bool parse_modes(const char *text, bool *modes)
-{
+    bool *modes = dst;
     char buf[64];
     snprintf(buf, sizeof buf, "%s", text);
     memset(modes, 0, sizeof(bool) * BENCH_MODES);
@@ -97,6 +45,58 @@ static bool parse_modes(const char *text, bool *modes)
         modes[m] = true;
     }
     return true;
+}
+
+static bool parse_direct(const char *text, void *dst)
+{
+    strata_switch *direct = dst;
+    if (strcasecmp(text, "auto") == 0)
+        *direct = STRATA_SWITCH_AUTO;
+    else if (strcasecmp(text, "on") == 0 || strcasecmp(text, "true") == 0)
+        *direct = STRATA_SWITCH_ON;
+    else if (strcasecmp(text, "off") == 0 || strcasecmp(text, "false") == 0)
+        *direct = STRATA_SWITCH_OFF;
+    else
+        return false;
+    return true;
+}
+
+#define OPT(flag, kind, field, meta, text) CLI_OPTION(bench_args, flag, kind, field, 0, 0, meta, text)
+static const cli_opt bench_opts[] = {
+    {.name = "--size", .kind = CLI_SIZE, .offset = offsetof(bench_args, size), .lo = 8u << 20, .meta = "SIZE",
+     .help = "total file size over all paths, {} (default 4GiB)", .hint = "write bytes or e.g. 4GiB"},
+    {.name = "--bs", .kind = CLI_SIZE_LIST, .offset = offsetof(bench_args, bs), .lo = 4096, .align = 4096,
+     .meta = "LIST", .help = "block sizes (default 128KiB,1MiB,8MiB)"},
+    {.name = "--qd", .kind = CLI_INT_LIST, .offset = offsetof(bench_args, qd), .lo = 1, .hi = 4096, .meta = "LIST",
+     .help = "queue depths per ring, each in {} (default 1,4,16,64)"},
+    {.name = "--threads", .kind = CLI_INT_LIST, .offset = offsetof(bench_args, threads), .lo = 1, .hi = 64,
+     .meta = "LIST", .help = "I/O threads, one ring each, each in {} (default 1,2)"},
+    {.name = "--modes", .kind = CLI_CUSTOM, .offset = offsetof(bench_args, modes), .parse = parse_modes,
+     .what = "a comma-separated list of write, read, rw", .meta = "LIST",
+     .help = "write,read,rw (default all three; rw = concurrent read+write)"},
+    {.name = "--seconds", .kind = CLI_REAL, .offset = offsetof(bench_args, seconds), .lo = 0, .hi = 1e6, .meta = "S",
+     .what = "a time in seconds", .help = "time limit per pass, 0 = the whole file (default 1)"},
+    {.name = "--direct", .kind = CLI_CUSTOM, .offset = offsetof(bench_args, direct), .parse = parse_direct,
+     .what = "auto, on or off", .meta = "auto|on|off", .help = "O_DIRECT policy (default auto)"},
+    {.name = "--max-buffers", .kind = CLI_SIZE, .offset = offsetof(bench_args, max_buffers), .meta = "SIZE",
+     .help = "skip points needing more buffer memory (default 1GiB)", .hint = "write bytes or e.g. 1GiB"},
+    {.name = "--seed", .kind = CLI_LL, .offset = offsetof(bench_args, seed), .lo = 0, .hi = 1e18, .meta = "N",
+     .help = "pattern seed (default: time)"},
+    OPT("--json", CLI_SWITCH, json, NULL, "print JSON instead of the table"),
+    OPT("--write-config", CLI_TEXT, config_out, "FILE", "write the best settings as a DeepSpeed-style aio block"),
+};
+#undef OPT
+static const cli_opt_group bench_groups[] = {CLI_GROUP(bench_opts)};
+static const cli_spec bench_spec = {
+    .command = "nvme-bench", .operands = "PATH [PATH...]", .groups = bench_groups, .ngroups = 1,
+    .about = "Measures NVMe bandwidth on private files in each PATH (a directory; several are striped)."};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
 }
 
 static void progress_bar(uint64_t done, uint64_t total, void *ctx)
@@ -118,8 +118,8 @@ static void clear_progress(void)
         fprintf(stderr, "\r%*s\r", 90, "");
 }
 
-static void print_header(const char *const *paths, int npaths, uint64_t size, const grid *g, double seconds,
-                         strata_switch direct, bool is_direct, uint64_t seed)
+static void print_header(const char *const *paths, int npaths, uint64_t size, const bench_args *g, bool is_direct,
+                         uint64_t seed)
 {
     char a[32];
     machine_line_print(stdout, "");
@@ -127,17 +127,17 @@ static void print_header(const char *const *paths, int npaths, uint64_t size, co
     for (int i = 0; i < npaths; i++)
         printf(" %s", paths[i]);
     printf(", size %s, direct %s (%s), seconds per pass %g, seed %llu\n", size_format(size, a, sizeof a),
-           direct == STRATA_SWITCH_ON ? "on" : direct == STRATA_SWITCH_OFF ? "off" : "auto",
-           is_direct ? "O_DIRECT" : "buffered", seconds, (unsigned long long)seed);
+           g->direct == STRATA_SWITCH_ON ? "on" : g->direct == STRATA_SWITCH_OFF ? "off" : "auto",
+           is_direct ? "O_DIRECT" : "buffered", g->seconds, (unsigned long long)seed);
     printf("grid:    bs");
-    for (int i = 0; i < g->nbs; i++)
-        printf("%s%s", i ? "," : " ", size_format(g->bs[i], a, sizeof a));
+    for (int i = 0; i < g->bs.n; i++)
+        printf("%s%s", i ? "," : " ", size_format(g->bs.v[i], a, sizeof a));
     printf("; qd");
-    for (int i = 0; i < g->nqd; i++)
-        printf("%s%d", i ? "," : " ", g->qd[i]);
+    for (int i = 0; i < g->qd.n; i++)
+        printf("%s%d", i ? "," : " ", g->qd.v[i]);
     printf("; threads");
-    for (int i = 0; i < g->nthreads; i++)
-        printf("%s%d", i ? "," : " ", g->threads[i]);
+    for (int i = 0; i < g->threads.n; i++)
+        printf("%s%d", i ? "," : " ", g->threads.v[i]);
     printf("; modes");
     for (int m = 0; m < BENCH_MODES; m++)
         if (g->modes[m])
@@ -178,164 +178,175 @@ static int write_config(const char *file, const bench_result *best)
     return CLI_EXIT_OK;
 }
 
-int cmd_nvme_bench(int argc, char **argv)
+/* What the sweep found so far: the best result per mode, the best point (the highest mean over the modes), the
+ * verification counts, and the rows of --json. */
+typedef struct sweep {
+    const bench_args *args;
+    bench_files *bf;
+    bench_result best[BENCH_MODES], best_point;
+    double best_score;
+    uint64_t wrong, errors, seed;
+    json_t *rows;
+    int point, points;
+} sweep;
+
+/* Every mode at one point of the grid; 0, or an exit code when a pass could not run. */
+static int sweep_point(sweep *sw, const strata_aio_config *cfg)
 {
-    grid g = {.bs = {128 << 10, 1 << 20, 8 << 20}, .nbs = 3, .qd = {1, 4, 16, 64}, .nqd = 4, .threads = {1, 2},
-              .nthreads = 2, .modes = {true, true, true}};
-    size_t size = (size_t)4 << 30, max_buffers = (size_t)1 << 30;
-    double seconds = 1;
-    strata_switch direct = STRATA_SWITCH_AUTO;
-    uint64_t seed = (uint64_t)time(NULL);
-    bool as_json = false;
-    const char *config_out = NULL;
-    static const struct option opts[] = {
-        {"size", required_argument, 0, 's'},    {"bs", required_argument, 0, 'b'},
-        {"qd", required_argument, 0, 'q'},      {"threads", required_argument, 0, 't'},
-        {"modes", required_argument, 0, 'm'},   {"seconds", required_argument, 0, 'S'},
-        {"direct", required_argument, 0, 'd'},  {"max-buffers", required_argument, 0, 'B'},
-        {"seed", required_argument, 0, 'r'},    {"json", no_argument, 0, 'j'},
-        {"write-config", required_argument, 0, 'w'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    optind = 1;
-    for (int c, li = 0; (c = getopt_long(argc, argv, "h", opts, &li)) != -1;) {
-        bool ok = true;
-        switch (c) {
-        case 's': ok = size_parse(optarg, &size) && size >= (8u << 20); break;
-        case 'b': ok = parse_sizes(optarg, g.bs, &g.nbs); break;
-        case 'q': ok = parse_ints(optarg, g.qd, &g.nqd, 1, 4096); break;
-        case 't': ok = parse_ints(optarg, g.threads, &g.nthreads, 1, 64); break;
-        case 'm': ok = parse_modes(optarg, g.modes); break;
-        case 'S': seconds = atof(optarg); ok = seconds >= 0; break;
-        case 'B': ok = size_parse(optarg, &max_buffers); break;
-        case 'r': seed = strtoull(optarg, NULL, 0); break;
-        case 'j': as_json = true; break;
-        case 'w': config_out = optarg; break;
-        case 'd':
-            if (strcasecmp(optarg, "auto") == 0) direct = STRATA_SWITCH_AUTO;
-            else if (strcasecmp(optarg, "on") == 0 || strcasecmp(optarg, "true") == 0) direct = STRATA_SWITCH_ON;
-            else if (strcasecmp(optarg, "off") == 0 || strcasecmp(optarg, "false") == 0) direct = STRATA_SWITCH_OFF;
-            else ok = false;
-            break;
-        case 'h': usage(stdout); return CLI_EXIT_OK;
-        default: usage(stderr); return CLI_EXIT_USAGE;
+    const bench_args *g = sw->args;
+    double score = 0;
+    int nmodes = 0;
+    for (int m = 0; m < BENCH_MODES && !interrupted; m++) {
+        if (!g->modes[m])
+            continue;
+        char label[96], a[32];
+        snprintf(label, sizeof label, "%d/%d %s bs %s qd %d threads %d", sw->point, sw->points,
+                 bench_mode_name((bench_mode)m), size_format(cfg->block_size, a, sizeof a), cfg->queue_depth,
+                 cfg->intra_op_parallelism);
+        if (!bench_files_direct(sw->bf))
+            bench_drop_caches(sw->bf);
+        bench_result r;
+        strata_status st = bench_run(sw->bf, cfg, (bench_mode)m, g->seconds, &interrupted, progress_bar, label, &r);
+        clear_progress();
+        if (st != STRATA_OK) {
+            fprintf(stderr, "strata: %s\n", strata_last_error(NULL));
+            return CLI_EXIT_FAIL;
         }
-        if (!ok) {
-            fprintf(stderr, "strata nvme-bench: bad value \"%s\" for --%s (see --help for the allowed values; "
-                            "sizes are multiples of 4KiB, --size at least 8MiB)\n", optarg, opts[li].name);
-            return CLI_EXIT_USAGE;
-        }
+        if (r.errors)
+            fprintf(stderr, "strata nvme-bench: %llu request(s) failed; first: %s\n", (unsigned long long)r.errors,
+                    r.first_error);
+        sw->wrong += r.wrong;
+        sw->errors += r.errors;
+        if (g->json)
+            json_array_append_new(sw->rows, result_json(&r));
+        else
+            print_row(&r);
+        if (r.gbps > sw->best[m].gbps)
+            sw->best[m] = r;
+        score += r.gbps;
+        nmodes++;
     }
-    int npaths = argc - optind;
-    if (npaths < 1 || npaths > STRATA_MAX_NVME_PATHS) {
-        fprintf(stderr, "strata nvme-bench: give 1 to %d directories to measure (got %d)\n", STRATA_MAX_NVME_PATHS,
-                npaths);
-        usage(stderr);
+    if (nmodes && score / nmodes > sw->best_score) {
+        sw->best_score = score / nmodes;
+        sw->best_point.block_size = cfg->block_size;
+        sw->best_point.queue_depth = cfg->queue_depth;
+        sw->best_point.threads = cfg->intra_op_parallelism;
+    }
+    return 0;
+}
+
+/* The grid, block size outermost; points that need more than --max-buffers are skipped. 0 or an exit code. */
+static int sweep_grid(sweep *sw)
+{
+    const bench_args *g = sw->args;
+    sw->points = g->bs.n * g->qd.n * g->threads.n;
+    for (int ib = 0; ib < g->bs.n && !interrupted; ib++)
+        for (int iq = 0; iq < g->qd.n && !interrupted; iq++)
+            for (int it = 0; it < g->threads.n && !interrupted; it++) {
+                sw->point++;
+                strata_aio_config cfg;
+                strata_aio_config_init(&cfg);
+                cfg.block_size = g->bs.v[ib];
+                cfg.queue_depth = g->qd.v[iq];
+                cfg.intra_op_parallelism = g->threads.v[it];
+                cfg.direct = g->direct;
+                if (cfg.block_size * (size_t)cfg.queue_depth * (size_t)cfg.intra_op_parallelism > g->max_buffers) {
+                    char a[32], b[32];
+                    if (!g->json)
+                        printf("%-6s %9s %4d %4d   skipped: needs more than --max-buffers %s of buffers\n", "-",
+                               size_format(cfg.block_size, a, sizeof a), cfg.queue_depth, cfg.intra_op_parallelism,
+                               size_format(g->max_buffers, b, sizeof b));
+                    continue;
+                }
+                int rc = sweep_point(sw, &cfg);
+                if (rc)
+                    return rc;
+            }
+    return 0;
+}
+
+static void print_summary(sweep *sw)
+{
+    char a[32];
+    if (sw->args->json) {
+        json_t *root = json_pack("{s:o, s:{s:I, s:i, s:i, s:f}, s:I, s:I, s:b, s:I}", "results", sw->rows, "best",
+                                 "block_size", (json_int_t)sw->best_point.block_size, "queue_depth",
+                                 sw->best_point.queue_depth, "threads", sw->best_point.threads, "mean_gbps",
+                                 sw->best_score, "wrong", (json_int_t)sw->wrong, "errors", (json_int_t)sw->errors,
+                                 "interrupted", (int)interrupted, "seed", (json_int_t)sw->seed);
+        sw->rows = NULL; /* the root took it */
+        json_dumpf(root, stdout, JSON_INDENT(2));
+        printf("\n");
+        json_decref(root);
+        return;
+    }
+    printf("\nbest: block_size %s, queue_depth %d, intra_op_parallelism %d (mean %.3f GB/s over the modes)\n",
+           size_format(sw->best_point.block_size, a, sizeof a), sw->best_point.queue_depth, sw->best_point.threads,
+           sw->best_score);
+    for (int m = 0; m < BENCH_MODES; m++)
+        if (sw->best[m].gbps > 0)
+            printf("  best %-5s %.3f GB/s at bs %s qd %d threads %d\n", bench_mode_name((bench_mode)m),
+                   sw->best[m].gbps, size_format(sw->best[m].block_size, a, sizeof a), sw->best[m].queue_depth,
+                   sw->best[m].threads);
+    printf("#wrong %llu, errors %llu%s\n", (unsigned long long)sw->wrong, (unsigned long long)sw->errors,
+           interrupted ? " (interrupted: partial results; files removed)" : "");
+}
+
+/* The command line into a and the paths; 0 or an exit code. */
+static int parse_args(int argc, char **argv, bench_args *a, const char **paths, int *npaths)
+{
+    char err[1024];
+    if (cli_parse(&bench_spec, argc, argv, a, paths, argc, npaths, err, sizeof err)) {
+        fprintf(stderr, "strata nvme-bench: %s\n", err);
         return CLI_EXIT_USAGE;
     }
-    const char *const *paths = (const char *const *)argv + optind;
+    if (*npaths < 1 || *npaths > STRATA_MAX_NVME_PATHS) {
+        fprintf(stderr, "strata nvme-bench: give 1 to %d directories to measure (got %d)\n", STRATA_MAX_NVME_PATHS,
+                *npaths);
+        cli_print_help(&bench_spec, stderr);
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int cmd_nvme_bench(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        cli_print_help(&bench_spec, stdout);
+        return CLI_EXIT_OK;
+    }
+    bench_args g = {.bs = {{128 << 10, 1 << 20, 8 << 20}, 3}, .qd = {{1, 4, 16, 64}, 4}, .threads = {{1, 2}, 2},
+                    .modes = {true, true, true}, .size = (size_t)4 << 30, .max_buffers = (size_t)1 << 30,
+                    .seconds = 1, .direct = STRATA_SWITCH_AUTO, .seed = -1};
+    const char *paths[argc > 0 ? argc : 1];
+    int npaths = 0;
+    int rc = parse_args(argc, argv, &g, paths, &npaths);
+    if (rc)
+        return rc;
     struct sigaction sa = {.sa_handler = on_sigint};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    bench_files *bf = NULL;
-    strata_status st = bench_files_create(paths, npaths, size, direct, seed, progress_bar, "writing the test data", &bf);
+    sweep sw = {.args = &g, .best_score = -1, .seed = g.seed >= 0 ? (uint64_t)g.seed : (uint64_t)time(NULL)};
+    strata_status st = bench_files_create(paths, npaths, g.size, g.direct, sw.seed, progress_bar,
+                                          "writing the test data", &sw.bf);
     clear_progress();
     if (st != STRATA_OK) {
         fprintf(stderr, "strata: %s\n", strata_last_error(NULL));
         return CLI_EXIT_FAIL;
     }
-    if (!as_json)
-        print_header(paths, npaths, bench_files_bytes(bf), &g, seconds, direct, bench_files_direct(bf), seed);
-    json_t *rows = json_array();
-    bench_result best[BENCH_MODES] = {0}, best_point = {0};
-    double best_score = -1;
-    uint64_t wrong = 0, errors = 0;
-    int points = g.nbs * g.nqd * g.nthreads, point = 0;
-    for (int ib = 0; ib < g.nbs && !interrupted; ib++)
-        for (int iq = 0; iq < g.nqd && !interrupted; iq++)
-            for (int it = 0; it < g.nthreads && !interrupted; it++) {
-                point++;
-                strata_aio_config cfg;
-                strata_aio_config_init(&cfg);
-                cfg.block_size = g.bs[ib];
-                cfg.queue_depth = g.qd[iq];
-                cfg.intra_op_parallelism = g.threads[it];
-                cfg.direct = direct;
-                if (g.bs[ib] * (size_t)g.qd[iq] * (size_t)g.threads[it] > max_buffers) {
-                    char a[32];
-                    if (!as_json)
-                        printf("%-6s %9s %4d %4d   skipped: needs more than --max-buffers %s of buffers\n", "-",
-                               size_format(g.bs[ib], a, sizeof a), g.qd[iq], g.threads[it],
-                               size_format(max_buffers, a, sizeof a));
-                    continue;
-                }
-                double score = 0;
-                int nmodes = 0;
-                for (int m = 0; m < BENCH_MODES && !interrupted; m++) {
-                    if (!g.modes[m])
-                        continue;
-                    char label[96], a[32];
-                    snprintf(label, sizeof label, "%d/%d %s bs %s qd %d threads %d", point, points,
-                             bench_mode_name((bench_mode)m), size_format(g.bs[ib], a, sizeof a), g.qd[iq],
-                             g.threads[it]);
-                    if (!bench_files_direct(bf))
-                        bench_drop_caches(bf);
-                    bench_result r;
-                    st = bench_run(bf, &cfg, (bench_mode)m, seconds, &interrupted, progress_bar, label, &r);
-                    clear_progress();
-                    if (st != STRATA_OK) {
-                        fprintf(stderr, "strata: %s\n", strata_last_error(NULL));
-                        json_decref(rows);
-                        bench_files_destroy(bf);
-                        return CLI_EXIT_FAIL;
-                    }
-                    if (r.errors)
-                        fprintf(stderr, "strata nvme-bench: %llu request(s) failed; first: %s\n",
-                                (unsigned long long)r.errors, r.first_error);
-                    wrong += r.wrong;
-                    errors += r.errors;
-                    if (as_json)
-                        json_array_append_new(rows, result_json(&r));
-                    else
-                        print_row(&r);
-                    if (r.gbps > best[m].gbps)
-                        best[m] = r;
-                    score += r.gbps;
-                    nmodes++;
-                }
-                if (nmodes && score / nmodes > best_score) {
-                    best_score = score / nmodes;
-                    best_point.block_size = cfg.block_size;
-                    best_point.queue_depth = cfg.queue_depth;
-                    best_point.threads = cfg.intra_op_parallelism;
-                }
-            }
-    bench_files_destroy(bf);
-    char a[32];
-    if (as_json) {
-        json_t *root = json_pack("{s:o, s:{s:I, s:i, s:i, s:f}, s:I, s:I, s:b, s:I}", "results", rows, "best",
-                                 "block_size", (json_int_t)best_point.block_size, "queue_depth",
-                                 best_point.queue_depth, "threads", best_point.threads, "mean_gbps", best_score,
-                                 "wrong", (json_int_t)wrong, "errors", (json_int_t)errors, "interrupted",
-                                 (int)interrupted, "seed", (json_int_t)seed);
-        json_dumpf(root, stdout, JSON_INDENT(2));
-        printf("\n");
-        json_decref(root);
-    } else {
-        json_decref(rows);
-        printf("\nbest: block_size %s, queue_depth %d, intra_op_parallelism %d (mean %.3f GB/s over the modes)\n",
-               size_format(best_point.block_size, a, sizeof a), best_point.queue_depth, best_point.threads, best_score);
-        for (int m = 0; m < BENCH_MODES; m++)
-            if (best[m].gbps > 0)
-                printf("  best %-5s %.3f GB/s at bs %s qd %d threads %d\n", bench_mode_name((bench_mode)m),
-                       best[m].gbps, size_format(best[m].block_size, a, sizeof a), best[m].queue_depth,
-                       best[m].threads);
-        printf("#wrong %llu, errors %llu%s\n", (unsigned long long)wrong, (unsigned long long)errors,
-               interrupted ? " (interrupted: partial results; files removed)" : "");
-    }
-    int rc = wrong || errors ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-    if (config_out && best_score > 0 && write_config(config_out, &best_point) != CLI_EXIT_OK)
+    if (!g.json)
+        print_header(paths, npaths, bench_files_bytes(sw.bf), &g, bench_files_direct(sw.bf), sw.seed);
+    sw.rows = json_array();
+    rc = sweep_grid(&sw);
+    bench_files_destroy(sw.bf);
+    if (rc == 0)
+        print_summary(&sw);
+    json_decref(sw.rows);
+    if (rc)
+        return rc;
+    rc = sw.wrong || sw.errors ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    if (g.config_out && sw.best_score > 0 && write_config(g.config_out, &sw.best_point) != CLI_EXIT_OK)
         rc = CLI_EXIT_FAIL;
     return interrupted ? 130 : rc;
 }

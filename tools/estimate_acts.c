@@ -9,52 +9,18 @@
 #include "base/size.h"
 #include "model/gpt_engine.h"
 
-const char estimate_acts_usage[] =
-    "Activations (the plan then holds them as strata train reserves them, and a table shows what limits the batch):\n"
-    "  --batch N        sequences per micro-batch (default 1)\n"
-    "  --seq-len T      tokens per sequence (default the model's context)\n"
-    "  --activation-checkpointing  each block keeps only its input; backward runs its forward again\n"
-    "  --offload-activations host|nvme|auto  checkpointing, the block inputs kept off the device\n"
-    "                   (strata.offload_activations; nvme needs an nvme_path in the config)\n";
+const cli_opt estimate_acts_opts[ESTIMATE_ACTS_NOPTS] = {
+    {.name = "--seq-len", .kind = CLI_INT, .offset = offsetof(estimate_acts, seq_len), .lo = 1, .hi = 1 << 24,
+     .meta = "T", .help = "tokens per sequence, {} (default the model's context)"},
+    {.name = "--activation-checkpointing", .kind = CLI_SWITCH, .offset = offsetof(estimate_acts, checkpointing),
+     .help = "each block keeps only its input; backward runs its forward again"},
+    {.name = "--offload-activations", .kind = CLI_CHOICE, .offset = offsetof(estimate_acts, offload),
+     .choices = "host|nvme|auto", .meta = "host|nvme|auto",
+     .help = "checkpointing, the block inputs kept off the device (strata.offload_activations; nvme needs an "
+             "nvme_path in the config)"},
+};
 
 static const char *const mode_names[] = {"every activation", "checkpointing", "checkpointing + offload"};
-
-int estimate_acts_option(estimate_acts *a, const char *flag, const char *value, bool *used)
-{
-    *used = false;
-    if (strcmp(flag, "--activation-checkpointing") == 0) {
-        a->active = true;
-        if (a->mode == GPT_ACT_KEEP)
-            a->mode = GPT_ACT_CHECKPOINT;
-        return 1;
-    }
-    bool batch = strcmp(flag, "--batch") == 0, seq = strcmp(flag, "--seq-len") == 0;
-    bool off = strcmp(flag, "--offload-activations") == 0;
-    if (!batch && !seq && !off)
-        return 0;
-    if (!value) {
-        fprintf(stderr, "strata estimate: %s needs a value (see --help)\n", flag);
-        return -1;
-    }
-    *used = !batch;
-    a->active = true;
-    if (off) {
-        if (strcmp(value, "host") != 0 && strcmp(value, "nvme") != 0 && strcmp(value, "auto") != 0) {
-            fprintf(stderr, "strata estimate: --offload-activations \"%s\": allowed: host, nvme, auto\n", value);
-            return -1;
-        }
-        a->mode = GPT_ACT_OFFLOAD;
-        return 1;
-    }
-    char *end;
-    long v = strtol(value, &end, 10);
-    if (*end || v < 1 || v > (1 << 24)) {
-        fprintf(stderr, "strata estimate: %s \"%s\" must be a whole number in [1, %d]\n", flag, value, 1 << 24);
-        return -1;
-    }
-    *(batch ? &a->batch : &a->seq_len) = (int)v;
-    return batch ? 0 : 1; /* --batch is the world's option too */
-}
 
 static strata_tier offload_tier(const strata_config *cfg)
 {
@@ -63,6 +29,7 @@ static strata_tier offload_tier(const strata_config *cfg)
 
 bool estimate_acts_apply(estimate_acts *a, const gpt_dims *dims, strata_config *cfg)
 {
+    a->mode = a->offload >= 0 ? GPT_ACT_OFFLOAD : a->checkpointing ? GPT_ACT_CHECKPOINT : GPT_ACT_KEEP;
     if (!a->seq_len)
         a->seq_len = dims->seq;
     if (a->seq_len > dims->seq) {

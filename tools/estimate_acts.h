@@ -11,22 +11,28 @@
 #include "engine/plan_auto.h"
 #include "model/gpt.h"
 #include "strata.h"
+#include "tools/options.h"
 
 typedef struct estimate_acts {
-    bool active;          /* any of the options below was given: the plan holds the model's activations */
+    bool active;          /* any of the options below, or --batch, was given: the plan holds the model's activations */
     int batch;            /* sequences per micro-batch (the same --batch as the world's options) */
     int seq_len;          /* tokens per sequence; 0 = the model's context */
-    gpt_act_mode mode;    /* --activation-checkpointing, --offload-activations */
+    bool checkpointing;   /* --activation-checkpointing */
+    int offload;          /* --offload-activations: the index of host|nvme|auto, -1 = not given */
+    gpt_act_mode mode;    /* what the two above come to, set by estimate_acts_apply */
     strata_config base;   /* the config before estimate_acts_apply sized the activations in it */
 } estimate_acts;
 
-#define ESTIMATE_ACTS_INIT {.batch = 1}
+#define ESTIMATE_ACTS_INIT {.batch = 1, .offload = -1}
 
-extern const char estimate_acts_usage[];
-
-/* Takes flag (and its value: *used says whether it consumed it) when it is one of these options: 1 taken, 0 not
- * one of them (--batch is read and left for the world's options too), -1 a bad value (the message is on stderr). */
-int estimate_acts_option(estimate_acts *a, const char *flag, const char *value, bool *used);
+/* These options (--batch, shared with the world's options, is the command's), into an estimate_acts at base in the
+ * command's arguments; any of them given sets its active. */
+#define ESTIMATE_ACTS_NOPTS 3
+extern const cli_opt estimate_acts_opts[ESTIMATE_ACTS_NOPTS];
+#define ESTIMATE_ACTS_GROUP(base)                                                                                   \
+    {estimate_acts_opts, ESTIMATE_ACTS_NOPTS, (base), true, (base) + offsetof(estimate_acts, active),               \
+     "Activations (the plan then holds them as strata train reserves them, and a table shows what limits the "   \
+     "batch):"}
 
 /* The activations of dims for a's micro-batch into cfg (strata.activation_bytes and, offloaded,
  * strata.offload_activations), as strata train sets them; false with a message when seq-len is beyond the context. */

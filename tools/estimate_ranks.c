@@ -1,8 +1,6 @@
 #include "tools/estimate_ranks.h"
 
-#include <errno.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,106 +8,42 @@
 #include "engine/plan_ranks.h"
 #include "tools/estimate_bandwidth.h"
 
-const char estimate_ranks_usage[] =
-    "A data-parallel world (per-rank numbers; no ranks are started):\n"
-    "  --world-size N   ranks, 1..1000000 (default 1)     --stage S   ZeRO stage 0..3 (default: the config's)\n"
-    "  --params COUNT   a bare parameter count instead of a shape: 7.5e9, 7.5B, 125M, 350000000; planned as equal\n"
-    "                   modules of --module-params COUNT (default 100M, a transformer layer's order) with no tied\n"
-    "                   embeddings and no activations: a count has no layers, so the largest module, the prefetch\n"
-    "                   window and the collectives' scratch follow the module size you give\n"
-    "  --grad-accum K   micro-batches per optimizer step (default 1)\n"
-    "  --link-gbps G    interconnect bandwidth per rank in Gbit/s (8 Gbit/s = 1 GB/s); enables the bandwidth\n"
-    "                   analysis; --nvme-gbps, --pcie-gbps (Gbit/s too) add those links to it\n"
-    "  --tflops T       achieved compute per rank, TFLOP/s (default 70)\n"
-    "  --tokens N       tokens per rank per micro-batch (default --batch x the shape's seq; --batch default 1)\n"
-    "  --json           one JSON object with the same numbers\n";
+#define WORLD(flag, field, kind_, lo_, hi_, meta_, text, hint_)                                                   \
+    {.name = flag, .kind = kind_, .offset = offsetof(estimate_ranks, field), .lo = lo_, .hi = hi_, .meta = meta_,   \
+     .help = text, .hint = hint_}
+#define RATE(flag, field, meta_, text, hint_)                                                                       \
+    {.name = flag, .kind = CLI_REAL, .offset = offsetof(estimate_ranks, field), .lo = 0, .hi = 1e6, .open_lo = true, \
+     .meta = meta_, .what = "a rate", .help = text, .hint = hint_}
 
-/* A count like 7.5e9, 7.5B, 125M, 4K or 350000000 into *out; false when it is not one or not whole. */
-static bool parse_count(const char *text, double max, size_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end == text || errno)
-        return false;
-    const char *suffixes = "KMBT";
-    if (*end && end[1] == '\0' && strchr(suffixes, *end))
-        v *= pow(1e3, (double)(strchr(suffixes, *end) - suffixes + 1));
-    else if (*end)
-        return false;
-    if (!(v >= 1 && v <= max) || fabs(v - round(v)) > 1e-6 * v)
-        return false;
-    *out = (size_t)llround(v);
-    return true;
-}
-
-static bool parse_rate(const char *text, double *out)
-{
-    char *end;
-    double v = strtod(text, &end);
-    if (end == text || *end || !(v > 0 && v <= 1e6))
-        return false;
-    *out = v;
-    return true;
-}
-
-int estimate_ranks_option(estimate_ranks *r, const char *flag, const char *v)
-{
-    static const struct {
-        const char *flag;
-        double min, max;
-        const char *hint;
-    } ints[] = {
-        {"--world-size", 1, 1000000, "the number of data-parallel ranks to plan for, e.g. --world-size 64"},
-        {"--stage", 0, 3, "ZeRO stages: 0 replicated, 1 partitions the optimizer state, 2 also the gradients, "
-                          "3 also the parameters"},
-        {"--grad-accum", 1, 1000000, "micro-batches per optimizer step"},
-        {"--batch", 1, 1000000, "sequences per rank per micro-batch"},
-        {"--tokens", 1, 1e12, "tokens per rank per micro-batch (batch x sequence length)"},
-        {"--params", 1, 1e15, "write a parameter count like 7.5e9, 7.5B, 125M or 350000000"},
-        {"--module-params", 1, 1e15, "the parameters of one module of a bare --params count, e.g. 200M"},
-    };
-    if (strcmp(flag, "--json") == 0) {
-        r->json = r->active = true;
-        return 1;
-    }
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        if (strcmp(flag, ints[i].flag) != 0)
-            continue;
-        size_t n;
-        bool count = i >= 4; /* --tokens and --params take 7.5B-style counts */
-        char *end;
-        long long w = strtoll(v, &end, 10);
-        bool ok = count ? parse_count(v, ints[i].max, &n) : *end == '\0' && end != v && w >= ints[i].min && w <= ints[i].max;
-        if (!ok) {
-            fprintf(stderr, "strata estimate: %s \"%s\" is not a whole number in [%.0f, %.0f]; %s\n", flag, v,
-                    ints[i].min, ints[i].max, ints[i].hint);
-            return -1;
-        }
-        int *fields[] = {&r->world_size, &r->zero_stage, &r->grad_accum, &r->batch};
-        size_t *counts[] = {&r->tokens, &r->params, &r->module_params};
-        if (i < 4)
-            *fields[i] = (int)w;
-        else
-            *counts[i - 4] = n;
-        r->active = true;
-        return 1;
-    }
-    const char *rates[] = {"--tflops", "--link-gbps", "--nvme-gbps", "--pcie-gbps"};
-    double *rate_fields[] = {&r->tflops, &r->link_gbps, &r->nvme_gbps, &r->pcie_gbps};
-    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
-        if (strcmp(flag, rates[i]) != 0)
-            continue;
-        if (!parse_rate(v, rate_fields[i])) {
-            fprintf(stderr, "strata estimate: %s \"%s\" is not a rate in (0, 1000000]; %s\n", flag, v,
-                    i == 0 ? "achieved TFLOP/s per rank, e.g. 70" : "Gbit/s per rank, e.g. 100 (8 Gbit/s = 1 GB/s)");
-            return -1;
-        }
-        r->active = true;
-        return 1;
-    }
-    return 0;
-}
+const cli_opt estimate_ranks_opts[ESTIMATE_RANKS_NOPTS] = {
+    WORLD("--world-size", world_size, CLI_INT, 1, 1000000, "N", "ranks, {} (default 1)",
+          "the number of data-parallel ranks to plan for, e.g. --world-size 64"),
+    WORLD("--stage", zero_stage, CLI_INT, 0, 3, "S", "ZeRO stage, {} (default: the config's)",
+          "ZeRO stages: 0 replicated, 1 partitions the optimizer state, 2 also the gradients, 3 also the parameters"),
+    WORLD("--params", params, CLI_COUNT, 1, 1e15, "COUNT",
+          "a bare parameter count instead of a shape: 7.5e9, 7.5B, 125M, 350000000; planned as equal modules of "
+          "--module-params COUNT (default 100M, a transformer layer's order) with no tied embeddings and no "
+          "activations: a count has no layers, so the largest module, the prefetch window and the collectives' "
+          "scratch follow the module size you give",
+          "write a parameter count like 7.5e9, 7.5B, 125M or 350000000"),
+    WORLD("--module-params", module_params, CLI_COUNT, 1, 1e15, "COUNT", "the parameters of one module of --params",
+          "the parameters of one module of a bare --params count, e.g. 200M"),
+    WORLD("--grad-accum", grad_accum, CLI_INT, 1, 1000000, "K", "micro-batches per optimizer step (default 1)",
+          "micro-batches per optimizer step"),
+    RATE("--link-gbps", link_gbps, "G", "interconnect bandwidth per rank in Gbit/s (8 Gbit/s = 1 GB/s); enables the "
+         "bandwidth analysis; --nvme-gbps, --pcie-gbps (Gbit/s too) add those links to it",
+         "Gbit/s per rank, e.g. 100 (8 Gbit/s = 1 GB/s)"),
+    RATE("--nvme-gbps", nvme_gbps, "G", "NVMe bandwidth per rank in Gbit/s", "Gbit/s per rank, e.g. 100 (8 Gbit/s = 1 GB/s)"),
+    RATE("--pcie-gbps", pcie_gbps, "G", "PCIe bandwidth per rank in Gbit/s", "Gbit/s per rank, e.g. 100 (8 Gbit/s = 1 GB/s)"),
+    RATE("--tflops", tflops, "T", "achieved compute per rank, TFLOP/s (default 70)", "achieved TFLOP/s per rank, e.g. 70"),
+    WORLD("--tokens", tokens, CLI_COUNT, 1, 1e12, "N",
+          "tokens per rank per micro-batch (default --batch x the shape's seq; --batch default 1)",
+          "tokens per rank per micro-batch (batch x sequence length)"),
+    {.name = "--json", .kind = CLI_SWITCH, .offset = offsetof(estimate_ranks, json),
+     .help = "one JSON object with the same numbers"},
+};
+#undef WORLD
+#undef RATE
 
 size_t estimate_ranks_module_params(const estimate_ranks *r)
 {

@@ -10,6 +10,7 @@
 
 #include "engine/plan.h"
 #include "strata.h"
+#include "tools/options.h"
 
 typedef struct estimate_ranks {
     bool active;          /* any of the options below was given: print the world's blocks */
@@ -27,12 +28,13 @@ typedef struct estimate_ranks {
 
 #define ESTIMATE_RANKS_INIT {.world_size = 1, .zero_stage = -1, .grad_accum = 1, .batch = 1, .tflops = 70}
 
-/* The usage lines of these options. */
-extern const char estimate_ranks_usage[];
-
-/* Takes flag and its value when they are one of these options: 1 taken, 0 not one of them, -1 a bad value
- * (the message, naming flag, value, range and a hint, is on stderr). --json takes no value: pass NULL. */
-int estimate_ranks_option(estimate_ranks *r, const char *flag, const char *value);
+/* These options (all but --batch, which the command shares with the activations), into an estimate_ranks at base in
+ * the command's arguments; any of them given sets its active. */
+#define ESTIMATE_RANKS_NOPTS 11
+extern const cli_opt estimate_ranks_opts[ESTIMATE_RANKS_NOPTS];
+#define ESTIMATE_RANKS_GROUP(base)                                                                                  \
+    {estimate_ranks_opts, ESTIMATE_RANKS_NOPTS, (base), true, (base) + offsetof(estimate_ranks, active),            \
+     "A data-parallel world (per-rank numbers; no ranks are started):"}
 
 /* Fills what the config leaves to the world (the stage) and checks the two agree; false with a message. */
 bool estimate_ranks_settle(estimate_ranks *r, const strata_config *cfg);

@@ -11,6 +11,17 @@ static const gpt_shape presets[] = {
     {"3B", 32, 32, 2816, 50257, 1024},
 };
 
+const cli_opt gpt_shape_opts[GPT_SHAPE_NOPTS] = {
+    {.name = "--layers", .kind = CLI_INT, .offset = offsetof(gpt_shape, layers), .lo = 1, .hi = 4096, .meta = "N",
+     .help = "transformer blocks, {}"},
+    {.name = "--heads", .kind = CLI_INT, .offset = offsetof(gpt_shape, heads), .lo = 1, .hi = 1024, .meta = "N",
+     .help = "attention heads, {}; they divide --hidden"},
+    {.name = "--hidden", .kind = CLI_INT, .offset = offsetof(gpt_shape, hidden), .lo = 1, .hi = 65536, .meta = "N",
+     .help = "the model's width, {}"},
+    {.name = "--vocab", .kind = CLI_INT, .offset = offsetof(gpt_shape, vocab), .lo = 256, .hi = 1 << 22, .meta = "N",
+     .help = "vocabulary size, {} (the byte-level tokens need 256)"},
+};
+
 const gpt_shape *gpt_preset(const char *name)
 {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
@@ -21,7 +32,7 @@ const gpt_shape *gpt_preset(const char *name)
 
 const char *gpt_preset_names(void)
 {
-    return "tiny, 124M, 350M, 774M, 1.5B, 3B";
+    return GPT_PRESET_NAMES;
 }
 
 gpt_dims gpt_shape_dims(const gpt_shape *s)

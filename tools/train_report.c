@@ -187,15 +187,12 @@ static void report_ranks(const train_report *r)
            report_bytes(steps > 0 ? (double)comm / (double)steps : 0, y, sizeof y));
 }
 
-void report_summary(train_report *r, const char *trace_path, const char *trace_error)
+/* The summary's first lines: steps and tokens, the loss, the throughput and where the time went. */
+static void summary_totals(const train_report *r, int64_t steps)
 {
-    if (r->tty && !r->quiet)
-        printf("\n");
-    int64_t steps = r->last_step - r->first_step + 1;
     const strata_stats *a = &r->start, *b = &r->now;
     double stall = ns_s(b->stall_ns - a->stall_ns), opt = ns_s(b->step_ns - a->step_ns);
     double compute = r->compute_s - stall, wall = r->wall_s > 0 ? r->wall_s : 1e-9;
-    char x[32], y[32], z[32], w[32];
     printf("summary: %lld steps, %lld tokens in %.1f s\n", (long long)steps, (long long)(steps * r->tokens_per_step),
            r->wall_s);
     if (steps > 0) {
@@ -212,6 +209,13 @@ void report_summary(train_report *r, const char *trace_path, const char *trace_e
     printf("\n");
     printf("  time        compute %.2f s (%.0f%%), stall %.2f s (%.0f%%), optimizer step %.2f s (%.0f%%)\n", compute,
            100 * compute / wall, stall, 100 * stall / wall, opt, 100 * opt / wall);
+}
+
+/* The bytes moved between the tiers, the host cache's and the activations' share, the fetches. */
+static void summary_traffic(const train_report *r, int64_t steps)
+{
+    const strata_stats *a = &r->start, *b = &r->now;
+    char x[32], y[32], z[32], w[32];
     printf("  moved       nvme->host %s, host->device %s, device->host %s, host->nvme %s\n",
            report_bytes((double)(b->nvme_to_host_bytes - a->nvme_to_host_bytes), x, sizeof x),
            report_bytes((double)(b->host_to_device_bytes - a->host_to_device_bytes), y, sizeof y),
@@ -233,6 +237,13 @@ void report_summary(train_report *r, const char *trace_path, const char *trace_e
     uint64_t fetches = b->fetches - a->fetches;
     printf("  fetches     %llu (%.1f per step), %llu found resident or in flight\n", (unsigned long long)fetches,
            steps > 0 ? (double)fetches / (double)steps : 0.0, (unsigned long long)(b->prefetch_hits - a->prefetch_hits));
+}
+
+/* The peak bytes per tier, against the budgets where there are any. */
+static void summary_peaks(const train_report *r)
+{
+    const strata_stats *b = &r->now;
+    char x[32], y[32], z[32], w[32];
     char budget_dev[48] = "", budget_host[48] = "";
     if (b->device_budget_bytes)
         snprintf(budget_dev, sizeof budget_dev, " of %s", report_bytes((double)b->device_budget_bytes, x, sizeof x));
@@ -241,7 +252,17 @@ void report_summary(train_report *r, const char *trace_path, const char *trace_e
     printf("  peak        device %s%s, host %s%s, nvme %s\n", report_bytes((double)b->device_peak_bytes, y, sizeof y),
            budget_dev, report_bytes((double)b->host_peak_bytes, z, sizeof z), budget_host,
            report_bytes((double)b->nvme_peak_bytes, w, sizeof w));
-    if (b->world_size > 1)
+}
+
+void report_summary(train_report *r, const char *trace_path, const char *trace_error)
+{
+    if (r->tty && !r->quiet)
+        printf("\n");
+    int64_t steps = r->last_step - r->first_step + 1;
+    summary_totals(r, steps);
+    summary_traffic(r, steps);
+    summary_peaks(r);
+    if (r->now.world_size > 1)
         report_ranks(r);
     /* A file that failed is named as failed, never offered to open. */
     if (trace_error && trace_error[0])

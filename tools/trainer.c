@@ -244,6 +244,40 @@ static int train_step(run *r, const trainer_opts *o, int64_t s, train_report *re
     return 0;
 }
 
+/* After step s: a checkpoint when --save-every says so (not at the last step, which the end saves); 0, or 1 when
+ * the save failed. */
+static int save_every(run *r, const trainer_opts *o, int64_t s, const train_report *rep, int64_t *last_saved)
+{
+    if (!o->save_dir || o->save_every <= 0 || (s + 1) % o->save_every != 0 || s + 1 >= o->steps)
+        return 0;
+    /* On a terminal the progress line is redrawn with \r and has no newline yet: end it, so that what the save
+     * prints (the checkpoint, or why it failed) stands on a line of its own. */
+    if (rep->tty && !rep->quiet)
+        putchar('\n');
+    *last_saved = s + 1;
+    return train_saves_save(&r->saves, r->e, s + 1) != STRATA_OK ? 1 : 0;
+}
+
+/* The run's end: the last update settled, then the trace and the log finished before the summary, so that it points
+ * only at files that were written. 0 or an exit code. */
+static int finish_outputs(run *r, train_report *rep, const strata_config *cfg)
+{
+    if (strata_sync(r->e) != STRATA_OK)
+        return fail(r->e, "finishing the last update (strata_sync)");
+    strata_stats_get(r->e, &rep->now);
+    char trace_error[1024] = "";
+    if (strata_trace_write(r->e) != STRATA_OK) {
+        snprintf(trace_error, sizeof trace_error, "%s", strata_last_error(r->e));
+        train_err("warning: %s; the run will exit 1", trace_error);
+    }
+    bool log_ok = report_close_log(rep);
+    r->jsonl = NULL;
+    r->outputs_failed = trace_error[0] || !log_ok;
+    if (train_msg_root())
+        report_summary(rep, cfg->trace_path, trace_error);
+    return 0;
+}
+
 /* Steps from start until o->steps or a signal, saving every save_every; *done is the steps done so far. */
 static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_config *cfg, int64_t *done)
 {
@@ -260,37 +294,47 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
     for (; s < o->steps && !stop_signal && rc == 0; s++) {
         if ((rc = train_step(r, o, s, &rep)) != 0)
             break;
-        if (o->save_dir && o->save_every > 0 && (s + 1) % o->save_every == 0 && s + 1 < o->steps) {
-            /* On a terminal the progress line is redrawn with \r and has no newline yet: end it, so that what the save
-             * prints (the checkpoint, or why it failed) stands on a line of its own. */
-            if (rep.tty && !rep.quiet)
-                putchar('\n');
-            if (train_saves_save(&r->saves, r->e, s + 1) != STRATA_OK)
-                rc = 1;
-            last_saved = s + 1;
-        }
+        rc = save_every(r, o, s, &rep, &last_saved);
     }
     *done = s;
-    if (rc != 0)
+    if (rc != 0 || (rc = finish_outputs(r, &rep, cfg)) != 0)
         return rc;
-    if (strata_sync(r->e) != STRATA_OK)
-        return fail(r->e, "finishing the last update (strata_sync)");
-    strata_stats_get(r->e, &stats);
-    rep.now = stats;
-    /* The trace and the log are finished before the summary, so that it points only at files that were written. */
-    char trace_error[1024] = "";
-    if (strata_trace_write(r->e) != STRATA_OK) {
-        snprintf(trace_error, sizeof trace_error, "%s", strata_last_error(r->e));
-        train_err("warning: %s; the run will exit 1", trace_error);
-    }
-    bool log_ok = report_close_log(&rep);
-    r->jsonl = NULL;
-    r->outputs_failed = trace_error[0] || !log_ok;
-    if (train_msg_root())
-        report_summary(&rep, cfg->trace_path, trace_error);
     if (o->save_dir && s > start && last_saved != s && train_saves_save(&r->saves, r->e, s) != STRATA_OK)
         return 1;
     return 0;
+}
+
+/* Training went well, but a file the user asked for was not written (warned and summarized): exit 1. Every rank that
+ * got this far learns whether any did, so that the world exits alike and one rank's early exit 1 cannot make mpirun
+ * end a rank still writing its checkpoint. A rank that failed earlier has aborted the world, and the sum then fails
+ * at once. Returns the exit code of the world. */
+static int agree_outputs(const trainer_opts *o, bool outputs_failed, int rc, bool *world_done)
+{
+    double failed = outputs_failed ? 1 : 0;
+    if (strata_comm_size(o->comm) > 1 && strata_comm_allreduce_sum(o->comm, &failed, 1) != STRATA_OK)
+        return 1;
+    if (failed > 0 && rc == 0)
+        rc = 1;
+    *world_done = true;
+    return rc;
+}
+
+/* Opens the run, resumes it, trains and dumps the weights; 0 or an exit code. *done: the steps done. */
+static int run_all(run *r, const trainer_opts *o, strata_config *cfg, int64_t *done)
+{
+    int64_t start = 0;
+    /* The --save root before anything else: a root that cannot take a checkpoint, or that another run holds, fails
+     * the run now rather than at its first save. */
+    int rc = train_saves_open(&r->saves, o->save_dir, o->keep, o->comm);
+    if (rc == 0)
+        rc = run_open(r, o, cfg);
+    if (rc == 0 && o->resume_dir)
+        rc = resume(r, o, &start);
+    if (rc == 0)
+        rc = train_loop(r, o, start, cfg, done);
+    if (rc == 0 && o->dump_weights)
+        rc = dump_weights(r->e, r->m, o);
+    return rc;
 }
 
 int trainer_run(const trainer_opts *o, strata_config *cfg, bool *world_done)
@@ -308,18 +352,8 @@ int trainer_run(const trainer_opts *o, strata_config *cfg, bool *world_done)
     stop_signal = 0;
 
     run r = {0};
-    int64_t start = 0, done = 0;
-    /* The --save root before anything else: a root that cannot take a checkpoint, or that another run holds, fails
-     * the run now rather than at its first save. */
-    int rc = train_saves_open(&r.saves, o->save_dir, o->keep, o->comm);
-    if (rc == 0)
-        rc = run_open(&r, o, cfg);
-    if (rc == 0 && o->resume_dir)
-        rc = resume(&r, o, &start);
-    if (rc == 0)
-        rc = train_loop(&r, o, start, cfg, &done);
-    if (rc == 0 && o->dump_weights)
-        rc = dump_weights(r.e, r.m, o);
+    int64_t done = 0;
+    int rc = run_all(&r, o, cfg, &done);
     bool finished = rc == 0; /* this rank got through the run (its trace or log may have failed) */
     bool outputs_failed = finished && r.outputs_failed;
     if (rc == 0 && stop_signal) {
@@ -335,17 +369,5 @@ int trainer_run(const trainer_opts *o, strata_config *cfg, bool *world_done)
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);
     }
-    /* Training went well, but a file the user asked for was not written (warned and summarized): exit 1. Every rank
-     * that got this far learns whether any did, so that the world exits alike and one rank's early exit 1 cannot
-     * make mpirun end a rank still writing its checkpoint. A rank that failed earlier has aborted the world, and
-     * the sum then fails at once. */
-    if (finished) {
-        double failed = outputs_failed ? 1 : 0;
-        if (strata_comm_size(o->comm) > 1 && strata_comm_allreduce_sum(o->comm, &failed, 1) != STRATA_OK)
-            return 1;
-        if (failed > 0 && rc == 0)
-            rc = 1;
-        *world_done = true;
-    }
-    return rc;
+    return finished ? agree_outputs(o, outputs_failed, rc, world_done) : rc;
 }

@@ -1,4 +1,4 @@
-/* The strata CLI: one binary, one subcommand per file (tools/cmd_*.c). */
+/* The strata CLI: main() dispatches to one subcommand per file (tools/cmd_*.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

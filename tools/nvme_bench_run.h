@@ -7,8 +7,8 @@
  * start, middle and end, so a read that returns the wrong block, a stale buffer or zeros counts
  * as #wrong. The files are O_TMPFILE (or unlinked at once), so they vanish on any exit.
  */
-#ifndef STRATA_NVME_BENCH_H
-#define STRATA_NVME_BENCH_H
+#ifndef STRATA_TOOLS_NVME_BENCH_RUN_H
+#define STRATA_TOOLS_NVME_BENCH_RUN_H
 
 #include <signal.h>
 #include <stdbool.h>
