@@ -13,6 +13,11 @@ cli_scratch cli_errors
 check "unknown option at the end" 2 "unknown option --bogus; see \`strata train --help\`" -- "$bin" train --bogus
 check "unknown option, near one" 2 "unknown option --dtpye; did you mean --dtype?" -- "$bin" train --dtpye bf16
 check "known option without its value" 2 "--steps needs a value" -- "$bin" train --steps
+# --name=value is --name value (every command, one parser); a switch given a value is refused.
+check "--name=value form" 0 "summary: 1 steps" -- "$bin" train --steps=1 --batch=1 --seq=8 --quiet
+check "--name=value out of range" 2 '--batch "0" must be a whole number' -- "$bin" train --batch=0
+check "switch given a value" 2 "--quiet takes no value" -- "$bin" train --quiet=yes
+check "nvme-bench --name=value" 2 'bad value "0" for --threads' -- "$bin" nvme-bench --threads=0
 
 # --data: what the path is and what --data expects; a FIFO is refused at once (timeout 20 s: exit 124 if it blocks).
 check "data directory" 2 "--data \"$scratch\" is a directory; --data expects a regular file of training text" -- \

@@ -277,13 +277,24 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, void *args, const cha
             operands[n++] = a;
             continue;
         }
+        /* "--name=value" is "--name value" (getopt_long's spelling, which nvme-bench used to take). */
+        char name[64];
+        const char *v = strchr(a, '=');
+        if (v) {
+            snprintf(name, sizeof name, "%.*s", (int)(v - a), a);
+            a = name;
+            v++;
+        }
         found f = find(spec, a);
         if (!f.opt) {
             unknown_option(spec, a, err, err_bytes);
             return CLI_EXIT_USAGE;
         }
-        const char *v = NULL;
-        if (f.opt->kind != CLI_SWITCH) {
+        if (f.opt->kind == CLI_SWITCH && v) {
+            snprintf(err, err_bytes, "%s takes no value; see `strata %s --help`", a, spec->command);
+            return CLI_EXIT_USAGE;
+        }
+        if (f.opt->kind != CLI_SWITCH && !v) {
             if (i + 1 >= argc) {
                 snprintf(err, err_bytes, "%s needs a value; see `strata %s --help`", a, spec->command);
                 return CLI_EXIT_USAGE;
