@@ -69,7 +69,7 @@ void comm_destroy(comm *c)
     pthread_cond_destroy(&c->work_cv);
     pthread_cond_destroy(&c->done_cv);
     pthread_mutex_destroy(&c->lock);
-    pthread_mutex_destroy(&c->broken_lock);
+    err_latch_destroy(&c->broken);
     free(c);
 }
 
@@ -104,7 +104,7 @@ void comm_abort_world(comm *c, const char *why)
         return;
     char msg[ERR_MSG_BYTES];
     snprintf(msg, sizeof msg, "rank %d failed: %s", c->rank, why ? why : "(no reason given)");
-    bool first = !atomic_load(&c->broken);
+    bool first = !err_latch_failed(&c->broken);
     /* Broken first: the collective the worker may be waiting in stops at its next poll, and everything queued
      * before the message fails at once, so the message goes out promptly. */
     comm_mark_broken(c, "comm_abort_world", msg);

@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "base/error.h"
+#include "base/latch.h"
 #include "comm/comm.h"
 
 typedef struct comm_impl comm_impl; /* an implementation's own state */
@@ -84,8 +84,7 @@ struct comm_req {
     void *arg;         /* comm_attach_nccl: the embedder's ncclComm_t */
     /* Set by the worker. */
     bool done;
-    strata_status status;
-    char msg[ERR_MSG_BYTES];
+    err_slot result;
     comm_req *next;
 };
 
@@ -97,10 +96,8 @@ struct strata_comm {
     _Atomic uint64_t bytes;
     _Atomic uint32_t timeout_ms;
     _Atomic uint64_t seq; /* collectives started so far (written by the worker only) */
-    /* Set once, by the first failure that leaves the world unusable; read by every later call. */
-    _Atomic bool broken;
-    pthread_mutex_t broken_lock;
-    char broken_msg[ERR_MSG_BYTES];
+    /* Set once, by the first failure that leaves the world unusable; raised by every later call. */
+    err_latch broken;
 
     /* The queue: guarded by lock; the worker waits on work_cv, callers on done_cv. */
     pthread_mutex_t lock;

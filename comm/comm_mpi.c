@@ -258,7 +258,7 @@ static void mpi_destroy(comm *c)
     /* A rank that leaves a working world says after how many collectives, so that a peer still waiting for a later
      * one (it runs more steps) fails at once, naming this rank. Every rank of a world that ends together sends it
      * too; nobody waits for it then, and MPI drops it with the communicator. */
-    if (m->ctl != MPI_COMM_NULL && m->left_after && c->size > 1 && !m->stranded && !atomic_load(&c->broken)) {
+    if (m->ctl != MPI_COMM_NULL && m->left_after && c->size > 1 && !m->stranded && !err_latch_failed(&c->broken)) {
         char text[32];
         snprintf(text, sizeof text, "%llu", (unsigned long long)atomic_load(&c->seq));
         send_to_peers(c, LEAVE_TAG, text);
@@ -268,7 +268,7 @@ static void mpi_destroy(comm *c)
         MPI_Cancel(&m->abort_recv);
         MPI_Wait(&m->abort_recv, MPI_STATUS_IGNORE);
     }
-    bool finalize = m->owns_mpi, broken = m->stranded || atomic_load(&c->broken);
+    bool finalize = m->owns_mpi, broken = m->stranded || err_latch_failed(&c->broken);
     if (broken) {
         LOG_INFO(LOG_CORE, "comm: leaving the communicators of a failed world allocated (%d collective(s) still "
                            "posted; freeing them is erroneous)", m->stranded);

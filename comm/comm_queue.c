@@ -37,24 +37,14 @@ void comm_poll_pause(unsigned *spins)
 
 strata_status comm_mark_broken(comm *c, const char *op, const char *reason)
 {
-    pthread_mutex_lock(&c->broken_lock);
-    if (!atomic_load(&c->broken)) {
-        snprintf(c->broken_msg, sizeof c->broken_msg, "%s", reason);
-        atomic_store(&c->broken, true);
+    if (err_latch_set(&c->broken, STRATA_ECOMM, reason))
         LOG_WARN(LOG_CORE, "comm rank %d of %d: %s: %s", c->rank, c->size, op, reason);
-    }
-    pthread_mutex_unlock(&c->broken_lock);
     return comm_check_broken(c, op);
 }
 
 strata_status comm_check_broken(comm *c, const char *op)
 {
-    if (!atomic_load(&c->broken))
-        return STRATA_OK;
-    pthread_mutex_lock(&c->broken_lock);
-    strata_status st = err_set(STRATA_ECOMM, "%s: %s", op, c->broken_msg);
-    pthread_mutex_unlock(&c->broken_lock);
-    return st;
+    return err_latch_raise(&c->broken, op);
 }
 
 strata_status comm_poll_check(comm *c, const char *op, uint64_t deadline_ns)
@@ -63,7 +53,7 @@ strata_status comm_poll_check(comm *c, const char *op, uint64_t deadline_ns)
     if (c->ops->peer_failed && c->ops->peer_failed(c, msg, sizeof msg))
         return comm_mark_broken(c, op, msg);
     /* This rank's own comm_abort_world (from another thread) ends its pending collective too. */
-    if (atomic_load(&c->broken))
+    if (err_latch_failed(&c->broken))
         return comm_check_broken(c, op);
     if (comm_now_ns() >= deadline_ns) {
         snprintf(msg, sizeof msg,
@@ -104,12 +94,9 @@ static void *worker_main(void *arg)
             st = r->run(c, r);
         if (st == STRATA_OK)
             atomic_fetch_add(&c->bytes, r->payload_bytes);
-        else
-            snprintf(r->msg, sizeof r->msg, "%s", err_last_status() == st && err_last()[0] ? err_last()
-                                                                                         : strata_status_str(st));
+        err_copy(&r->result, st);
 
         pthread_mutex_lock(&c->lock);
-        r->status = st;
         r->done = true;
         pthread_cond_broadcast(&c->done_cv);
         pthread_mutex_unlock(&c->lock);
@@ -133,7 +120,7 @@ strata_status comm_start(const comm_ops *ops, comm_impl *impl, int rank, int siz
     c->local_rank = local_rank;
     c->local_size = local_size;
     atomic_init(&c->timeout_ms, COMM_DEFAULT_TIMEOUT_MS);
-    pthread_mutex_init(&c->broken_lock, NULL);
+    err_latch_init(&c->broken);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->work_cv, NULL);
     pthread_cond_init(&c->done_cv, NULL);
@@ -177,8 +164,8 @@ strata_status comm_req_finish(comm_req *r)
     while (!r->done)
         pthread_cond_wait(&c->done_cv, &c->lock);
     pthread_mutex_unlock(&c->lock);
-    if (r->status != STRATA_OK)
-        return err_set(r->status, "%s", r->msg);
+    if (r->result.status != STRATA_OK)
+        return err_set(r->result.status, "%s", r->result.msg);
     return STRATA_OK;
 }
 

@@ -7,7 +7,7 @@
 
 #include <pthread.h>
 
-#include "base/error.h"
+#include "base/latch.h"
 #include "gpu/arena.h"
 #include "gpu/device.h"
 
@@ -29,13 +29,10 @@ struct dev_stream {
     /* Serialises enqueues so that sequence numbers follow queue order. */
     pthread_mutex_t lock;
     uint64_t seq;       /* items queued so far */
-    /* The first failure of queued work, kept until dev_stream_sync() reports it. A lock of its own:
-     * a failing host function takes it on the backend's thread, while an enqueue holding `lock` may
-     * be blocked inside CUDA until that very thread moves on. */
-    pthread_mutex_t err_lock;
-    uint64_t err_seq;   /* 0 = none */
-    strata_status err_status;
-    char err_msg[ERR_MSG_BYTES];
+    /* The first failure of queued work, at its sequence number, kept until dev_stream_sync() reports
+     * it. Apart from `lock`: a failing host function latches it on the backend's thread, while an
+     * enqueue holding `lock` may be blocked inside CUDA until that very thread moves on. */
+    err_latch err;
 };
 
 struct dev_event {

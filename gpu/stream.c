@@ -30,11 +30,11 @@ static strata_status stream_open(device *dev, bool wrap, void *native, const cha
     s->dev = dev;
     s->wrapped = wrap;
     pthread_mutex_init(&s->lock, NULL);
-    pthread_mutex_init(&s->err_lock, NULL);
+    err_latch_init(&s->err);
     strata_status st = wrap ? dev->ops->stream_wrap(dev->impl, native, s->name, &s->impl)
                             : dev->ops->stream_create(dev->impl, s->name, &s->impl);
     if (st != STRATA_OK) {
-        pthread_mutex_destroy(&s->err_lock);
+        err_latch_destroy(&s->err);
         pthread_mutex_destroy(&s->lock);
         free(s);
         return st;
@@ -65,9 +65,10 @@ void dev_stream_destroy(dev_stream *s)
         return;
     device *dev = s->dev;
     dev->ops->stream_sync(dev->impl, s->impl);
-    if (s->err_seq)
+    char msg[ERR_MSG_BYTES];
+    if (err_latch_take_copy(&s->err, msg, sizeof msg) != STRATA_OK)
         LOG_WARN(LOG_DEV, "device %s: stream \"%s\" destroyed with an error nobody collected: %s", dev->name,
-                 s->name, s->err_msg);
+                 s->name, msg);
     pthread_mutex_lock(&dev->lock);
     if (s->prev)
         s->prev->next = s->next;
@@ -81,7 +82,7 @@ void dev_stream_destroy(dev_stream *s)
             e->stream = NULL;
     pthread_mutex_unlock(&dev->lock);
     dev->ops->stream_destroy(dev->impl, s->impl, s->wrapped);
-    pthread_mutex_destroy(&s->err_lock);
+    err_latch_destroy(&s->err);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -135,15 +136,11 @@ static void run_host_call(void *arg)
     dev_stream *s = c->stream;
     err_clear();
     strata_status st = c->fn(c->arg);
-    if (st != STRATA_OK) {
-        pthread_mutex_lock(&s->err_lock);
-        if (!s->err_seq) {
-            s->err_seq = c->seq;
-            s->err_status = st;
-            snprintf(s->err_msg, sizeof s->err_msg, "stream \"%s\" on %s: host function failed: %s", s->name,
-                     s->dev->name, err_last()[0] ? err_last() : strata_status_str(st));
-        }
-        pthread_mutex_unlock(&s->err_lock);
+    if (st != STRATA_OK && !err_latch_failed(&s->err)) {
+        char msg[ERR_MSG_BYTES];
+        snprintf(msg, sizeof msg, "stream \"%s\" on %s: host function failed: %s", s->name, s->dev->name,
+                 err_last()[0] ? err_last() : strata_status_str(st));
+        err_latch_set_at(&s->err, c->seq, st, msg);
     }
     free(c);
 }
@@ -183,24 +180,10 @@ strata_status dev_adam_step(dev_stream *s, const struct adam_consts *c, const de
     return st;
 }
 
-/* Reports the stream's kept error when it happened at or before position upto; clear forgets it. */
-static strata_status report_stream_error(dev_stream *s, uint64_t upto, bool clear)
-{
-    strata_status st = STRATA_OK;
-    pthread_mutex_lock(&s->err_lock);
-    if (s->err_seq && s->err_seq <= upto) {
-        st = err_set(s->err_status, "%s", s->err_msg);
-        if (clear)
-            s->err_seq = 0;
-    }
-    pthread_mutex_unlock(&s->err_lock);
-    return st;
-}
-
 strata_status dev_stream_sync(dev_stream *s)
 {
     ERR_CHECK(s->dev->ops->stream_sync(s->dev->impl, s->impl));
-    return report_stream_error(s, UINT64_MAX, true);
+    return err_latch_take(&s->err, NULL);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -277,7 +260,7 @@ static strata_status report_event_error(dev_event *ev)
     dev_stream *s = ev->stream;
     uint64_t seq = ev->seq;
     /* Holding the device lock keeps s alive: dev_stream_destroy() unlinks events under it. */
-    strata_status st = s ? report_stream_error(s, seq, false) : STRATA_OK;
+    strata_status st = s ? err_latch_raise_upto(&s->err, seq, NULL) : STRATA_OK;
     pthread_mutex_unlock(&ev->dev->lock);
     return st;
 }

@@ -12,7 +12,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "base/error.h"
+#include "base/latch.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "nvme/direct.h"
@@ -27,8 +27,7 @@ typedef struct request {
     ring_req_args a;
     size_t cursor;          /* bytes handed to pieces so far */
     int inflight;           /* pieces of this request in flight */
-    strata_status st;       /* first failure */
-    char msg[ERR_MSG_BYTES];
+    err_latch err;          /* its first failure, handed to the caller's io_wait when it finishes */
     struct request *next;
 } request;
 
@@ -90,20 +89,24 @@ static const char *op_name(ring_op op)
 static void fail_request(request *q, strata_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void fail_request(request *q, strata_status st, const char *fmt, ...)
 {
-    if (q->st != STRATA_OK)
-        return;
+    if (err_latch_failed(&q->err))
+        return; /* only the first failure is kept: spare formatting the later ones */
+    char msg[ERR_MSG_BYTES];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(q->msg, sizeof q->msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    q->st = st;
+    err_latch_set(&q->err, st, msg);
 }
 
 static void finish_request(ring *r, request *q)
 {
     if (r->cur == q)
         r->cur = NULL;
-    io_wait_finish(q->a.w, q->st, q->msg);
+    char msg[ERR_MSG_BYTES];
+    strata_status st = err_latch_take_copy(&q->err, msg, sizeof msg);
+    io_wait_finish(q->a.w, st, msg);
+    err_latch_destroy(&q->err);
     free(q);
 }
 
@@ -181,7 +184,7 @@ static void fill(ring *r)
             r->cur = q;
         }
         request *q = r->cur;
-        if (q->st != STRATA_OK || q->cursor >= q->a.len) {
+        if (err_latch_failed(&q->err) || q->cursor >= q->a.len) {
             r->cur = NULL; /* fully issued; its last piece finishes it */
             continue;
         }
@@ -212,7 +215,7 @@ static void release_piece(ring *r, piece *p)
     r->free_list = p;
     r->inflight--;
     q->inflight--;
-    if (q->inflight == 0 && (q->st != STRATA_OK || q->cursor >= q->a.len))
+    if (q->inflight == 0 && (err_latch_failed(&q->err) || q->cursor >= q->a.len))
         finish_request(r, q);
 }
 
@@ -467,9 +470,11 @@ strata_status ring_submit(ring *r, const ring_req_args *a)
         free(q);
         return STRATA_OK;
     }
+    err_latch_init(&q->err);
     pthread_mutex_lock(&r->mu);
     if (r->stopping) {
         pthread_mutex_unlock(&r->mu);
+        err_latch_destroy(&q->err);
         free(q);
         return err_set(STRATA_ESTATE, "%s \"%s\": the I/O handle is being destroyed", op_name(a->op), a->path);
     }

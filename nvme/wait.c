@@ -1,8 +1,6 @@
 /* Completion groups shared by the rings and their callers. */
 #include "nvme/wait.h"
 
-#include <stdio.h>
-
 #include "base/util.h"
 
 void io_wait_init(io_wait *w)
@@ -10,8 +8,7 @@ void io_wait_init(io_wait *w)
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     w->pending = 0;
-    w->status = STRATA_OK;
-    w->msg[0] = '\0';
+    err_latch_init(&w->err);
     w->done_ns = 0;
     w->notify = NULL;
     w->notify_ctx = NULL;
@@ -25,6 +22,7 @@ void io_wait_set_notify(io_wait *w, io_notify_fn fn, void *ctx)
 
 void io_wait_destroy(io_wait *w)
 {
+    err_latch_destroy(&w->err);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
 }
@@ -39,10 +37,8 @@ void io_wait_add(io_wait *w, int n)
 void io_wait_finish(io_wait *w, strata_status st, const char *msg)
 {
     pthread_mutex_lock(&w->mu);
-    if (st != STRATA_OK && w->status == STRATA_OK) {
-        w->status = st;
-        snprintf(w->msg, sizeof w->msg, "%s", msg ? msg : strata_status_str(st));
-    }
+    /* Latched before pending drops, so that the waiter who sees zero also sees the failure. */
+    err_latch_set(&w->err, st, msg);
     bool last = --w->pending == 0;
     if (last)
         w->done_ns = now_ns();
@@ -61,25 +57,14 @@ strata_status io_wait_wait(io_wait *w)
     pthread_mutex_lock(&w->mu);
     while (w->pending > 0)
         pthread_cond_wait(&w->cv, &w->mu);
-    strata_status st = w->status;
-    if (st != STRATA_OK)
-        err_set(st, "%s", w->msg);
-    w->status = STRATA_OK;
-    w->msg[0] = '\0';
+    strata_status st = err_latch_take(&w->err, NULL);
     pthread_mutex_unlock(&w->mu);
     return st;
 }
 
 strata_status io_wait_take_status(io_wait *w, char *msg, size_t len)
 {
-    pthread_mutex_lock(&w->mu);
-    strata_status st = w->status;
-    if (msg && len)
-        snprintf(msg, len, "%s", st != STRATA_OK ? w->msg : "");
-    w->status = STRATA_OK;
-    w->msg[0] = '\0';
-    pthread_mutex_unlock(&w->mu);
-    return st;
+    return err_latch_take_copy(&w->err, msg, len);
 }
 
 bool io_wait_idle(io_wait *w)

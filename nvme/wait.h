@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "base/error.h"
+#include "base/latch.h"
 
 typedef struct io_wait io_wait;
 
@@ -22,8 +22,7 @@ struct io_wait {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int pending;
-    strata_status status;       /* first failure since the last io_wait_wait/reset */
-    char msg[ERR_MSG_BYTES];
+    err_latch err;              /* first failure since the last io_wait_wait/take_status */
     uint64_t done_ns;           /* when pending last reached zero (now_ns clock) */
     io_notify_fn notify;
     void *notify_ctx;

@@ -1,6 +1,7 @@
 /*
  * err_latch: of failures latched from racing threads exactly one is kept, the first; raise keeps it,
- * take clears it, and what is raised is that thread's message with the caller's op in front.
+ * take clears it, and what is raised is that thread's message with the caller's op in front; a failure
+ * latched at a place in a queue is raised only to waiters on that place or later.
  */
 #include <pthread.h>
 
@@ -94,9 +95,31 @@ static void raise_keeps_take_clears(void)
     err_latch_destroy(&l);
 }
 
+/* A failure at place 5 of a queue is the failure of a waiter on place 5 or later, not of one on place 4. */
+static void raise_upto_a_place_in_the_queue(void)
+{
+    err_latch l;
+    err_latch_init(&l);
+    T_CHECK(err_latch_set_at(&l, 5, STRATA_EDEVICE, "host function 5 failed"), "the first failure was not latched");
+    T_CHECK(!err_latch_set_at(&l, 3, STRATA_EIO, "later"), "a second failure replaced the first");
+    err_clear();
+    T_OK(err_latch_raise_upto(&l, 4, "event"));
+    T_EQ_STR(err_last(), "");
+    T_STATUS(err_latch_raise_upto(&l, 5, "event"), STRATA_EDEVICE);
+    T_EQ_STR(err_last(), "event: host function 5 failed");
+    T_STATUS(err_latch_raise_upto(&l, 9, NULL), STRATA_EDEVICE); /* it stays latched */
+    T_STATUS(err_latch_take(&l, NULL), STRATA_EDEVICE);             /* take reports it whatever its place */
+    T_CHECK(!err_latch_failed(&l), "take did not clear the latch");
+
+    T_CHECK(err_latch_set(&l, STRATA_EIO, "no place"), "a failure after a take was not latched");
+    T_STATUS(err_latch_raise_upto(&l, 1, NULL), STRATA_EIO); /* one without a place concerns every waiter */
+    err_latch_destroy(&l);
+}
+
 int main(void)
 {
     first_of_racing_threads();
     raise_keeps_take_clears();
+    raise_upto_a_place_in_the_queue();
     return t_done();
 }
