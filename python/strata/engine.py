@@ -11,7 +11,7 @@ import os
 import sys
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Type
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Type, cast
 
 from . import _lib, _names
 from ._typing import StrPath
@@ -345,11 +345,11 @@ class Engine:
         self._check(self._lib.strata_act_push(self._p(), address, nbytes, ctypes.byref(h)), "strata_act_push")
         return h.value
 
-    def act_pop(self, handle: int) -> Address:
+    def act_pop(self, handle: int) -> int:
         """The address of the kept activation's device copy, valid until act_drop(handle)."""
         out = ctypes.c_void_p()
         self._check(self._lib.strata_act_pop(self._p(), handle, ctypes.byref(out)), "strata_act_pop")
-        return out.value
+        return cast(int, out.value)  # set when the call succeeds (strata.h)
 
     def act_drop(self, handle: int) -> None:
         self._check(self._lib.strata_act_drop(self._p(), handle), "strata_act_drop")
