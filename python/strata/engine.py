@@ -29,6 +29,8 @@ Initializer = Callable[[int, int, Any], None]
 
 
 def _raise(status: int, engine_ptr: Optional[ctypes.c_void_p], what: Optional[str]) -> NoReturn:
+    """Raises the exception of a failed call: strata_last_error's message (led by what when it does not name it),
+    else the status's description."""
     lib = _lib.load()
     last: bytes = lib.strata_last_error(engine_ptr)
     msg = last.decode(errors="replace")
