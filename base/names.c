@@ -1,4 +1,4 @@
-/* The one place that names dtypes and tiers and sizes dtypes (public: embedders print them too). */
+/* The one place that names dtypes, tiers and backends and sizes dtypes (public: embedders print them too). */
 #include "strata.h"
 
 STRATA_API const char *strata_dtype_name(strata_dtype dtype)
@@ -30,6 +30,16 @@ STRATA_API const char *strata_tier_name(strata_tier tier)
     case STRATA_TIER_HOST: return "host";
     case STRATA_TIER_NVME: return "nvme";
     case STRATA_TIER_AUTO: return "auto";
+    }
+    return "?";
+}
+
+STRATA_API const char *strata_backend_name(strata_backend_kind backend)
+{
+    switch (backend) {
+    case STRATA_BACKEND_AUTO: return "auto";
+    case STRATA_BACKEND_HOST: return "host";
+    case STRATA_BACKEND_CUDA: return "cuda";
     }
     return "?";
 }

@@ -70,7 +70,8 @@ typedef enum strata_status {
 /* A short description of a status, e.g. "I/O error". Never NULL; unknown values give "unknown status". */
 STRATA_API const char *strata_status_str(strata_status status);
 
-/* The name of a status, e.g. "STRATA_EIO". Never NULL. */
+/* The name of a status, e.g. "STRATA_EIO". Never NULL; "STRATA_E?" for a value outside the list, so that a binding
+ * can enumerate the statuses by asking for 0, 1, ... until that answer (the Python package names its errors so). */
 STRATA_API const char *strata_status_name(strata_status status);
 
 /* ------------------------------------------------------------------ logging */
@@ -128,6 +129,8 @@ STRATA_API const char *strata_dtype_name(strata_dtype dtype);
 STRATA_API size_t strata_dtype_bytes(strata_dtype dtype);
 /* "device", "host", "nvme", "auto" ("?" outside the enum). Static storage; thread-safe. */
 STRATA_API const char *strata_tier_name(strata_tier tier);
+/* "auto", "host", "cuda" ("?" outside the enum). Static storage; thread-safe. */
+STRATA_API const char *strata_backend_name(strata_backend_kind backend);
 
 typedef enum strata_optimizer_kind {
     STRATA_OPTIMIZER_ADAMW = 0, /* decoupled weight decay (torch.optim.AdamW) */

@@ -6,6 +6,8 @@
 The library is found as strata._lib describes ($STRATA_LIB, the installed copy, this checkout's build tree, the
 system); strata.library_path() says which one and why.
 """
+from __future__ import annotations
+
 from . import checkpoint
 from ._lib import library_path
 from .config import Config
@@ -18,7 +20,8 @@ __all__ = ["Config", "Engine", "Comm", "world", "checkpoint", "library_path", "v
            "CorruptError", "DeviceError", "Unsupported", "NotFound", "CommError", "LibraryNotFound"]
 
 
-def version():
+def version() -> str:
     """The version of the loaded libstrata ("0.1.0")."""
     from . import _lib
-    return _lib.load().strata_version().decode()
+    text: bytes = _lib.load().strata_version()
+    return text.decode()

@@ -5,16 +5,19 @@ scheduler) are `strata train` flags and so refused in a file. This checks the wh
 takes it: the engine's keys by libstrata (the same messages), the trainer's keys by the package, the NVMe
 directories. Prints every problem and exits 2, or prints the resolution and exits 0.
 """
+from __future__ import annotations
+
 import argparse
 import os
 import sys
+from typing import List, Optional
 
 from . import library_path
 from .config import Config
 from .errors import StrataError
 
 
-def check(path, world_size):
+def check(path: str, world_size: int) -> None:
     config = Config(path)
     batch, micro, gas = config.batch_sizes(world_size)
     if "scheduler" in config.trainer:
@@ -39,8 +42,8 @@ def check(path, world_size):
         print("  %-56s %s" % (key, config.resolved[key]))
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python3 -m strata", description=__doc__.split("\n")[0])
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m strata", description=(__doc__ or "").split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="check a config file as strata.torch reads it")
     c.add_argument("file")

@@ -1,12 +1,15 @@
 """Files the package writes itself (beside strata's own checkpoints)."""
+from __future__ import annotations
+
 import ctypes
 import errno
 import os
 import shutil
 import tempfile
+from typing import BinaryIO, Callable
 
 
-def atomic_write(path, write):
+def atomic_write(path: str, write: Callable[[BinaryIO], object]) -> None:
     """Writes path through write(binary file) into a temporary file beside it, fsynced, then renamed over path:
     a crash leaves the old file or the new one, never a part."""
     d = os.path.dirname(path)
@@ -27,7 +30,7 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
-def replace_dir(new, path):
+def replace_dir(new: str, path: str) -> None:
     """Puts directory new at path, atomically: a crash leaves the old path whole or the new one, never neither or a
     mix. An existing path is exchanged with new (renameat2 RENAME_EXCHANGE) and then removed from new's name (its
     symbolic links removed, never followed). Where the exchange is missing (an old kernel, a filesystem without it)

@@ -8,11 +8,14 @@ library is looked for, first found wins, in
   4. the system's library path (`cmake --install`, ldconfig, $LD_LIBRARY_PATH).
 `library_path()` says which one was loaded and why; when none is found the error lists every place tried.
 """
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import glob
 import os
 import threading
+from typing import Any, ClassVar, Dict, Iterator, List, Optional, Tuple
 
 from .errors import LibraryNotFound
 
@@ -20,10 +23,10 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIB_NAME = "libstrata.so"
 
 _lock = threading.Lock()
-_loaded = None  # (CDLL, path, reason)
+_loaded: Optional[Tuple[ctypes.CDLL, str, str]] = None  # (CDLL, path, reason)
 
 
-def _candidates():
+def _candidates() -> Iterator[Tuple[str, str]]:
     """(path or soname, reason) in the order they are tried."""
     env = os.environ.get("STRATA_LIB")
     if env:
@@ -42,12 +45,12 @@ def _candidates():
     yield (found or _LIB_NAME), "the system library path"
 
 
-def load():
+def load() -> ctypes.CDLL:
     """The loaded library (a ctypes.CDLL with its signatures declared), loading it on first use."""
     global _loaded
     with _lock:
         if _loaded is None:
-            tried = []
+            tried: List[str] = []
             for path, reason in _candidates():
                 if os.sep in path and not os.path.exists(path):
                     tried.append("%s (%s): no such file" % (path, reason))
@@ -70,9 +73,10 @@ def load():
         return _loaded[0]
 
 
-def library_path():
+def library_path() -> Tuple[str, str]:
     """(path, reason): which libstrata this process uses and why it was chosen."""
     load()
+    assert _loaded is not None  # load() raised otherwise
     return _loaded[1], _loaded[2]
 
 
@@ -100,7 +104,7 @@ class StepResult(ctypes.Structure):
 
 
 class Stats(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in (
+    _fields_: ClassVar[List[Tuple[str, Any]]] = [(name, ctypes.c_uint64) for name in (
         "steps", "skipped_steps", "fetches", "prefetch_hits", "stall_ns", "step_ns", "adam_ns", "step_io_wait_ns",
         "nvme_to_host_bytes", "host_to_device_bytes", "device_to_host_bytes", "host_to_nvme_bytes")] + \
         [(name, c_size) for name in ("device_peak_bytes", "host_peak_bytes", "nvme_peak_bytes",
@@ -118,10 +122,19 @@ class CheckpointInfo(ctypes.Structure):
                 ("bytes", ctypes.c_uint64), ("world_size", c_int)]
 
 
-_SIGNATURES = {
+def as_dict(struct: ctypes.Structure) -> Dict[str, Any]:
+    """A filled structure's fields by name."""
+    return {field[0]: getattr(struct, field[0]) for field in struct._fields_}
+
+
+# name: (restype, argtypes), as ctypes takes them.
+_SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "strata_version": (c_char_p, []),
     "strata_status_name": (c_char_p, [c_status]),
     "strata_status_str": (c_char_p, [c_status]),
+    "strata_tier_name": (c_char_p, [c_int]),
+    "strata_dtype_name": (c_char_p, [c_int]),
+    "strata_backend_name": (c_char_p, [c_int]),
     "strata_last_error": (c_char_p, [c_voidp]),
     "strata_log_set_level": (None, [c_int]),
     "strata_config_size": (c_size, []),
@@ -179,7 +192,7 @@ _SIGNATURES = {
 }
 
 
-def _declare(lib):
+def _declare(lib: ctypes.CDLL) -> None:
     missing = [name for name in _SIGNATURES if not hasattr(lib, name)]
     if missing:
         raise LibraryNotFound("%s lacks %s: it is older than this package; rebuild strata or point STRATA_LIB at "

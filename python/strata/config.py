@@ -5,30 +5,38 @@ The engine's keys go to libstrata, which checks every one and names the key, the
 a C trainer owns them, are the Python engine's here: the batch-size triple, steps_per_print, the scheduler and
 dataloader_drop_last (the loader initialize builds from training_data).
 """
+from __future__ import annotations
+
 import ctypes
 import json
 import os
+from typing import Any, Dict, Optional, Tuple, Union
 
 from . import _lib
+from ._typing import StrPath
 from .errors import ConfigError, IOFailure, error_for
+
+# What a Config is made from: a dict, the path of a JSON file, another Config, or None (the defaults).
+ConfigSource = Union[None, Dict[str, Any], StrPath, "Config"]
 
 # DeepSpeed keys the Python engine implements itself (libstrata leaves them to its trainer).
 TRAINER_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                 "steps_per_print", "scheduler", "dataloader_drop_last")
 
 
-def _positive_int(key, value):
+def _positive_int(key: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError("config: %s = %r is not allowed: it must be an integer >= 1" % (key, value))
     return value
 
 
-def read_document(source):
+def read_document(source: ConfigSource) -> Tuple[str, Dict[str, Any]]:
     """(origin, the JSON object) of a config source (a dict comes back as a shallow copy): a dict, the path of a JSON file, a Config, or
     None (empty). Nothing is checked but the file and the JSON: "auto" values and the like may still be filled in.
     IOFailure when the file cannot be read, ConfigError when it is not a JSON object."""
     if isinstance(source, Config):
-        origin, doc = source.origin, json.loads(json.dumps(source.document))
+        origin = source.origin
+        doc: object = json.loads(json.dumps(source.document))
     elif isinstance(source, (str, os.PathLike)):
         origin = os.fspath(source)
         try:
@@ -59,7 +67,7 @@ class Config:
     Raises ConfigError naming every wrong key (one per line), IOFailure when the file cannot be read.
     """
 
-    def __init__(self, source=None):
+    def __init__(self, source: ConfigSource = None) -> None:
         self.origin, doc = read_document(source)
         self.document = doc
         self.trainer = {k: doc[k] for k in TRAINER_KEYS if k in doc}
@@ -70,13 +78,13 @@ class Config:
 
     # ---------------------------------------------------------------- the C side
 
-    def _load(self, engine_doc):
+    def _load(self, engine_doc: Dict[str, Any]) -> ctypes.Array[ctypes.c_char]:
         lib = _lib.load()
         try:
             text = json.dumps(engine_doc, default=_plain)
         except (TypeError, ValueError) as e:
             raise ConfigError("config: %s holds a value JSON cannot hold: %s" % (self.origin, e)) from None
-        size = lib.strata_config_size()
+        size: int = lib.strata_config_size()
         buf = ctypes.create_string_buffer(size)
         st = lib.strata_config_init_sized(buf, size)
         if st:
@@ -87,7 +95,7 @@ class Config:
             raise error_for(st, err.value.decode(errors="replace").strip() or lib.strata_last_error(None).decode())
         return buf
 
-    def _resolve(self):
+    def _resolve(self) -> Dict[str, Any]:
         lib = _lib.load()
         needed = ctypes.c_size_t(0)
         lib.strata_config_to_json(self._buf, None, 0, ctypes.byref(needed))
@@ -95,16 +103,17 @@ class Config:
         st = lib.strata_config_to_json(self._buf, out, len(out), None)
         if st:
             raise error_for(st, lib.strata_last_error(None).decode())
-        return json.loads(out.value.decode())
+        resolved: Dict[str, Any] = json.loads(out.value.decode())
+        return resolved
 
     @property
-    def c_config(self):
+    def c_config(self) -> ctypes.Array[ctypes.c_char]:
         """The strata_config the library filled (a ctypes buffer to pass as `const strata_config *`)."""
         return self._buf
 
     # ---------------------------------------------------------------- the trainer's keys
 
-    def _check_trainer_keys(self):
+    def _check_trainer_keys(self) -> None:
         t = self.trainer
         for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                     "steps_per_print"):
@@ -118,7 +127,7 @@ class Config:
                 raise ConfigError("config: scheduler must be an object with a \"type\" (and \"params\"), got %r; "
                                   "hint: {\"type\": \"WarmupLR\", \"params\": {...}}" % (s,))
 
-    def batch_sizes(self, world_size):
+    def batch_sizes(self, world_size: int) -> Tuple[Optional[int], Optional[int], int]:
         """(train_batch_size, micro_batch_per_rank, gradient_accumulation_steps) as DeepSpeed resolves them: any
         two give the third; each missing one with no way to derive it is None (accumulation defaults to 1).
         ConfigError when the three disagree with world_size."""
@@ -151,31 +160,31 @@ class Config:
             batch = micro * gas * world_size
         return batch, micro, gas
 
-    def get(self, key, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         """A resolved value by its full path ("optimizer.params.lr"), or a trainer key's value."""
         if key in self.trainer:
             return self.trainer[key]
         return self.resolved.get(key, default)
 
     @property
-    def param_dtype(self):
+    def param_dtype(self) -> str:
         """"fp32", "bf16" or "fp16": the device dtype of parameters and gradients."""
         r = self.resolved
         return "bf16" if r.get("bf16.enabled") else "fp16" if r.get("fp16.enabled") else "fp32"
 
     @property
-    def lr(self):
+    def lr(self) -> float:
         """The configured learning rate as written (a Python float; the resolved one is rounded to fp32)."""
         params = self.document.get("optimizer", {}).get("params", {})
         if isinstance(params, dict) and isinstance(params.get("lr"), (int, float)):
             return float(params["lr"])
-        return self.resolved["optimizer.params.lr"]
+        return float(self.resolved["optimizer.params.lr"])
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "strata.Config(%s)" % self.origin
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """numpy / torch scalars and paths in a config dict, as JSON values."""
     if isinstance(value, os.PathLike):
         return os.fspath(value)

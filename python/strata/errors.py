@@ -1,82 +1,103 @@
-"""strata's statuses as Python exceptions. Each carries the C status name and strata_last_error's message."""
+"""strata's statuses as Python exceptions. Each carries the C status name and strata_last_error's message.
+
+Each class names its C status ("STRATA_EINVAL"); the values come from the loaded library (strata_status_name), so
+the list of statuses is written once, in strata.h.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Type
 
 
 class StrataError(RuntimeError):
     """A strata call failed. .status is the C status name ("STRATA_ECONFIG"), .code its value."""
 
-    status = "STRATA_EINTERNAL"
-    code = 14
+    status: str = "STRATA_EINTERNAL"
 
-    def __init__(self, message, status=None, code=None):
+    def __init__(self, message: str, status: Optional[str] = None, code: Optional[int] = None) -> None:
         super().__init__(message)
         if status is not None:
             self.status = status
-        if code is not None:
-            self.code = code
+        self._code = code
+
+    @property
+    def code(self) -> Optional[int]:
+        """The status's value in the loaded library; None when no library can be loaded to ask."""
+        if self._code is None:
+            # Imported here: _lib (which _names uses) raises LibraryNotFound from this module.
+            from . import _names
+            try:
+                self._code = _names.status_code(self.status)
+            except LibraryNotFound:
+                return None
+        return self._code
 
 
 class InvalidArgument(StrataError, ValueError):
-    status, code = "STRATA_EINVAL", 1
+    status = "STRATA_EINVAL"
 
 
 class OutOfMemory(StrataError, MemoryError):
-    status, code = "STRATA_ENOMEM", 2
+    status = "STRATA_ENOMEM"
 
 
 class BudgetError(StrataError):
-    status, code = "STRATA_EBUDGET", 3
+    status = "STRATA_EBUDGET"
 
 
 class StateError(StrataError):
     """A call not allowed now: e.g. a step while modules are still held (inside forward)."""
-    status, code = "STRATA_ESTATE", 4
+    status = "STRATA_ESTATE"
 
 
 class ConfigError(StrataError, ValueError):
-    status, code = "STRATA_ECONFIG", 5
+    status = "STRATA_ECONFIG"
 
 
 class IOFailure(StrataError, OSError):
-    status, code = "STRATA_EIO", 6
+    status = "STRATA_EIO"
 
 
 class NoSpace(IOFailure):
-    status, code = "STRATA_ENOSPC", 7
+    status = "STRATA_ENOSPC"
 
 
 class CorruptError(StrataError):
-    status, code = "STRATA_ECORRUPT", 8
+    status = "STRATA_ECORRUPT"
 
 
 class DeviceError(StrataError):
-    status, code = "STRATA_EDEVICE", 9
+    status = "STRATA_EDEVICE"
 
 
 class Unsupported(StrataError):
-    status, code = "STRATA_EUNSUPPORTED", 10
+    status = "STRATA_EUNSUPPORTED"
 
 
 class NotFound(StrataError, FileNotFoundError):
-    status, code = "STRATA_ENOTFOUND", 11
+    status = "STRATA_ENOTFOUND"
 
 
 class CommError(StrataError):
     """A collective failed: another rank failed, timed out or disagreed."""
-    status, code = "STRATA_ECOMM", 15
+    status = "STRATA_ECOMM"
 
 
 class LibraryNotFound(StrataError, ImportError):
     """libstrata could not be loaded (the message lists every place tried)."""
-    status, code = "STRATA_ENOTFOUND", 11
+    status = "STRATA_ENOTFOUND"
 
 
-_BY_CODE = {cls.code: cls for cls in (InvalidArgument, OutOfMemory, BudgetError, StateError, ConfigError, IOFailure,
-                                      NoSpace, CorruptError, DeviceError, Unsupported, NotFound, CommError)}
+_BY_STATUS: Dict[str, Type[StrataError]] = {
+    cls.status: cls for cls in (InvalidArgument, OutOfMemory, BudgetError, StateError, ConfigError, IOFailure,
+                                NoSpace, CorruptError, DeviceError, Unsupported, NotFound, CommError)}
 
 
-def error_for(code, message):
-    """The exception for a C status code (StrataError for one this package does not name)."""
-    cls = _BY_CODE.get(code)
+def error_for(code: int, message: str) -> StrataError:
+    """The exception for a C status code (StrataError, with the library's name of the status, for one this package
+    has no class for)."""
+    from . import _names
+    name = _names.status_name(code)
+    cls = _BY_STATUS.get(name)
     if cls is None:
-        return StrataError(message, "STRATA_STATUS_%d" % code, code)
+        return StrataError(message, name, code)
     return cls(message)

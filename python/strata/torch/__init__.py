@@ -5,6 +5,8 @@
 
     opt = strata.torch.OffloadAdam(model.parameters(), lr=3e-4)  # ZeRO-Offload: only the optimizer in strata
 """
+from __future__ import annotations
+
 from ._initialize import initialize
 from .engine import StrataEngine
 from .offload_adam import OffloadAdam

@@ -5,11 +5,16 @@ strata's own knobs. OffloadAdam owns everything else: the optimizer section come
 the precision and backend from its parameters, and the device windows from its bucket size. A key the user set that
 contradicts what the parameters say is refused rather than overridden, so that no setting is silently ignored.
 """
+from __future__ import annotations
+
 import copy
 import json
 import os
+from typing import Any, Dict, Iterable, Optional
 
-from ..config import TRAINER_KEYS, Config
+import torch
+
+from ..config import TRAINER_KEYS, Config, ConfigSource
 from ..errors import ConfigError
 
 # What the C config table accepts for optimizer.params.lr; the lr of each step is passed with it, so the configured
@@ -22,7 +27,7 @@ _PARAM_ALIGN = 128
 _MODULE_ALIGN = 4096
 
 
-def user_document(config):
+def user_document(config: ConfigSource) -> Dict[str, Any]:
     """The user's config as a plain dict (a copy), checked once by strata so its errors name the user's keys."""
     if config is None:
         return {}
@@ -50,14 +55,14 @@ def user_document(config):
     return doc
 
 
-def _section(doc, name):
+def _section(doc: Dict[str, Any], name: str) -> Dict[str, Any]:
     value = doc.setdefault(name, {})
     if not isinstance(value, dict):
         raise ConfigError("OffloadAdam config: %s must be an object, got %r" % (name, value))
     return value
 
 
-def _demand(section, key, want, path, why):
+def _demand(section: Dict[str, Any], key: str, want: Any, path: str, why: str) -> None:
     """Sets section[key] = want unless the user set another value, which is refused naming both."""
     have = section.get(key, want)
     if have != want:
@@ -66,7 +71,7 @@ def _demand(section, key, want, path, why):
     section[key] = want
 
 
-def module_bytes(numels, elem_bytes):
+def module_bytes(numels: Iterable[int], elem_bytes: int) -> int:
     """The bytes strata's layout gives a module of parameters of these sizes (see _PARAM_ALIGN)."""
     used = 0
     for n in numels:
@@ -74,7 +79,9 @@ def module_bytes(numels, elem_bytes):
     return -(-max(used, 1) // _MODULE_ALIGN) * _MODULE_ALIGN * elem_bytes
 
 
-def group_document(user_doc, hp, precision, device, largest_module_bytes, delayed_update, label, numel=0):
+def group_document(user_doc: Dict[str, Any], hp: Dict[str, Any], precision: str, device: torch.device,
+                   largest_module_bytes: int, delayed_update: Optional[bool], label: str,
+                   numel: int = 0) -> Dict[str, Any]:
     """The engine config of one group.
 
     hp: the group's lr, betas, eps, weight_decay, adamw_mode, bias_correction. precision: "fp32" or "bf16" (of the parameters).

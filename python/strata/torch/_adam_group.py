@@ -12,7 +12,9 @@ strata_module_order; the passes repeat it, as micro-batches would):
     strata_step(lr)      (with the delayed update: hands the update to strata's thread and returns)
     weights out:   fetch -> copy what strata makes visible into the parameter -> release
 """
-import collections
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -23,10 +25,16 @@ from ._adam_host import HostExchange
 
 _PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
-Chunk = collections.namedtuple("Chunk", "param offset numel pid")
+
+class Chunk(NamedTuple):
+    """A run of one tensor's elements that is a strata parameter of its own."""
+    param: int   # the tensor's index in the group
+    offset: int  # its first element in the tensor
+    numel: int
+    pid: int     # the strata parameter
 
 
-def hyperparameters(group):
+def hyperparameters(group: Dict[str, Any]) -> Dict[str, Any]:
     """What an engine is built with (everything but the lr, which each step passes)."""
     b1, b2 = group["betas"]
     return {"betas": (float(b1), float(b2)), "eps": float(group["eps"]),
@@ -34,10 +42,12 @@ def hyperparameters(group):
             "bias_correction": bool(group.get("bias_correction", True))}  # absent in state_dicts before issue 22
 
 
-def plan_modules(numels, elem_bytes, bucket_bytes):
+def plan_modules(numels: List[int], elem_bytes: int, bucket_bytes: int) -> List[List[Tuple[int, int, int]]]:
     """[[(param index, offset, numel), ...] per module]: tensors in order, cut to at most a bucket each, packed."""
     cap = max(1, bucket_bytes // elem_bytes)
-    modules, current, used = [], [], 0
+    modules: List[List[Tuple[int, int, int]]] = []
+    current: List[Tuple[int, int, int]] = []
+    used = 0
     for index, numel in enumerate(numels):
         for offset in range(0, numel, cap):
             n = min(cap, numel - offset)
@@ -54,7 +64,8 @@ def plan_modules(numels, elem_bytes, bucket_bytes):
 class GroupEngine:
     """The strata engine of one param group: built from the group's tensors, which give the initial weights."""
 
-    def __init__(self, params, group, user_doc, bucket_bytes, delayed_update, label):
+    def __init__(self, params: Iterable[torch.Tensor], group: Dict[str, Any], user_doc: Dict[str, Any],
+                 bucket_bytes: int, delayed_update: Optional[bool], label: str) -> None:
         self.params = list(params)
         self.label = label
         self.hp = hyperparameters(group)
@@ -69,8 +80,9 @@ class GroupEngine:
                                           largest, delayed_update, label, sum(p.numel() for p in self.params))
         self.engine = Engine(doc)
         self.delayed = bool(self.engine.config.resolved.get("strata.delayed_update"))
-        self.modules = []  # (module id, [Chunk]) in step order
-        self._cache = (None, None)  # (param index, its fp32 host copy) while finalize reads initial values
+        self.modules: List[Tuple[int, List[Chunk]]] = []  # (module id, [Chunk]) in step order
+        # (param index, its fp32 host copy) while finalize reads initial values
+        self._cache: Tuple[Optional[int], Optional[torch.Tensor]] = (None, None)
         try:
             for k, planned in enumerate(plan):
                 mid = self.engine.add_module("bucket%d" % k)
@@ -90,28 +102,28 @@ class GroupEngine:
         # strata's device window.
         self.host = HostExchange(self) if self.device.type == "cpu" else None
 
-    def _initializer(self, index, offset):
-        def init(at, count, out):
+    def _initializer(self, index: int, offset: int) -> Callable[[int, int, Any], None]:
+        def init(at: int, count: int, out: Any) -> None:
             cached_index, host = self._cache
-            if cached_index != index:
+            if cached_index != index or host is None:
                 host = self.params[index].detach().reshape(-1).to("cpu", torch.float32).contiguous()
                 self._cache = (index, host)
             view = torch.frombuffer(out, dtype=torch.float32)
             view.copy_(host[offset + at:offset + at + count])
         return init
 
-    def layout(self):
+    def layout(self) -> Dict[str, Any]:
         """What a checkpoint of this engine must match to load: precision, shapes and the bucket size."""
         return {"precision": self.precision, "shapes": [list(p.shape) for p in self.params],
                 "bucket_bytes": self.bucket_bytes}
 
     # ---------------------------------------------------------------- the step
 
-    def push_grads(self):
+    def push_grads(self) -> None:
         """Copies every .grad into strata's gradient buffers. A parameter without one contributes zeros."""
         if self.host is not None:
             return self.host.push_grads()
-        flat = [None if p.grad is None else p.grad.detach().reshape(-1) for p in self.params]
+        flat: List[Optional[torch.Tensor]] = [None if p.grad is None else p.grad.detach().reshape(-1) for p in self.params]
         with self.memory.exchange():
             for mid, chunks in self.modules:
                 self.engine.fetch(mid)
@@ -130,17 +142,17 @@ class GroupEngine:
                 finally:
                     self.engine.release(mid)
 
-    def step(self, lr):
+    def step(self, lr: float) -> Dict[str, Any]:
         result = self.engine.step(lr=lr)  # a float: 0 is a step at lr 0 (strata.Engine.step)
         if self.host is not None:
             self.host.after_step()
         return result
 
-    def pull_weights(self):
+    def pull_weights(self) -> None:
         """Copies the weights strata makes visible into the parameters (in place: references to them stay valid)."""
         if self.host is not None:
             return self.host.pull_weights()
-        targets = []
+        targets: List[torch.Tensor] = []
         for p in self.params:
             data = p.detach()
             targets.append(data.view(-1) if data.is_contiguous() else torch.empty(
@@ -158,29 +170,30 @@ class GroupEngine:
             if not p.detach().is_contiguous():
                 p.detach().copy_(flat.view(p.shape))
 
-    def sync(self):
+    def sync(self) -> None:
         """Lets a delayed update in flight finish and become visible, then copies the weights out."""
         self.engine.sync()
         self.pull_weights()
 
     # ---------------------------------------------------------------- checkpoints
 
-    def save(self, directory):
+    def save(self, directory: str) -> None:
         self.engine.save(directory)
 
-    def load(self, directory):
+    def load(self, directory: str) -> None:
         self.engine.load(directory)
         if self.host is not None:
             self.host.bind()
         self.pull_weights()
 
-    def close(self):
+    def close(self) -> None:
         if getattr(self, "engine", None) is not None:
             # A view of strata's memory that is still alive (the user's) keeps the engine until it goes.
-            if getattr(self, "host", None) is None or not self.host.release():
+            host = getattr(self, "host", None)
+            if host is None or not host.release():
                 self.engine.close()
-            self.engine = None
+            self.engine = None  # type: ignore[assignment]  # closed: require_open says so
 
-    def require_open(self):
+    def require_open(self) -> None:
         if self.engine is None:
             raise StateError("OffloadAdam: %s: the optimizer was closed" % self.label)

@@ -14,27 +14,36 @@ A tensor strata cut into chunks is aliased only if the chunks lie back to back i
 multiple of 16 KiB makes them so); the rest is copied, one pass each way. The views keep the engine alive; close()
 gives the parameters their own storage back first.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Set
+
 import torch
 
 from ._adam_memory import host_view
+from ._tensors import Alive
+
+if TYPE_CHECKING:
+    from ._adam_group import GroupEngine
 
 
 class HostExchange:
     """The gradients in and the weights out of one GroupEngine over CPU tensors."""
 
-    def __init__(self, group):
+    def __init__(self, group: GroupEngine) -> None:
         self.group = group
-        self.sources = []  # weak references to the memory the views use (alive while a view is)
-        self.grad_alias = {}  # param index -> the tensor over its slot in the gradient store
-        self.aliased = set()  # param indices whose data is strata's weights
+        self.sources: List[Alive] = []  # weak references to the memory the views use (alive while a view is)
+        self.grad_alias: Dict[int, torch.Tensor] = {}  # param index -> the tensor over its slot in the gradient store
+        self.aliased: Set[int] = set()  # param indices whose data is strata's weights
         self.bind()
 
     # ---------------------------------------------------------------- aliases
 
-    def _span(self, index, address_of, elem_bytes):
+    def _span(self, index: int, address_of: Callable[[int], Optional[int]], elem_bytes: int) -> Optional[int]:
         """The address of param index's elements in strata's memory (address_of(param id), elem_bytes each) if
         they lie back to back there, chunks included; else None."""
-        start = expect = None
+        start: Optional[int] = None
+        expect: Optional[int] = None
         for _, chunks in self.group.modules:
             for c in chunks:
                 if c.param != index:
@@ -46,7 +55,7 @@ class HostExchange:
                 expect = at + c.numel * elem_bytes
         return start
 
-    def bind(self):
+    def bind(self) -> None:
         """(Re)makes the aliases where strata's memory allows them: at construction and after a load."""
         g = self.group
         e = g.engine
@@ -69,7 +78,7 @@ class HostExchange:
                     self.sources.append(alive)
                     self.grad_alias[i] = view.view(p.shape)
 
-    def release(self):
+    def release(self) -> bool:
         """Gives every parameter (and .grad) that views strata's memory its own copy, before the engine goes.
         Returns whether some other view of strata's memory is still alive (the engine must then outlive it)."""
         for i in sorted(self.aliased):
@@ -85,31 +94,31 @@ class HostExchange:
 
     # ---------------------------------------------------------------- the step
 
-    def push_grads(self):
+    def push_grads(self) -> None:
         """Hands every .grad to strata's gradient store: nothing to copy for one that is its slot there."""
         g = self.group
-        flat = []
+        flat: List[Optional[torch.Tensor]] = []
         for p in g.params:
             grad = p.grad
             flat.append(None if grad is None else grad.detach().reshape(-1).contiguous())
         for mid, chunks in g.modules:
-            addresses = []
+            addresses: List[Optional[int]] = []
             for c in chunks:
                 grad = flat[c.param]
                 addresses.append(None if grad is None else grad.data_ptr() + c.offset * grad.element_size())
             g.engine.grads_from_host(mid, addresses)
 
-    def after_step(self):
+    def after_step(self) -> None:
         """Points each fp32 .grad at its slot in the store (same values): the next backward accumulates there."""
         for i, alias in self.grad_alias.items():
             p = self.group.params[i]
             if p.grad is not None and p.grad.data_ptr() != alias.data_ptr():
                 p.grad = alias
 
-    def pull_weights(self):
+    def pull_weights(self) -> None:
         """Copies the visible weights into the parameters that do not view them already."""
         g = self.group
-        targets = {}
+        targets: Dict[int, torch.Tensor] = {}
         for i, p in enumerate(g.params):
             if i in self.aliased:
                 continue
@@ -118,7 +127,7 @@ class HostExchange:
         if not targets:
             return
         for mid, chunks in g.modules:
-            addresses = []
+            addresses: List[Optional[int]] = []
             for c in chunks:
                 t = targets.get(c.param)
                 addresses.append(None if t is None else t.data_ptr() + c.offset * t.element_size())

@@ -1,26 +1,34 @@
 """The PyTorch engine's checkpoints: strata's own (strata_save, atomic, any world size), with the engine's counters,
 the lr scheduler's state and the trainer's client_state beside it, and DeepSpeed's "latest" file."""
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 import torch
 
 from .. import checkpoint as _checkpoint
 from .._files import atomic_write, replace_dir
+from .._typing import StrPath
 from ..errors import IOFailure
 
+if TYPE_CHECKING:
+    from .engine import StrataEngine
 
-def save(engine, save_dir, tag=None, client_state=None, save_latest=True):
+
+def save(engine: StrataEngine, save_dir: StrPath, tag: Optional[object] = None,
+         client_state: Optional[Dict[str, Any]] = None, save_latest: bool = True) -> str:
     """Writes the training state to save_dir/tag (tag default "global_step<N>"; a tag may be reused), atomically:
     strata's checkpoint and this engine's counters, the lr scheduler's state and client_state beside it are written
     under a temporary name (.tag.saving), which then replaces save_dir/tag in one step; then save_dir/latest. A crash
     leaves the previous save_dir/tag whole or the new one, each with its torch_engine.pt. A collective with several
     ranks. Returns the checkpoint's path."""
-    tag = str(tag or "global_step%d" % engine.global_steps)
-    save_dir = os.fspath(save_dir)
-    path = os.path.join(save_dir, tag)
-    staging = os.path.join(save_dir, "." + tag + ".saving")  # strata replaces a crashed save's leftover
+    name = str(tag or "global_step%d" % engine.global_steps)
+    directory = os.fspath(save_dir)
+    path = os.path.join(directory, name)
+    staging = os.path.join(directory, "." + name + ".saving")  # strata replaces a crashed save's leftover
     if engine.rank == 0:
-        os.makedirs(save_dir, exist_ok=True)
+        os.makedirs(directory, exist_ok=True)
     engine.comm.allreduce_sum([0.0])  # the directory exists before any rank writes into it
     engine.engine.save(staging)
     failed = 0.0
@@ -33,7 +41,7 @@ def save(engine, save_dir, tag=None, client_state=None, save_latest=True):
             atomic_write(os.path.join(staging, "torch_engine.pt"), lambda f: torch.save(state, f))
             replace_dir(staging, path)
             if save_latest:
-                atomic_write(os.path.join(save_dir, "latest"), lambda f: f.write(tag.encode()))
+                atomic_write(os.path.join(directory, "latest"), lambda f: f.write(name.encode()))
         except BaseException:
             engine.comm.allreduce_sum([1.0])  # the other ranks fail too, rather than report a save that is not
             raise
@@ -41,19 +49,19 @@ def save(engine, save_dir, tag=None, client_state=None, save_latest=True):
         raise IOFailure("save_checkpoint: rank 0 could not publish %s (its error names why)" % path)
     return path
 
-def load(engine, load_dir, tag=None):
+def load(engine: StrataEngine, load_dir: StrPath, tag: Optional[object] = None) -> Tuple[str, Any]:
     """Restores what save_checkpoint wrote: load_dir/tag, or the tag in load_dir/latest, or load_dir itself
     when it is a checkpoint. Returns (path, client_state). Training then continues bit-identically."""
-    load_dir = os.fspath(load_dir)
+    directory = os.fspath(load_dir)
     if tag is not None:
-        path = os.path.join(load_dir, str(tag))
-    elif os.path.exists(os.path.join(load_dir, "manifest.json")):
-        path = load_dir
-    elif os.path.exists(os.path.join(load_dir, "latest")):
-        with open(os.path.join(load_dir, "latest")) as f:
-            path = os.path.join(load_dir, f.read().strip())
+        path = os.path.join(directory, str(tag))
+    elif os.path.exists(os.path.join(directory, "manifest.json")):
+        path = directory
+    elif os.path.exists(os.path.join(directory, "latest")):
+        with open(os.path.join(directory, "latest")) as f:
+            path = os.path.join(directory, f.read().strip())
     else:
-        path = _checkpoint.latest(load_dir)
+        path = _checkpoint.latest(directory)
     engine.engine.load(path)
     engine.loads += 1  # the weights state_dict() handed out before are stale
     info = _checkpoint.inspect(path)

@@ -1,21 +1,28 @@
 """strata.torch.initialize: deepspeed.initialize's signature and return value, each argument honoured or refused
 with its reason."""
+from __future__ import annotations
+
 import copy
+from typing import Any, Callable, Dict, Iterable, Optional, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
 
-from ..config import read_document
-from ..engine import world
+from ..config import ConfigSource, read_document
+from ..engine import Comm, world
 from ..errors import ConfigError, InvalidArgument
 from .engine import StrataEngine
 
 _DEEPSPEED_DEFAULT_PORT = 29500
 
 
-def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None, lr_scheduler=None,
-               distributed_port=_DEEPSPEED_DEFAULT_PORT, mpu=None, dist_init_required=None, collate_fn=None,
-               config=None, mesh_param=None, config_params=None, comm=None, device=None):
+def initialize(args: Any = None, model: Optional[nn.Module] = None, optimizer: Any = None,
+               model_parameters: Optional[Iterable[Any]] = None, training_data: Any = None, lr_scheduler: Any = None,
+               distributed_port: int = _DEEPSPEED_DEFAULT_PORT, mpu: Any = None,
+               dist_init_required: Optional[bool] = None, collate_fn: Optional[Callable[..., Any]] = None,
+               config: ConfigSource = None, mesh_param: Any = None, config_params: ConfigSource = None,
+               comm: Optional[Comm] = None, device: Union[None, str, torch.device] = None
+               ) -> Tuple[StrataEngine, torch.optim.Optimizer, Any, Any]:
     """Moves model's parameters and their optimizer state into strata; returns DeepSpeed's 4-tuple
     (engine, optimizer, training_dataloader, lr_scheduler):
 
@@ -75,7 +82,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
-def _config_from(args, config, config_params):
+def _config_from(args: Any, config: ConfigSource, config_params: ConfigSource) -> ConfigSource:
     if config is not None and config_params is not None:
         raise InvalidArgument("strata.torch.initialize: give config or config_params, not both")
     config = config if config is not None else config_params
@@ -91,7 +98,7 @@ def _config_from(args, config, config_params):
     return config
 
 
-def _check_local_rank(args, comm):
+def _check_local_rank(args: Any, comm: Comm) -> None:
     local_rank = getattr(args, "local_rank", None) if args is not None else None
     if local_rank is None or local_rank < 0:
         return
@@ -104,7 +111,8 @@ def _check_local_rank(args, comm):
 _ADAM_FLAGS = ("amsgrad", "maximize", "capturable", "differentiable")
 
 
-def _adopt_optimizer(optimizer, config, model_parameters, model):
+def _adopt_optimizer(optimizer: Any, config: ConfigSource, model_parameters: Optional[Iterable[Any]],
+                     model: nn.Module) -> Tuple[None, Dict[str, Any], Iterable[Any]]:
     """(optimizer, config, model_parameters) with a torch Adam/AdamW turned into the config's optimizer section."""
     if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
         params = model_parameters if model_parameters is not None else [p for p in model.parameters()
@@ -145,27 +153,27 @@ def _adopt_optimizer(optimizer, config, model_parameters, model):
     return None, doc, model_parameters
 
 
-def _document(config):
+def _document(config: ConfigSource) -> Dict[str, Any]:
     """The config's JSON object, a copy the caller may change (values are filled in before strata checks it)."""
     return copy.deepcopy(read_document(config)[1])
 
 
-def _loader(engine, dataset, collate_fn):
+def _loader(engine: StrataEngine, dataset: Any, collate_fn: Optional[Callable[..., Any]]) -> Any:
     _, micro, _ = engine.config.batch_sizes(engine.world_size)
     if micro is None:
         engine.close()
         raise ConfigError("strata.torch.initialize: training_data needs a batch size: set "
                           "train_micro_batch_size_per_gpu (or train_batch_size) in the config")
-    sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=engine.world_size, rank=engine.rank)
+    sampler: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(dataset, num_replicas=engine.world_size, rank=engine.rank)
     return torch.utils.data.DataLoader(dataset, batch_size=micro, sampler=sampler, collate_fn=collate_fn,
                                        drop_last=engine.config.trainer.get("dataloader_drop_last", False))
 
 
-def _trainable(model, model_parameters):
+def _trainable(model: nn.Module, model_parameters: Optional[Iterable[Any]]) -> Optional[Set[int]]:
     """The set of ids of the parameters strata trains (one hyperparameter set: param groups may not differ)."""
     if model_parameters is None:
         return None
-    ids = set()
+    ids: Set[int] = set()
     for item in model_parameters:
         if isinstance(item, dict):
             own = sorted(k for k in item if k != "params")

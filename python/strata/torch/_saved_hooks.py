@@ -8,39 +8,48 @@ module keeps a per-thread record of the pairs pushed through the saved_tensors_h
 save_on_cpu use) by wrapping its __enter__ and __exit__ once; strata's own pairs then hand what they do not keep to
 the pair beneath them.
 """
+from __future__ import annotations
+
 import threading
+from typing import Any, Callable, List, Optional
 
 import torch
+
+# keep(t, alone): what an engine keeps of a saved tensor, or None; restore(kept): the tensor again.
+Keep = Callable[[torch.Tensor, bool], Any]
+Restore = Callable[[Any], torch.Tensor]
 
 _local = threading.local()
 
 
-def _stack():
-    stack = getattr(_local, "stack", None)
+def _stack() -> List[torch.autograd.graph.saved_tensors_hooks]:
+    stack: Optional[List[torch.autograd.graph.saved_tensors_hooks]] = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
     return stack
 
 
-def _install():
+def _install() -> None:
     cls = torch.autograd.graph.saved_tensors_hooks
     if getattr(cls, "_strata_recorded", False):
         return
-    enter, exit_ = cls.__enter__, cls.__exit__
+    enter: Callable[[Any], Any] = cls.__enter__
+    exit_: Callable[..., Any] = cls.__exit__
 
-    def recorded_enter(self):
+    def recorded_enter(self: torch.autograd.graph.saved_tensors_hooks) -> Any:
         result = enter(self)
         _stack().append(self)
         return result
 
-    def recorded_exit(self, *exc):
+    def recorded_exit(self: torch.autograd.graph.saved_tensors_hooks, *exc: Any) -> Any:
         stack = _stack()
         if stack and stack[-1] is self:
             stack.pop()
         return exit_(self, *exc)
 
-    cls.__enter__, cls.__exit__ = recorded_enter, recorded_exit
-    cls._strata_recorded = True
+    setattr(cls, "__enter__", recorded_enter)
+    setattr(cls, "__exit__", recorded_exit)
+    setattr(cls, "_strata_recorded", True)
 
 
 _install()
@@ -51,7 +60,7 @@ class _Delegated:
 
     __slots__ = ("packed", "unpack")
 
-    def __init__(self, packed, unpack):
+    def __init__(self, packed: Any, unpack: Callable[[Any], torch.Tensor]) -> None:
         self.packed, self.unpack = packed, unpack
 
 
@@ -60,20 +69,19 @@ class StrataHooks(torch.autograd.graph.saved_tensors_hooks):
     no pair is beneath); then the pair beneath, if any, packs t, else t itself is saved. restore(kept) turns what
     keep returned back into a tensor."""
 
-    def __init__(self, owner, keep, restore, below):
+    def __init__(self, owner: object, keep: Keep, restore: Restore,
+                 below: Optional[torch.autograd.graph.saved_tensors_hooks]) -> None:
         self.below = below
-        below_pack = below.pack_hook if below is not None else None
-        below_unpack = below.unpack_hook if below is not None else None
 
-        def pack(t):
+        def pack(t: torch.Tensor) -> Any:
             kept = keep(t, below is None)
             if kept is not None:
                 return kept
-            if below_pack is not None:
-                return _Delegated(below_pack(t), below_unpack)
+            if below is not None:
+                return _Delegated(below.pack_hook(t), below.unpack_hook)
             return t
 
-        def unpack(saved):
+        def unpack(saved: Any) -> torch.Tensor:
             if isinstance(saved, _Delegated):
                 return saved.unpack(saved.packed)
             if isinstance(saved, torch.Tensor):
@@ -84,13 +92,13 @@ class StrataHooks(torch.autograd.graph.saved_tensors_hooks):
         self.owner = owner
 
 
-def active_for(owner):
+def active_for(owner: object) -> bool:
     """True when owner's hooks are the innermost pair (nothing to push)."""
     stack = _stack()
     return bool(stack) and getattr(stack[-1], "owner", None) is owner
 
 
-def innermost():
+def innermost() -> Optional[torch.autograd.graph.saved_tensors_hooks]:
     """The innermost pair active now (a new pair of strata's hands tensors to it), or None."""
     stack = _stack()
     return stack[-1] if stack else None

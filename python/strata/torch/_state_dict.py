@@ -7,20 +7,29 @@ strata's fp32 master weights in the model's dtype. A parameter under several nam
 tensor object under each, so save_pretrained sees them shared, as it does for an unmanaged model. With several ranks
 state_dict() is a collective: every rank must call it.
 """
+from __future__ import annotations
+
 import weakref
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Set, Tuple
+
+import torch
+import torch.nn as nn
 
 from ..errors import StateError
+
+if TYPE_CHECKING:
+    from .engine import StrataEngine
 
 
 class _Weights:
     """The weights handed out since the last step, by parameter: the same tensor while anyone holds it."""
 
-    def __init__(self):
-        self.version = None
-        self.tensors = weakref.WeakValueDictionary()
+    def __init__(self) -> None:
+        self.version: Optional[Tuple[int, int]] = None
+        self.tensors: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 
 
-def install(engine, modules):
+def install(engine: StrataEngine, modules: Iterable[nn.Module]) -> None:
     """Hooks the state_dict and load_state_dict of modules (those owning a parameter engine trains)."""
     weights = _Weights()
     managed = {id(p) for u in engine.units for _, p in u.params}
@@ -33,13 +42,14 @@ def install(engine, modules):
     engine._state_dict_handles = handles
 
 
-def remove(engine):
+def remove(engine: StrataEngine) -> None:
     for h in getattr(engine, "_state_dict_handles", []):
         h.remove()
     engine._state_dict_handles = []
 
 
-def _fill(engine, weights, managed, module, sd, prefix):
+def _fill(engine: StrataEngine, weights: _Weights, managed: Set[int], module: nn.Module, sd: Dict[str, Any],
+          prefix: str) -> None:
     if engine.engine is None:
         return  # closed: the parameters are empty, as state_dict shows
     version = (engine.global_steps, engine.loads)
@@ -56,7 +66,7 @@ def _fill(engine, weights, managed, module, sd, prefix):
         sd[prefix + name] = t
 
 
-def _refuse(engine, module):
+def _refuse(engine: StrataEngine, module: nn.Module) -> None:
     if engine.engine is None:
         return
     raise StateError("strata: load_state_dict() on %s, whose parameters strata trains: strata holds the weights and "

@@ -4,15 +4,21 @@ A unit is each element of an nn.ModuleList / nn.Sequential (a transformer block,
 every other module with parameters of its own (an embedding, a final LayerNorm). Units that share a parameter
 (GPT's tied embedding and head) are merged into one: strata keeps each parameter in one module.
 """
+from __future__ import annotations
+
 import hashlib
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.nn as nn
 
+# rebuild(tensors): the output again, with these tensors in place of the ones tensors_in found.
+Rebuild = Callable[[Sequence[torch.Tensor]], Any]
+
 _NAME_BYTES = 127  # strata's limit on module and parameter names
 
 
-def short_name(name):
+def short_name(name: str) -> str:
     if len(name.encode()) <= _NAME_BYTES:
         return name
     digest = hashlib.sha1(name.encode()).hexdigest()[:12]
@@ -22,21 +28,22 @@ def short_name(name):
 class Unit:
     """One strata module: the torch modules it covers and their parameters."""
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.modules = []           # torch modules whose hooks fetch this unit
-        self.params = []            # (qualified name, nn.Parameter)
-        self.mids = []              # its strata modules (one, or one per parent module: see engine._name_groups)
-        self.pids = []
+        self.modules: List[nn.Module] = []                  # torch modules whose hooks fetch this unit
+        self.params: List[Tuple[str, nn.Parameter]] = []    # (qualified name, nn.Parameter)
+        self.mids: List[int] = []   # its strata modules (one, or one per parent module: see engine._name_groups)
+        self.pids: List[int] = []
         self.fwd_holds = 0
         self.in_backward = False
-        self.pending = set()        # indexes into params still waiting for their gradient
+        self.pending: Set[int] = set()  # indexes into params still waiting for their gradient
+        self.lent: List[Tuple[str, Callable[[], Optional[object]]]] = []  # (name, alive) while fetched
 
 
-def common_prefix(names):
+def common_prefix(names: Sequence[str]) -> str:
     """The dotted prefix every name shares, short of the last component ("a.b" for "a.b.w" and "a.b.c.w")."""
     parts = [n.split(".")[:-1] for n in names]
-    out = []
+    out: List[str] = []
     for level in zip(*parts):
         if any(x != level[0] for x in level):
             break
@@ -44,15 +51,15 @@ def common_prefix(names):
     return ".".join(out)
 
 
-def find_units(model, trainable=None):
+def find_units(model: nn.Module, trainable: Optional[Set[int]] = None) -> List[Unit]:
     """The units of model, in module order, with tied units merged. trainable: ids of the parameters to train
     (None: those that require grad); the others stay the model's own."""
-    groups = []  # (name, module, recurse)
+    groups: List[Tuple[str, nn.Module, bool]] = []  # (name, module, recurse)
 
-    def has_params(mod, recurse):
+    def has_params(mod: nn.Module, recurse: bool) -> bool:
         return any(True for _ in mod.parameters(recurse=recurse))
 
-    def walk(mod, prefix):
+    def walk(mod: nn.Module, prefix: str) -> None:
         if isinstance(mod, (nn.ModuleList, nn.Sequential)):
             for name, child in mod.named_children():
                 if has_params(child, True):
@@ -65,7 +72,8 @@ def find_units(model, trainable=None):
 
     walk(model, "")
     names = {id(p): n for n, p in model.named_parameters()}  # the first name of a shared parameter
-    units, owner = [], {}
+    units: List[Unit] = []
+    owner: Dict[int, Unit] = {}
     for name, mod, recurse in groups:
         params = [p for p in mod.parameters(recurse=recurse)
                   if (id(p) in trainable if trainable is not None else p.requires_grad)]
@@ -91,7 +99,7 @@ def find_units(model, trainable=None):
     return [u for u in units if u.params]
 
 
-def tensors_in(output):
+def tensors_in(output: Any) -> Tuple[Rebuild, List[torch.Tensor]]:
     """(rebuild, tensors) for an output: a tensor, or tuples / lists / dicts of them."""
     if isinstance(output, torch.Tensor):
         return (lambda ts: ts[0]), [output]
@@ -100,8 +108,9 @@ def tensors_in(output):
         counts = [len(ts) for _, ts in parts]
         flat = [t for _, ts in parts for t in ts]
 
-        def rebuild(ts):
-            out, i = [], 0
+        def rebuild(ts: Sequence[torch.Tensor]) -> Any:
+            out: List[Any] = []
+            i = 0
             for (rb, _), n in zip(parts, counts):
                 out.append(rb(ts[i:i + n]) if n else output[len(out)])
                 i += n
@@ -113,11 +122,12 @@ def tensors_in(output):
         counts = [len(ts) for _, ts in parts]
         flat = [t for _, ts in parts for t in ts]
 
-        def rebuild(ts):
-            out, i = {}, 0
+        def rebuild_dict(ts: Sequence[torch.Tensor]) -> Any:
+            out: Dict[Any, Any] = {}
+            i = 0
             for k, (rb, _), n in zip(keys, parts, counts):
                 out[k] = rb(ts[i:i + n]) if n else output[k]
                 i += n
             return type(output)(out) if type(output) is not dict else out
-        return rebuild, flat
+        return rebuild_dict, flat
     return (lambda ts: output), []

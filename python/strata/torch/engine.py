@@ -23,31 +23,36 @@ hooks that were active before (a user's torch.utils.checkpoint), see _saved_hook
 memory past its release: an output that is a view of a parameter is copied, and a release that finds the memory
 still referenced (a view kept elsewhere) raises instead of letting it be read after strata reuses it.
 """
+from __future__ import annotations
+
 import functools
 import gc
 import json
 import warnings
+from types import TracebackType
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Set, Tuple, Type, Union, cast
 
 import torch
 import torch.nn as nn
 
-from ..config import Config
-from ..engine import Engine, world
+from .._typing import StrPath
+from ..config import Config, ConfigSource
+from ..engine import Comm, Engine, world
 from ..errors import ConfigError, InvalidArgument, StateError
 from . import _checkpoint, _saved_hooks, _state_dict, _tensors
 from ._activations import KeptActivation, ParamView
-from ._units import common_prefix, find_units, short_name, tensors_in
+from ._units import Unit, common_prefix, find_units, short_name, tensors_in
 
 class _BackwardFetch(torch.autograd.Function):
     """Identity in forward; its backward runs before the unit's backward and fetches the unit."""
 
     @staticmethod
-    def forward(ctx, engine, unit, tensor):
+    def forward(ctx: Any, engine: StrataEngine, unit: Unit, tensor: torch.Tensor) -> torch.Tensor:
         ctx.engine, ctx.unit = engine, unit
         return tensor.detach()
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[None, None, torch.Tensor]:
         ctx.engine._enter_backward(ctx.unit)
         return None, None, grad
 
@@ -55,17 +60,17 @@ class _BackwardFetch(torch.autograd.Function):
 class _LrHolder(torch.optim.Optimizer):
     """engine.optimizer: what torch's lr schedulers drive. strata reads param_groups[0]['lr'] at every step."""
 
-    def __init__(self, engine, params, lr):
+    def __init__(self, engine: StrataEngine, params: List[nn.Parameter], lr: float) -> None:
         super().__init__(params, {"lr": lr})
         self._engine = engine
 
-    def step(self, closure=None):
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """A strata step now, whatever the accumulation count (engine.step() calls it at the boundary)."""
         loss = closure() if closure is not None else None
         self._engine._optimizer_step()
         return loss
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         """Nothing to do: strata zeroes its gradients at every step."""
 
 
@@ -79,7 +84,8 @@ class StrataEngine:
 
     activation_min_bytes = 64 << 10
 
-    def __init__(self, model, config, lr_scheduler=None, comm=None, trainable=None, device=None):
+    def __init__(self, model: nn.Module, config: ConfigSource, lr_scheduler: Any = None, comm: Optional[Comm] = None,
+                 trainable: Optional[Set[int]] = None, device: Union[None, str, torch.device] = None) -> None:
         if not isinstance(model, nn.Module):
             raise InvalidArgument("strata.torch.initialize: model must be a torch.nn.Module, got %s" %
                                   type(model).__name__)
@@ -108,42 +114,47 @@ class StrataEngine:
         if micro is not None:
             self.engine.agree_on("train_micro_batch_size_per_gpu", micro)
         self.engine.finalize()
-        self._stream = None
+        self._stream: Optional[torch.cuda.Stream] = None
         if self.device.type == "cuda":
             self._stream = torch.cuda.ExternalStream(self.engine.compute_stream(), device=self.device)
             torch.cuda.set_stream(self._stream)
-        self._live = []             # sorted (start address, end address, parameter) of the lent parameters
+        # sorted (start address, end address, parameter) of the lent parameters
+        self._live: List[Tuple[int, int, nn.Parameter]] = []
         self._offload_acts = self.config.get("strata.offload_activations.device", "none") != "none"
-        self._act_source = None     # the last activation pushed, which strata may still be reading
-        self._grad_nodes = []       # AccumulateGrad nodes, kept alive so the hooks stay theirs
+        self._act_source: Optional[torch.Tensor] = None  # the last activation pushed, which strata may still read
+        self._grad_nodes: List[Any] = []  # AccumulateGrad nodes, kept alive so the hooks stay theirs
         self._names = {id(p): q for u in self.units for q, p in u.params}
         self._pids = {id(p): pid for u in self.units for (_, p), pid in zip(u.params, u.pids)}
         self.loads = 0              # checkpoints loaded: the weights state_dict() gave before are stale
         self._empty_parameters()
         self._move_buffers()
-        self._wrapped = []          # (module, its own forward attribute or None) to put back at close()
+        # (module, its own forward attribute or None) to put back at close()
+        self._wrapped: List[Tuple[nn.Module, Optional[Callable[..., Any]]]] = []
+        self._state_dict_handles: List[Any] = []  # _state_dict's hooks on the model, removed at close()
         self._install_hooks()
         self.micro_steps = 0
         self.global_steps = 0
-        self.last_step = None
+        self.last_step: Optional[Dict[str, Any]] = None
+        self.training_dataloader: Any = None  # initialize's, from training_data
         self._callback_queued = False
         self._backward_active = False   # between the first unit's backward and the end of that backward
         self._backward_scaled = False   # the backward running is engine.backward's (the loss is scaled)
         self._warned_no_grad = False
-        self._grad_seen = set()         # ids of the parameters a gradient reached since the last step
+        self._grad_seen: Set[int] = set()  # ids of the parameters a gradient reached since the last step
         self._forward_depth = 0
         self.optimizer = _LrHolder(self, [p for u in self.units for _, p in u.params], self.config.lr)
-        self.lr_scheduler = lr_scheduler(self.optimizer) if callable(lr_scheduler) and not hasattr(
+        self.lr_scheduler: Any = lr_scheduler(self.optimizer) if callable(lr_scheduler) and not hasattr(
             lr_scheduler, "step") else lr_scheduler
         if self.lr_scheduler is None and "scheduler" in self.config.trainer:
             from . import schedulers
             self.lr_scheduler = schedulers.build(self.config.trainer["scheduler"], self.optimizer)
-        model._strata_engine = self
+        setattr(model, "_strata_engine", self)
 
     # ---------------------------------------------------------------- setup
 
     @staticmethod
-    def _config_for_device(config, model_device, device):
+    def _config_for_device(config: ConfigSource, model_device: torch.device,
+                           device: Union[None, str, torch.device]) -> Tuple[Config, torch.device]:
         """(config, compute device): the device is `device`, else the config's strata.backend, else the model's
         GPU, else a GPU when torch sees one, else the CPU; the config's backend is made to agree. A model built on
         the CPU can so train on a GPU it does not fit."""
@@ -152,40 +163,40 @@ class StrataEngine:
         section = doc.setdefault("strata", {})
         asked = section.get("backend", "auto")
         if device is not None:
-            device = torch.device(device)
+            where = torch.device(device)
         elif asked == "cuda":
-            device = torch.device("cuda")
+            where = torch.device("cuda")
         elif asked == "host":
-            device = torch.device("cpu")
+            where = torch.device("cpu")
         elif model_device.type == "cpu" and torch.cuda.is_available():
-            device = torch.device("cuda")  # as DeepSpeed: a model built on the CPU computes on the GPU
+            where = torch.device("cuda")  # as DeepSpeed: a model built on the CPU computes on the GPU
         else:
-            device = model_device
-        want = "cuda" if device.type == "cuda" else "host" if device.type == "cpu" else None
+            where = model_device
+        want = "cuda" if where.type == "cuda" else "host" if where.type == "cpu" else None
         if want is None or asked not in ("auto", want):
             raise ConfigError("config: strata.backend = %r cannot compute on %s; strata computes on \"cpu\" (host) "
-                              "or \"cuda\"; hint: remove strata.backend or pass device=" % (asked, device))
+                              "or \"cuda\"; hint: remove strata.backend or pass device=" % (asked, where))
         section["backend"] = want
-        if device.type == "cuda":
-            if device.index is None:
-                device = torch.device("cuda", torch.cuda.current_device())
-            section.setdefault("device_id", device.index)
+        if where.type == "cuda":
+            if where.index is None:
+                where = torch.device("cuda", torch.cuda.current_device())
+            section.setdefault("device_id", where.index)
         out = Config(doc)
         out.origin = cfg.origin
-        return out, device
+        return out, where
 
-    def _register(self):
+    def _register(self) -> None:
         e = self.engine
         for unit in self.units:
             index = {id(p): i for i, (_, p) in enumerate(unit.params)}
-            unit.pids = [None] * len(unit.params)
+            unit.pids = [-1] * len(unit.params)  # each set below, in the order of the name groups
             for prefix, params in _name_groups(unit):
                 mid = e.add_module(short_name(prefix))
                 unit.mids.append(mid)
                 for qname, p in params:
                     src = p.detach().reshape(-1)
 
-                    def init(offset, count, out, src=src):
+                    def init(offset: int, count: int, out: Any, src: torch.Tensor = src) -> None:
                         dst = torch.frombuffer(out, dtype=torch.float32)
                         dst.copy_(src[offset:offset + count].to("cpu", torch.float32))
                     pname = qname[len(prefix) + 1:] if qname.startswith(prefix + ".") else qname
@@ -194,7 +205,7 @@ class StrataEngine:
                         e.set_param_shape(pid, p.shape)
                     unit.pids[index[id(p)]] = pid
 
-    def _empty_parameters(self):
+    def _empty_parameters(self) -> None:
         """Frees the model's own parameter storage and hooks each parameter's AccumulateGrad node."""
         for unit in self.units:
             for i, (_, p) in enumerate(unit.params):
@@ -207,22 +218,23 @@ class StrataEngine:
                 node.register_hook(lambda grad_in, grad_out, u=unit, i=i: self._grad_accumulated(u, i))
                 self._grad_nodes.append(node)
                 p.register_hook(lambda grad, u=unit, p=p: self._grad_arriving(u, p))
-                p._strata_shape, p._strata_numel = tuple(p.shape), p.numel()
+                setattr(p, "_strata_shape", tuple(p.shape))
+                setattr(p, "_strata_numel", p.numel())
                 p.data = _tensors.empty(self.dtype, self.device)
 
-    def _move_buffers(self):
+    def _move_buffers(self) -> None:
         """The model's buffers (masks, running statistics) go where it computes; its parameters are strata's."""
         for mod in self.module.modules():
             for key, buf in mod._buffers.items():
                 if buf is not None and buf.device != self.device:
                     mod._buffers[key] = buf.to(self.device)
 
-    def _install_hooks(self):
+    def _install_hooks(self) -> None:
         """Runs the protocol in the forward of each unit's top modules and of every module owning a parameter of a
         unit (so a child called on its own, `.forward` called directly, fetches what it needs); the state_dict of
         those modules gives the real weights."""
         owner = {id(p): u for u in self.units for _, p in u.params}
-        targets = {}
+        targets: Dict[int, Tuple[nn.Module, Unit]] = {}
         for unit in self.units:
             for mod in unit.modules:
                 targets.setdefault(id(mod), (mod, unit))
@@ -238,17 +250,17 @@ class StrataEngine:
             self._wrap_forward(mod, unit)
         _state_dict.install(self, [mod for mod, _ in targets.values()])
 
-    def _wrap_forward(self, mod, unit):
+    def _wrap_forward(self, mod: nn.Module, unit: Unit) -> None:
         own = mod.__dict__.get("forward")
         inner = mod.forward
 
         @functools.wraps(inner)
-        def forward(*args, **kwargs):
+        def forward(*args: Any, **kwargs: Any) -> Any:
             return self._run(unit, inner, args, kwargs)
         mod.forward = forward
         self._wrapped.append((mod, own))
 
-    def _remove_hooks(self):
+    def _remove_hooks(self) -> None:
         for mod, own in self._wrapped:
             if own is None:
                 mod.__dict__.pop("forward", None)
@@ -258,19 +270,19 @@ class StrataEngine:
 
     # ---------------------------------------------------------------- lending memory
 
-    def _lend(self, unit):
+    def _lend(self, unit: Unit) -> None:
         e = self.engine
         unit.lent = []
         for (qname, p), pid in zip(unit.params, unit.pids):
-            flat, alive = _tensors.wrap_watched(e.param_data(pid), p._strata_numel, self.dtype, self.device)
-            t = flat.view(p._strata_shape)
+            flat, alive = _tensors.wrap_watched(e.param_data(pid), _numel(p), self.dtype, self.device)
+            t = flat.view(_shape(p))
             p.data = t
             start = t.data_ptr()
             self._live.append((start, start + t.numel() * t.element_size(), p))
             unit.lent.append((qname, alive))
         self._live.sort(key=lambda entry: entry[0])
 
-    def _take_back(self, unit):
+    def _take_back(self, unit: Unit) -> None:
         ids = {id(p) for _, p in unit.params}
         self._live = [entry for entry in self._live if id(entry[2]) not in ids]
         for _, p in unit.params:
@@ -288,17 +300,17 @@ class StrataEngine:
                              "itself" % (", ".join(kept[:3]), unit.name))
         unit.lent = []
 
-    def _fetch(self, unit):
+    def _fetch(self, unit: Unit) -> None:
         for mid in unit.mids:
             self.engine.fetch(mid)
         self._lend(unit)
 
-    def _release(self, unit):
+    def _release(self, unit: Unit) -> None:
         self._take_back(unit)
         for mid in unit.mids:
             self.engine.release(mid)
 
-    def _lent_param(self, t):
+    def _lent_param(self, t: torch.Tensor) -> Optional[Tuple[nn.Parameter, int]]:
         """(parameter, its lent memory's start) when t's memory lies in a lent parameter's, else None."""
         if not self._live or not t.numel():
             return None
@@ -315,13 +327,13 @@ class StrataEngine:
         start, end, p = self._live[lo - 1]
         return (p, start) if ptr < end else None
 
-    def param_name(self, p):
+    def param_name(self, p: torch.Tensor) -> str:
         """p's qualified name in the model (for messages)."""
         return self._names.get(id(p), "?")
 
     # ---------------------------------------------------------------- forward
 
-    def _run(self, unit, inner, args, kwargs):
+    def _run(self, unit: Unit, inner: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """A wrapped module's forward: the unit is held (fetched) while it runs, with strata's saved-tensor hooks."""
         self._acquire(unit)
         outermost = unit.fwd_holds == 1
@@ -338,27 +350,27 @@ class StrataEngine:
             raise
         return self._forward_done(unit, out, outermost)
 
-    def _hooks(self):
+    def _hooks(self) -> _saved_hooks.StrataHooks:
         return _saved_hooks.StrataHooks(self, self._keep, self._restore, _saved_hooks.innermost())
 
-    def _acquire(self, unit):
+    def _acquire(self, unit: Unit) -> None:
         if unit.fwd_holds == 0 and not unit.in_backward:
             self._fetch(unit)
         unit.fwd_holds += 1
 
-    def _let_go(self, unit):
+    def _let_go(self, unit: Unit) -> None:
         unit.fwd_holds -= 1
         if unit.fwd_holds == 0 and not unit.in_backward:
             self._release(unit)
 
-    def _own_outputs(self, output):
+    def _own_outputs(self, output: Any) -> Any:
         """output with every tensor that is a view of lent memory copied: it outlives the release."""
         rebuild, tensors = tensors_in(output)
         if not any(self._lent_param(t) for t in tensors):
             return output
         return rebuild([t.clone() if self._lent_param(t) else t for t in tensors])
 
-    def _forward_done(self, unit, output, outermost):
+    def _forward_done(self, unit: Unit, output: Any, outermost: bool) -> Any:
         if (outermost and self._backward_active and not unit.in_backward and unit.fwd_holds == 1 and
                 torch.is_grad_enabled()):
             # A recompute inside backward (reentrant checkpointing): its backward follows at once, so the unit
@@ -374,7 +386,7 @@ class StrataEngine:
             return output
         return rebuild([_BackwardFetch.apply(self, unit, t) if t.requires_grad else t for t in tensors])
 
-    def _keep(self, t, alone):
+    def _keep(self, t: torch.Tensor, alone: bool) -> Union[None, ParamView, KeptActivation]:
         """What strata keeps of a tensor autograd saves (see the top), or None to leave it to the hooks beneath."""
         lent = self._lent_param(t)
         if lent is not None and t.dtype == lent[0].dtype:
@@ -385,13 +397,13 @@ class StrataEngine:
             return KeptActivation(self, t)
         return None
 
-    def _restore(self, saved):
+    def _restore(self, saved: Union[ParamView, KeptActivation]) -> torch.Tensor:
         return saved.restore(self)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped model's forward (on strata's compute stream on CUDA): the same as engine.module(...), with
         activation offload (when configured) also for what runs outside the units."""
         self._forward_depth += 1
@@ -401,14 +413,14 @@ class StrataEngine:
         finally:
             self._forward_depth -= 1
 
-    def _on_stream(self):
+    def _on_stream(self) -> ContextManager[Any]:
         if self._stream is None:
             return _NoContext()
         return torch.cuda.stream(self._stream)
 
     # ---------------------------------------------------------------- backward
 
-    def _enter_backward(self, unit):
+    def _enter_backward(self, unit: Unit) -> None:
         if not self._backward_active:
             scale = self._loss_scale()
             if not self._backward_scaled and scale != 1.0:
@@ -427,15 +439,15 @@ class StrataEngine:
             self._fetch(unit)
         self._start_backward(unit)
 
-    def _start_backward(self, unit):
+    def _start_backward(self, unit: Unit) -> None:
         """The unit (fetched) takes its gradients now: .grad points at strata's gradient buffers."""
         unit.in_backward = True
         e = self.engine
         for i, ((_, p), pid) in enumerate(zip(unit.params, unit.pids)):
-            p.grad = _tensors.wrap(e.grad_data(pid), p._strata_numel, self.dtype, self.device).view(p._strata_shape)
+            p.grad = _tensors.wrap(e.grad_data(pid), _numel(p), self.dtype, self.device).view(_shape(p))
             unit.pending.add(i)
 
-    def _grad_arriving(self, unit, p):
+    def _grad_arriving(self, unit: Unit, p: nn.Parameter) -> None:
         """A gradient is about to be accumulated into p: p must be taking its gradients in strata's buffer."""
         if not unit.in_backward:
             raise StateError(
@@ -444,7 +456,7 @@ class StrataEngine:
                 "attribute or an object strata cannot see into); return it from the module's forward" % (
                     self.param_name(p), unit.name))
 
-    def _grad_accumulated(self, unit, i):
+    def _grad_accumulated(self, unit: Unit, i: int) -> None:
         if not unit.in_backward:
             return  # a gradient refused by _grad_arriving: the error is on its way
         self._grad_seen.add(id(unit.params[i][1]))
@@ -452,7 +464,7 @@ class StrataEngine:
         if not unit.pending:
             self._finish_backward(unit)
 
-    def _finish_backward(self, unit):
+    def _finish_backward(self, unit: Unit) -> None:
         for _, p in unit.params:
             p.grad = None
         unit.in_backward = False
@@ -462,26 +474,26 @@ class StrataEngine:
         if unit.fwd_holds == 0:
             self._release(unit)
 
-    def _backward_done(self):
+    def _backward_done(self) -> None:
         self._callback_queued = False
         self._backward_active = False
         missed = [u for u in self.units if u.in_backward]
         for unit in missed:
             self._finish_backward(unit)
 
-    def _loss_scale(self):
+    def _loss_scale(self) -> float:
         return self.engine.loss_scale() / (self._gas * self.world_size)
 
-    def _scaled(self, loss):
+    def _scaled(self, loss: torch.Tensor) -> torch.Tensor:
         """loss / (accumulation steps x ranks), as a torch recipe writes it (a division: for 3 steps, x (1/3) would
         round differently), times the fp16 loss scale."""
         divisor = self._gas * self.world_size
         if divisor != 1:
-            loss = loss / divisor
+            loss = cast(torch.Tensor, loss / divisor)  # mypy takes torch 1.13's Tensor / int for a float
         scale = self.engine.loss_scale()
-        return loss * scale if scale != 1.0 else loss
+        return cast(torch.Tensor, loss * scale) if scale != 1.0 else loss
 
-    def backward(self, loss):
+    def backward(self, loss: torch.Tensor) -> torch.Tensor:
         """loss.backward(), scaled as DeepSpeed scales it: by 1 / gradient_accumulation_steps, averaged over the
         ranks, and by the fp16 loss scale. Returns loss."""
         if self._forward_depth or any(u.fwd_holds for u in self.units):
@@ -498,7 +510,7 @@ class StrataEngine:
             self._backward_scaled = False
         return loss
 
-    def _abort_backward(self):
+    def _abort_backward(self) -> None:
         """After a failed backward: the units still in it give their gradient buffers back unread (strata discards
         them on release); units that had finished keep their contribution in strata's gradient store."""
         self._callback_queued = False
@@ -514,16 +526,16 @@ class StrataEngine:
 
     # ---------------------------------------------------------------- the step
 
-    def gradient_accumulation_steps(self):
+    def gradient_accumulation_steps(self) -> int:
         return self._gas
 
-    def is_gradient_accumulation_boundary(self):
+    def is_gradient_accumulation_boundary(self) -> bool:
         return (self.micro_steps + 1) % self._gas == 0
 
-    def get_lr(self):
+    def get_lr(self) -> List[float]:
         return [g["lr"] for g in self.optimizer.param_groups]
 
-    def step(self):
+    def step(self) -> None:
         """Counts a micro-batch; at the accumulation boundary runs strata's optimizer step with the lr of
         engine.optimizer (which a torch lr scheduler may drive) and steps engine.lr_scheduler."""
         self._check_between_steps("engine.step()")
@@ -532,7 +544,7 @@ class StrataEngine:
         if boundary:
             self.optimizer.step()  # through torch's wrapper, which counts steps for the lr schedulers
 
-    def _check_between_steps(self, what):
+    def _check_between_steps(self, what: str) -> None:
         if self._forward_depth:
             raise StateError("strata: %s inside forward; call it after engine.backward(loss) returns" % what)
         held = [u.name for u in self.units if u.fwd_holds or u.in_backward]
@@ -540,20 +552,20 @@ class StrataEngine:
             raise StateError("strata: %s while modules %s are still in use (inside backward?); call it after "
                              "engine.backward(loss) returns" % (what, ", ".join(held)))
 
-    def _optimizer_step(self):
+    def _optimizer_step(self) -> None:
         """strata's optimizer step with engine.optimizer's lr; what engine.optimizer.step() does."""
         self._check_between_steps("engine.optimizer.step()")
         self._warn_no_grad()
-        self.last_step = self.engine.step(lr=self.optimizer.param_groups[0]["lr"])
+        result = self.last_step = self.engine.step(lr=self.optimizer.param_groups[0]["lr"])
         self.global_steps += 1
-        if self.lr_scheduler is not None and not self.last_step["skipped"]:
+        if self.lr_scheduler is not None and not result["skipped"]:
             self.lr_scheduler.step()
         if self.steps_per_print and self.global_steps % self.steps_per_print == 0 and self.rank == 0:
             print("strata: step %d lr %.4g grad_norm %.4g loss_scale %g" % (
-                self.global_steps, self.optimizer.param_groups[0]["lr"], self.last_step["grad_norm"],
-                self.last_step["loss_scale"]), flush=True)
+                self.global_steps, self.optimizer.param_groups[0]["lr"], result["grad_norm"],
+                result["loss_scale"]), flush=True)
 
-    def _warn_no_grad(self):
+    def _warn_no_grad(self) -> None:
         """Once: parameters that got no gradient since the last step (a MoE expert no token reached, a branch not
         taken) are stepped with a zero gradient, where torch.optim skips a None .grad."""
         if not self._warned_no_grad:
@@ -569,49 +581,51 @@ class StrataEngine:
 
     # ---------------------------------------------------------------- modes
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> StrataEngine:
         self.module.train(mode)
         return self
 
-    def eval(self):
+    def eval(self) -> StrataEngine:
         return self.train(False)
 
     # ---------------------------------------------------------------- state
 
-    def fp32_state_dict(self):
+    def fp32_state_dict(self) -> Dict[str, torch.Tensor]:
         """Every parameter's fp32 master weights as CPU tensors under the model's names (a collective with
         several ranks). For export and inspection; the model's own tensors stay empty."""
         out = {}
         for unit in self.units:
             for (qname, p), pid in zip(unit.params, unit.pids):
-                t = torch.empty(p._strata_numel, dtype=torch.float32)
-                self.engine.read_master(pid, 0, p._strata_numel, t.data_ptr())
-                out[qname] = t.view(p._strata_shape)
+                t = torch.empty(_numel(p), dtype=torch.float32)
+                self.engine.read_master(pid, 0, _numel(p), t.data_ptr())
+                out[qname] = t.view(_shape(p))
         return out
 
-    def full_weight(self, p):
+    def full_weight(self, p: nn.Parameter) -> torch.Tensor:
         """Parameter p's weights as a CPU tensor in the model's dtype and shape (its fp32 master weights,
         rounded): what state_dict() gives. A collective with several ranks."""
         pid = self._pids[id(p)]
-        t = torch.empty(p._strata_numel, dtype=torch.float32)
-        self.engine.read_master(pid, 0, p._strata_numel, t.data_ptr())
-        return t.view(p._strata_shape).to(self.dtype)
+        t = torch.empty(_numel(p), dtype=torch.float32)
+        self.engine.read_master(pid, 0, _numel(p), t.data_ptr())
+        weight: torch.Tensor = t.view(_shape(p)).to(self.dtype)
+        return weight
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         return self.engine.stats()
 
-    def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True):
+    def save_checkpoint(self, save_dir: StrPath, tag: Optional[object] = None,
+                        client_state: Optional[Dict[str, Any]] = None, save_latest: bool = True) -> str:
         """Writes the training state to save_dir/tag (tag default "global_step<N>"), atomically: strata's
         checkpoint, then this engine's counters, the lr scheduler's state and client_state beside it, then
         save_dir/latest. A collective with several ranks. Returns the checkpoint's path."""
         return _checkpoint.save(self, save_dir, tag, client_state, save_latest)
 
-    def load_checkpoint(self, load_dir, tag=None):
+    def load_checkpoint(self, load_dir: StrPath, tag: Optional[object] = None) -> Tuple[str, Any]:
         """Restores what save_checkpoint wrote: load_dir/tag, or the tag in load_dir/latest, or load_dir itself
         when it is a checkpoint. Returns (path, client_state). Training then continues bit-identically."""
         return _checkpoint.load(self, load_dir, tag)
 
-    def close(self):
+    def close(self) -> None:
         """Frees strata's engine (its memory and files) and gives the model its own forward and state_dict back.
         The model keeps its empty parameters."""
         if getattr(self, "engine", None) is not None:
@@ -620,10 +634,22 @@ class StrataEngine:
             if getattr(self.module, "_strata_engine", None) is self:
                 del self.module._strata_engine
             self.engine.close()
-            self.engine = None
+            self.engine = None  # type: ignore[assignment]  # closed: _state_dict's hooks test for it
 
 
-def _name_groups(unit):
+def _shape(p: torch.Tensor) -> Tuple[int, ...]:
+    """A managed parameter's own shape (its tensor is empty between uses)."""
+    shape: Tuple[int, ...] = getattr(p, "_strata_shape")
+    return shape
+
+
+def _numel(p: torch.Tensor) -> int:
+    """A managed parameter's own element count (its tensor is empty between uses)."""
+    numel: int = getattr(p, "_strata_numel")
+    return numel
+
+
+def _name_groups(unit: Unit) -> List[Tuple[str, List[Tuple[str, nn.Parameter]]]]:
     """[(strata module name, [(qualified name, parameter)])] of a unit. strata names a tensor "<module>.<param>"
     (in checkpoints, and so in `strata ckpt export`'s file): a module named by its parameters' common prefix makes
     those names the model's own state_dict keys. Tied units with no common prefix (BERT's word embeddings and its
@@ -631,15 +657,16 @@ def _name_groups(unit):
     prefix = common_prefix([q for q, _ in unit.params])
     if prefix:
         return [(prefix, unit.params)]
-    groups = {}
+    groups: Dict[str, List[Tuple[str, nn.Parameter]]] = {}
     for qname, p in unit.params:
         groups.setdefault(qname.rpartition(".")[0] or unit.name, []).append((qname, p))
     return list(groups.items())
 
 
 class _NoContext:
-    def __enter__(self):
+    def __enter__(self) -> _NoContext:
         return self
 
-    def __exit__(self, *exc):
-        return False
+    def __exit__(self, kind: Optional[Type[BaseException]], value: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        pass

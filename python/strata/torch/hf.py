@@ -19,13 +19,16 @@ the strata config sets itself must agree with the argument or be "auto". Refused
 than AdamW, a weight_decay above 0 (Trainer decays all but biases and norms, and strata's engine runs one set of
 hyperparameters), a user-made optimizer, more than one process (Trainer's data sharding and DDP are not strata's ranks).
 """
+from __future__ import annotations
+
 import copy
 import os
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import transformers
 
-from ..config import Config
+from ..config import Config, ConfigSource
 from ..errors import ConfigError, InvalidArgument
 from ._initialize import _document, initialize
 
@@ -34,12 +37,13 @@ _SCHEDULER_FILE = "scheduler.pt"
 _CHECKPOINT_TAG = "strata"
 
 
-class StrataTrainer(transformers.Trainer):
+class StrataTrainer(transformers.Trainer):  # type: ignore[misc]  # transformers may be untyped: a class of Any
     """transformers.Trainer with the model's parameters, gradients and optimizer state in strata (ZeRO-3 with
     offload). strata_config: a dict, JSON path or strata.Config in the DeepSpeed vocabulary; TrainingArguments fill
     the optimizer, batch and precision keys (see the top). trainer.engine is the strata.torch engine."""
 
-    def __init__(self, model=None, args=None, *rest, strata_config=None, optimizers=(None, None), **kwargs):
+    def __init__(self, model: Any = None, args: Any = None, *rest: Any, strata_config: ConfigSource = None,
+                 optimizers: Tuple[Any, Any] = (None, None), **kwargs: Any) -> None:
         if optimizers[0] is not None:
             raise InvalidArgument("StrataTrainer: optimizers=(%s, ...) is not taken: strata runs its own AdamW on its "
                                   "tiers from the TrainingArguments' hyperparameters" %
@@ -62,28 +66,29 @@ class StrataTrainer(transformers.Trainer):
                 "strata's ranks do not use); hint: one process, or strata.torch.initialize with your own sharded "
                 "loader under mpirun" % ranks)
 
-    def create_optimizer(self):
-        self.optimizer = self.engine.optimizer
+    def create_optimizer(self) -> torch.optim.Optimizer:
+        self.optimizer: torch.optim.Optimizer = self.engine.optimizer
         return self.optimizer
 
-    def training_step(self, model, inputs):
+    def training_step(self, model: torch.nn.Module, inputs: Dict[str, Any]) -> torch.Tensor:
         """Trainer's step, with the backward through engine.backward (which scales by 1 / accumulation steps)."""
         model.train()
         inputs = self._prepare_inputs(inputs)
         with self.compute_loss_context_manager():
             loss = self.compute_loss(model, inputs)
         self.engine.backward(loss)
-        return loss.detach() / self.args.gradient_accumulation_steps
+        part: torch.Tensor = loss.detach() / self.args.gradient_accumulation_steps
+        return part
 
     # ---------------------------------------------------------------- checkpoints
 
-    def _save_optimizer_and_scheduler(self, output_dir):
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         """strata's checkpoint (weights, optimizer state, counters) and the lr scheduler's state in output_dir."""
         self.engine.save_checkpoint(output_dir, tag=_CHECKPOINT_TAG, save_latest=False)
         if self.args.should_save and self.lr_scheduler is not None:
             torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, _SCHEDULER_FILE))
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
+    def _load_optimizer_and_scheduler(self, checkpoint: Optional[str]) -> None:
         if checkpoint is None:
             return
         self.engine.load_checkpoint(checkpoint, tag=_CHECKPOINT_TAG)
@@ -91,14 +96,14 @@ class StrataTrainer(transformers.Trainer):
         if self.lr_scheduler is not None and os.path.exists(path):
             self.lr_scheduler.load_state_dict(torch.load(path))
 
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Optional[torch.nn.Module] = None) -> None:
         """Nothing here: the weights are part of strata's checkpoint, which _load_optimizer_and_scheduler loads."""
         if not os.path.isdir(os.path.join(resume_from_checkpoint, _CHECKPOINT_TAG)):
             raise ConfigError("StrataTrainer: %s holds no strata checkpoint (%s/); resume from a checkpoint a "
                               "StrataTrainer saved" % (resume_from_checkpoint, _CHECKPOINT_TAG))
 
 
-def _fill(strata_config, args):
+def _fill(strata_config: ConfigSource, args: Any) -> Dict[str, Any]:
     """The strata config with what TrainingArguments decide, refusing what strata cannot do as asked."""
     if args.optim not in _ADAMW:
         raise InvalidArgument("StrataTrainer: optim = %r: strata runs AdamW (allowed: %s)" % (args.optim,
@@ -131,7 +136,7 @@ def _fill(strata_config, args):
     return doc
 
 
-def _agree(doc, path, value):
+def _agree(doc: Dict[str, Any], path: List[str], value: Any) -> None:
     """Sets doc[path] to value when absent or "auto"; refuses a value that differs."""
     node = doc
     for key in path[:-1]:

@@ -28,16 +28,20 @@ What matches torch, and what does not:
     state too large for memory. Loading sets the parameters to the loaded weights (the master weights are part of
     the optimizer state, as in DeepSpeed).
 """
+from __future__ import annotations
+
 import json
 import math
 import os
 import tempfile
 import warnings
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
 from .. import checkpoint
 from .._files import atomic_write
+from ..config import ConfigSource
 from ..errors import ConfigError
 from . import _adam_config
 from ._adam_group import GroupEngine, hyperparameters
@@ -71,9 +75,11 @@ class OffloadAdam(torch.optim.Optimizer):
         host memory (and without the delayed update), become views of them (see _adam_host.py).
     """
 
-    def __init__(self, model_params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
-                 amsgrad=False, adamw_mode=True, fp32_optimizer_states=True, *, config=None, delayed_update=None,
-                 bucket_bytes=DEFAULT_BUCKET_BYTES):
+    def __init__(self, model_params: Iterable[Any], lr: float = 1e-3, bias_correction: bool = True,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0,
+                 amsgrad: bool = False, adamw_mode: bool = True, fp32_optimizer_states: bool = True, *,
+                 config: ConfigSource = None, delayed_update: Optional[bool] = None,
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
         _check_deepspeed_flags(amsgrad, fp32_optimizer_states)
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < _MIN_BUCKET_BYTES:
             raise ValueError("OffloadAdam: bucket_bytes = %r must be an integer >= %d" %
@@ -88,13 +94,13 @@ class OffloadAdam(torch.optim.Optimizer):
         self._user_doc = _adam_config.user_document(config)
         self._delayed_update = delayed_update
         self._bucket_bytes = bucket_bytes
-        self._engines = []
+        self._engines: List[Optional[GroupEngine]] = []
         self._warned_missing_grad = False
         super().__init__(model_params, defaults)
 
     # ---------------------------------------------------------------- groups
 
-    def add_param_group(self, param_group):
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
         """torch's add_param_group, and the group's strata engine (built from the parameters' current values).
         Allowed at any time: a group added later starts its own step count, as torch's per-parameter state does."""
         if not isinstance(param_group, dict):
@@ -115,7 +121,7 @@ class OffloadAdam(torch.optim.Optimizer):
             raise
         self._engines.append(engine)
 
-    def _build(self, group, label):
+    def _build(self, group: Dict[str, Any], label: str) -> Optional[GroupEngine]:
         if not group["params"]:
             return None  # an empty group (e.g. no biases) steps nothing
         return GroupEngine(group["params"], group, self._user_doc, self._bucket_bytes, self._delayed_update, label)
@@ -123,7 +129,7 @@ class OffloadAdam(torch.optim.Optimizer):
     # ---------------------------------------------------------------- the step
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """One Adam step of every group: gradients to strata, strata's CPU Adam at each group's current lr, weights
         back into the parameters. Returns closure's loss (closure is called with grad enabled)."""
         loss = None
@@ -144,7 +150,7 @@ class OffloadAdam(torch.optim.Optimizer):
                 engine.pull_weights()
         return loss
 
-    def _check_step(self, group, engine, label):
+    def _check_step(self, group: Dict[str, Any], engine: Optional[GroupEngine], label: str) -> None:
         if engine is None:
             if group["params"]:
                 raise ValueError("OffloadAdam: %s was empty when it was added and has parameters now; add them "
@@ -181,7 +187,7 @@ class OffloadAdam(torch.optim.Optimizer):
                                  "dtype (%s) and device (%s)" % (where, list(g.shape), g.dtype, g.device, p.dtype,
                                                                  p.device))
 
-    def sync(self):
+    def sync(self) -> None:
         """Lets a delayed update in flight finish, makes it visible and copies the weights into the parameters
         (before evaluating or exporting the model at the end of training). Harmless without the delayed update."""
         for engine in self._engines:
@@ -189,31 +195,31 @@ class OffloadAdam(torch.optim.Optimizer):
                 engine.require_open()
                 engine.sync()
 
-    def stats(self):
+    def stats(self) -> List[Optional[Dict[str, Any]]]:
         """strata's counters per param group (strata_stats: steps, adam_ns, bytes moved between tiers, peaks ...);
         None for an empty group."""
         return [None if engine is None else engine.engine.stats() for engine in self._engines]
 
-    def close(self):
+    def close(self) -> None:
         """Frees every strata engine (also done when the optimizer is garbage-collected)."""
         for engine in self._engines:
             if engine is not None:
                 engine.close()
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         raise TypeError("OffloadAdam cannot be pickled or deep-copied (its state lives in strata): use state_dict()")
 
     # ---------------------------------------------------------------- state
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """torch's state_dict (hyperparameters, parameter indices) plus "strata": each group's strata checkpoint as
         {file name: bytes} (master weights, moments, step count, a pending delayed update). 'state' stays empty."""
-        sd = super().state_dict()
+        sd: Dict[str, Any] = super().state_dict()
         with tempfile.TemporaryDirectory(prefix="strata-offload-adam-") as tmp:
             sd["strata"] = self._save(tmp, keep_bytes=True)
         return sd
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Restores a state_dict() of an OffloadAdam with the same groups and parameter shapes, bit-exactly, and sets
         the parameters to its weights. The groups' hyperparameters come from the state_dict, as in torch."""
         if not isinstance(state_dict, dict) or "param_groups" not in state_dict:
@@ -231,7 +237,7 @@ class OffloadAdam(torch.optim.Optimizer):
                     _write_files(os.path.join(tmp, "group%d" % index), entry["files"])
             self._restore(state_dict["param_groups"], saved, tmp)
 
-    def save_checkpoint(self, directory):
+    def save_checkpoint(self, directory: str) -> None:
         """Writes the optimizer state into directory (created if missing): one strata checkpoint per group, each
         streamed from its tier without gathering it in memory, and offload_adam.json with the param groups."""
         os.makedirs(directory, exist_ok=True)
@@ -239,7 +245,7 @@ class OffloadAdam(torch.optim.Optimizer):
         meta["param_groups"] = [_jsonable(g) for g in super().state_dict()["param_groups"]]
         atomic_write(os.path.join(directory, _META_FILE), lambda f: f.write(json.dumps(meta, indent=1).encode()))
 
-    def load_checkpoint(self, directory):
+    def load_checkpoint(self, directory: str) -> None:
         """Restores what save_checkpoint wrote (same rules as load_state_dict)."""
         path = os.path.join(directory, _META_FILE)
         try:
@@ -251,8 +257,8 @@ class OffloadAdam(torch.optim.Optimizer):
         self._check_loadable(meta["param_groups"], meta, "OffloadAdam.load_checkpoint")
         self._restore(meta["param_groups"], meta, directory)
 
-    def _save(self, directory, keep_bytes):
-        groups = []
+    def _save(self, directory: str, keep_bytes: bool) -> Dict[str, Any]:
+        groups: List[Dict[str, Any]] = []
         for index, engine in enumerate(self._engines):
             if engine is None:
                 groups.append({"layout": {"precision": None, "shapes": [], "bucket_bytes": self._bucket_bytes}})
@@ -260,13 +266,13 @@ class OffloadAdam(torch.optim.Optimizer):
             engine.require_open()
             where = os.path.join(directory, "group%d" % index)
             engine.save(where)
-            entry = {"layout": engine.layout()}
+            entry: Dict[str, Any] = {"layout": engine.layout()}
             if keep_bytes:
                 entry["files"] = _read_files(where)
             groups.append(entry)
         return {"format": _FORMAT, "bucket_bytes": self._bucket_bytes, "groups": groups}
 
-    def _check_loadable(self, saved_groups, saved, who):
+    def _check_loadable(self, saved_groups: List[Dict[str, Any]], saved: Dict[str, Any], who: str) -> None:
         """Every difference between the saved optimizer and this one, found before any state is touched."""
         if saved.get("format") != _FORMAT:
             raise ValueError("%s: format %r, this version reads format %d" % (who, saved.get("format"), _FORMAT))
@@ -290,7 +296,7 @@ class OffloadAdam(torch.optim.Optimizer):
             _check_hyperparameters(dict(saved_group, betas=tuple(saved_group["betas"])), "%s: saved %s" %
                                    (who, label))
 
-    def _restore(self, saved_groups, saved, directory):
+    def _restore(self, saved_groups: List[Dict[str, Any]], saved: Dict[str, Any], directory: str) -> None:
         """Adopts the saved hyperparameters (rebuilding an engine whose fixed ones differ) and loads each group."""
         # strata refuses a pending delayed update into an engine without the delayed update; asking every group's
         # manifest first keeps a refusal from leaving some groups loaded and others not.
@@ -318,19 +324,19 @@ class OffloadAdam(torch.optim.Optimizer):
             group.update(adopted)  # the same dict object: schedulers holding it keep working
 
 
-def _check_unique(params, label):
+def _check_unique(params: Sequence[Any], label: str) -> None:
     if len(params) != len({id(p) for p in params}):
         raise ValueError("OffloadAdam: %s lists the same tensor twice; strata would keep two master copies of it "
                          "(pass each parameter once: model.parameters() already leaves out tied duplicates)" % label)
 
 
-def _check_lr(lr, who):
+def _check_lr(lr: Any, who: str) -> None:
     value = lr.item() if isinstance(lr, torch.Tensor) else lr
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
         raise ValueError("%s: lr = %r; it must be a finite number >= 0" % (who, lr))
 
 
-def _check_hyperparameters(group, who):
+def _check_hyperparameters(group: Dict[str, Any], who: str) -> None:
     eps, wd, betas = group["eps"], group["weight_decay"], group["betas"]
     _check_lr(group["lr"], who)
     if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
@@ -350,7 +356,7 @@ def _check_hyperparameters(group, who):
             raise ValueError("%s: %s = True is not supported by strata's Adam" % (who, key))
 
 
-def _check_deepspeed_flags(amsgrad, fp32_optimizer_states):
+def _check_deepspeed_flags(amsgrad: object, fp32_optimizer_states: object) -> None:
     """DeepSpeedCPUAdam's flags that strata's Adam cannot honour, refused with the reason."""
     if amsgrad is not False:
         raise ValueError("OffloadAdam: amsgrad = %r; strata's CPU Adam keeps no running maximum of the second moment, "
@@ -361,8 +367,8 @@ def _check_deepspeed_flags(amsgrad, fp32_optimizer_states):
                          "get fp32 state)" % (fp32_optimizer_states,))
 
 
-def _check_params(params, label):
-    first = None
+def _check_params(params: Iterable[torch.Tensor], label: str) -> None:
+    first: Optional[Tuple[torch.dtype, torch.device]] = None
     for i, p in enumerate(params):
         where = "parameter %d of %s (shape %s)" % (i, label, list(p.shape))
         if p.is_sparse:
@@ -382,8 +388,8 @@ def _check_params(params, label):
                             (where, p.dtype, p.device, first[0], first[1]))
 
 
-def _read_files(directory):
-    out = {}
+def _read_files(directory: str) -> Dict[str, bytes]:
+    out: Dict[str, bytes] = {}
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         if not os.path.isfile(path):
@@ -394,7 +400,7 @@ def _read_files(directory):
     return out
 
 
-def _write_files(directory, files):
+def _write_files(directory: str, files: Dict[str, bytes]) -> None:
     os.makedirs(directory)
     for name, data in files.items():
         if os.sep in name or name in ("", ".", ".."):
@@ -403,9 +409,9 @@ def _write_files(directory, files):
             f.write(data)
 
 
-def _jsonable(group):
+def _jsonable(group: Dict[str, Any]) -> Dict[str, Any]:
     """A packed param group with the values JSON holds (a key of another type is left out of the file)."""
-    out = {}
+    out: Dict[str, Any] = {}
     for key, value in group.items():
         try:
             json.dumps(value)

@@ -16,10 +16,13 @@ warning for a warmup_type); OneCycle's stair counts, which DeepSpeed accepts and
 off; WarmupCosineLR refuses total_num_steps <= warmup_num_steps, where DeepSpeed's cosine divides by zero or runs
 backwards. Before its first step WarmupCosineLR gives every group lr 0 (DeepSpeed sets only the first group's).
 """
+from __future__ import annotations
+
 import difflib
 import math
 import numbers
 import warnings
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import torch
 
@@ -29,29 +32,36 @@ from ..errors import ConfigError, InvalidArgument
 LOG, LINEAR = "log", "linear"
 _REQUIRED = object()  # a parameter without a default
 
+# One value for every param group, or one per group.
+PerGroup = Union[float, Sequence[float]]
+# check(key, value): raises ConfigError naming scheduler.params.<key> when value is not allowed.
+Check = Callable[[str, Any], None]
+
 
 class _DeepSpeedSchedule(torch.optim.lr_scheduler._LRScheduler):
     """A DeepSpeed schedule as a torch lr scheduler. A subclass sets its attributes, then calls this __init__, and
     defines lrs(iteration): the group lrs DeepSpeed's get_lr gives at last_batch_iteration = iteration."""
 
-    PARAMS = {}  # DeepSpeed's parameter names and defaults, in its order
+    PARAMS: ClassVar[Dict[str, Any]] = {}  # DeepSpeed's parameter names and defaults, in its order
 
-    def __init__(self, optimizer):
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         super().__init__(optimizer)  # runs step() once: last_epoch 0, the lrs of last_batch_iteration -1
 
     @property
-    def last_batch_iteration(self):
+    def last_batch_iteration(self) -> int:
         """DeepSpeed's counter: -1 before the first scheduler.step(), then the index of the last batch."""
-        return self.last_epoch - 1
+        epoch: int = self.last_epoch
+        return epoch - 1
 
-    def get_lr(self):
+    # torch 1.13's annotation says one float; every scheduler, torch's own included, returns one lr per group.
+    def get_lr(self) -> List[float]:  # type: ignore[override]
         return self.lrs(self.last_batch_iteration)
 
-    def lrs(self, iteration):
+    def lrs(self, iteration: int) -> List[float]:
         raise NotImplementedError
 
 
-def _per_group(optimizer, value, name):
+def _per_group(optimizer: torch.optim.Optimizer, value: Any, name: str) -> List[float]:
     """DeepSpeed's _format_param: one value for every group, or a list with one per group."""
     groups = len(optimizer.param_groups)
     if isinstance(value, (list, tuple)):
@@ -66,12 +76,12 @@ class _Warmup(_DeepSpeedSchedule):
     """What WarmupLR, WarmupDecayLR and WarmupCosineLR share: the log or linear warmup over warmup_num_steps
     (at least 2, as in DeepSpeed)."""
 
-    def _init_warmup(self, warmup_num_steps, warmup_type):
+    def _init_warmup(self, warmup_num_steps: int, warmup_type: str) -> None:
         self.warmup_num_steps = max(2, warmup_num_steps)
         self.warmup_type = warmup_type
         self.inverse_log_warm_up = 1.0 / math.log(self.warmup_num_steps)
 
-    def _warmup_gamma(self, iteration):
+    def _warmup_gamma(self, iteration: int) -> float:
         """From 0 at iteration 0 towards 1 at warmup_num_steps."""
         if self.warmup_type == LOG:
             return self.inverse_log_warm_up * math.log(iteration + 1)
@@ -84,20 +94,20 @@ class WarmupLR(_Warmup):
 
     PARAMS = {"warmup_min_lr": 0.0, "warmup_max_lr": 0.001, "warmup_num_steps": 1000, "warmup_type": LOG}
 
-    def __init__(self, optimizer, warmup_min_lr=0.0, warmup_max_lr=0.001, warmup_num_steps=1000,
-                 warmup_type=LOG):
+    def __init__(self, optimizer: torch.optim.Optimizer, warmup_min_lr: PerGroup = 0.0,
+                 warmup_max_lr: PerGroup = 0.001, warmup_num_steps: int = 1000, warmup_type: str = LOG) -> None:
         self.min_lrs = _per_group(optimizer, warmup_min_lr, "warmup_min_lr")
         self.max_lrs = _per_group(optimizer, warmup_max_lr, "warmup_max_lr")
         self.delta_lrs = [big - small for big, small in zip(self.max_lrs, self.min_lrs)]
         self._init_warmup(warmup_num_steps, warmup_type)
         super().__init__(optimizer)
 
-    def _gamma(self, iteration):
+    def _gamma(self, iteration: int) -> float:
         if iteration < self.warmup_num_steps:
             return self._warmup_gamma(iteration)
         return 1.0
 
-    def lrs(self, iteration):
+    def lrs(self, iteration: int) -> List[float]:
         if iteration < 0:
             return list(self.min_lrs)
         gamma = self._gamma(iteration)
@@ -109,15 +119,15 @@ class WarmupDecayLR(WarmupLR):
 
     PARAMS = {"total_num_steps": _REQUIRED, **WarmupLR.PARAMS}
 
-    def __init__(self, optimizer, total_num_steps, warmup_min_lr=0.0, warmup_max_lr=0.001, warmup_num_steps=1000,
-                 warmup_type=LOG):
+    def __init__(self, optimizer: torch.optim.Optimizer, total_num_steps: int, warmup_min_lr: PerGroup = 0.0,
+                 warmup_max_lr: PerGroup = 0.001, warmup_num_steps: int = 1000, warmup_type: str = LOG) -> None:
         self.total_num_steps = total_num_steps
         if total_num_steps < max(2, warmup_num_steps):
             warnings.warn("strata: scheduler WarmupDecayLR: total_num_steps = %d is less than warmup_num_steps = %d; "
                           "the lr drops to 0 when the warmup ends" % (total_num_steps, max(2, warmup_num_steps)))
         super().__init__(optimizer, warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type)
 
-    def _gamma(self, iteration):
+    def _gamma(self, iteration: int) -> float:
         if iteration < self.warmup_num_steps:
             return self._warmup_gamma(iteration)
         return max(0.0, float(self.total_num_steps - iteration) /
@@ -131,8 +141,8 @@ class WarmupCosineLR(_Warmup):
     PARAMS = {"total_num_steps": _REQUIRED, "warmup_min_ratio": 0.0, "warmup_num_steps": 1000,
               "cos_min_ratio": 0.0001, "warmup_type": LOG}
 
-    def __init__(self, optimizer, total_num_steps, warmup_min_ratio=0.0, warmup_num_steps=1000, cos_min_ratio=0.0001,
-                 warmup_type=LOG):
+    def __init__(self, optimizer: torch.optim.Optimizer, total_num_steps: int, warmup_min_ratio: float = 0.0,
+                 warmup_num_steps: int = 1000, cos_min_ratio: float = 0.0001, warmup_type: str = LOG) -> None:
         self._init_warmup(warmup_num_steps, warmup_type)
         if total_num_steps <= self.warmup_num_steps:
             raise ConfigError("config: scheduler WarmupCosineLR: total_num_steps = %d must exceed warmup_num_steps "
@@ -141,10 +151,10 @@ class WarmupCosineLR(_Warmup):
         self.total_num_steps = total_num_steps
         self.warmup_min_ratio = warmup_min_ratio
         self.cos_min_ratio = cos_min_ratio
-        self.org_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.org_lrs: List[float] = [group["lr"] for group in optimizer.param_groups]
         super().__init__(optimizer)
 
-    def lr_ratio(self, iteration):
+    def lr_ratio(self, iteration: int) -> float:
         if iteration < self.warmup_num_steps:
             return self.warmup_min_ratio + self._warmup_gamma(iteration) * (1.0 - self.warmup_min_ratio)
         real_last_step = iteration - self.warmup_num_steps + 1
@@ -152,7 +162,7 @@ class WarmupCosineLR(_Warmup):
         ratio = (1 + math.cos(math.pi * real_last_step / real_total_steps)) / 2
         return max(0.0, self.cos_min_ratio + (1.0 - self.cos_min_ratio) * ratio)
 
-    def lrs(self, iteration):
+    def lrs(self, iteration: int) -> List[float]:
         if iteration < 0:
             return [0.0] * len(self.org_lrs)
         ratio = self.lr_ratio(iteration)
@@ -171,9 +181,11 @@ class OneCycle(_DeepSpeedSchedule):
               "cycle_second_stair_count": None, "decay_step_size": 0, "cycle_momentum": True, "cycle_min_mom": 0.8,
               "cycle_max_mom": 0.9, "decay_mom_rate": 0.0}
 
-    def __init__(self, optimizer, cycle_min_lr, cycle_max_lr, decay_lr_rate=0.0, cycle_first_step_size=2000,
-                 cycle_second_step_size=None, cycle_first_stair_count=0, cycle_second_stair_count=None,
-                 decay_step_size=0, cycle_momentum=True, cycle_min_mom=0.8, cycle_max_mom=0.9, decay_mom_rate=0.0):
+    def __init__(self, optimizer: torch.optim.Optimizer, cycle_min_lr: PerGroup, cycle_max_lr: PerGroup,
+                 decay_lr_rate: float = 0.0, cycle_first_step_size: int = 2000,
+                 cycle_second_step_size: Optional[int] = None, cycle_first_stair_count: Optional[int] = 0,
+                 cycle_second_stair_count: Optional[int] = None, decay_step_size: int = 0, cycle_momentum: bool = True,
+                 cycle_min_mom: float = 0.8, cycle_max_mom: float = 0.9, decay_mom_rate: float = 0.0) -> None:
         for name, value in (("cycle_first_stair_count", cycle_first_stair_count),
                             ("cycle_second_stair_count", cycle_second_stair_count)):
             if value is not None and value > 0:
@@ -200,7 +212,7 @@ class OneCycle(_DeepSpeedSchedule):
             self.skip_mom_decay = math.isclose(decay_step_size, 0) or math.isclose(decay_mom_rate, 0)
         super().__init__(optimizer)
 
-    def _scale_factor(self, iteration):
+    def _scale_factor(self, iteration: int) -> float:
         batch_iteration = iteration + 1
         cycle = math.floor(1 + batch_iteration / self.total_size)
         x = 1.0 + batch_iteration / self.total_size - cycle
@@ -208,7 +220,7 @@ class OneCycle(_DeepSpeedSchedule):
             return x / self.step_ratio
         return (x - 1) / (self.step_ratio - 1)
 
-    def lrs(self, iteration):
+    def lrs(self, iteration: int) -> List[float]:
         if iteration < self.total_size:
             scale = self._scale_factor(iteration)
             return [low + (high - low) * scale for low, high in zip(self.min_lrs, self.max_lrs)]
@@ -217,7 +229,7 @@ class OneCycle(_DeepSpeedSchedule):
         interval = (iteration - self.total_size + 1) / self.decay_step_size
         return [low / (1 + self.decay_lr_rate * interval) for low in self.min_lrs]
 
-    def momentums(self, iteration):
+    def momentums(self, iteration: int) -> List[Tuple[float, float]]:
         """The (beta1, beta2) of each group at last_batch_iteration = iteration (cycle_momentum only). Before the
         first step DeepSpeed sets cycle_min_mom, not its formula's value (cycle_max_mom) there."""
         if iteration < 0:
@@ -230,60 +242,64 @@ class OneCycle(_DeepSpeedSchedule):
         interval = (iteration - self.total_size + 1) / self.decay_step_size
         return [(beta0 * (1 + self.decay_mom_rate * interval), beta1) for beta0, beta1 in self.max_moms]
 
-    def step(self, epoch=None):
+    def step(self, epoch: Optional[int] = None) -> None:
         super().step(epoch)
         if self.cycle_momentum:
             for group, betas in zip(self.optimizer.param_groups, self.momentums(self.last_batch_iteration)):
                 group["betas"] = betas
 
 
-SCHEDULERS = {cls.__name__: cls for cls in (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle)}
+SCHEDULERS: Dict[str, Type[_DeepSpeedSchedule]] = {cls.__name__: cls for cls in (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle)}
 
 
 # ---------------------------------------------------------------- checking the section
 
 
-def _number(key, value, low=0.0):
+def _number(key: str, value: Any, low: float = 0.0) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < low:
         raise ConfigError("config: scheduler.params.%s = %r is not allowed: it must be a number >= %g" %
                           (key, value, low))
 
 
-def _lr(key, value):
+def _lr(key: str, value: Any) -> None:
     for v in (value if isinstance(value, (list, tuple)) and value else [value]):
         _number(key, v)
 
 
-def _integer(low):
-    def check(key, value):
+def _integer(low: int) -> Check:
+    def check(key: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
             raise ConfigError("config: scheduler.params.%s = %r is not allowed: it must be an integer >= %d" %
                               (key, value, low))
     return check
 
 
-def _optional_integer(low):
+def _optional_integer(low: int) -> Check:
     inner = _integer(low)
-    return lambda key, value: value is None or inner(key, value)
+
+    def check(key: str, value: Any) -> None:
+        if value is not None:
+            inner(key, value)
+    return check
 
 
-def _warmup_type(key, value):
+def _warmup_type(key: str, value: Any) -> None:
     if value not in (LOG, LINEAR):
         raise ConfigError("config: scheduler.params.%s = %r is not allowed: it must be \"%s\" or \"%s\"" %
                           (key, value, LOG, LINEAR))
 
 
-def _boolean(key, value):
+def _boolean(key: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ConfigError("config: scheduler.params.%s = %r is not allowed: it must be true or false" % (key, value))
 
 
-def _stair_count(key, value):
+def _stair_count(key: str, value: Any) -> None:
     if value is not None:
         _integer(-1)(key, value)
 
 
-_CHECKS = {
+_CHECKS: Dict[str, Check] = {
     "warmup_min_lr": _lr, "warmup_max_lr": _lr, "warmup_num_steps": _integer(0), "warmup_type": _warmup_type,
     "total_num_steps": _integer(1), "warmup_min_ratio": _number, "cos_min_ratio": _number,
     "cycle_min_lr": _lr, "cycle_max_lr": _lr, "decay_lr_rate": _number, "cycle_first_step_size": _integer(1),
@@ -293,7 +309,8 @@ _CHECKS = {
 }
 
 
-def build(scheduler_cfg, optimizer):
+def build(scheduler_cfg: Union[None, Dict[str, Any], Config], optimizer: torch.optim.Optimizer
+          ) -> Optional[_DeepSpeedSchedule]:
     """The torch lr scheduler for a DeepSpeed "scheduler" section ({"type": ..., "params": {...}}, or a
     strata.Config holding one; None gives None), driving optimizer (a torch.optim.Optimizer). ConfigError names an
     unknown type or parameter with the allowed ones, a missing required parameter, or a bad value;
