@@ -12,7 +12,7 @@
  *   driver        train_step.c     strata_step: loss scale, delayed hand-offs, step counts
  *   ranks         ranks.c          the data-parallel world: the step's collectives and their buffers
  *   opt_thread    opt_thread.c     the delayed update's thread
- *   sib           sib.c            step in backward: module updates during backward, and their thread
+ *   step_in_backward step_in_backward.c step in backward: module updates during backward, and their thread
  *   checkpoint    ckpt/            save and load (and the flag a failed load leaves)
  *   acts          act_store.c      offloaded activations: strata_act_push / pop / drop
  *   node          node_share.c     this rank's share of its machine: host budget, Adam cores, device budget
@@ -44,7 +44,7 @@
 typedef struct step_pipeline step_pipeline;
 typedef struct step_driver step_driver;
 typedef struct rank_state rank_state;
-typedef struct sib sib;
+typedef struct step_in_backward step_in_backward;
 typedef struct twin_flow twin_flow;
 typedef struct act_store act_store;
 typedef struct rank_agree rank_agree;
@@ -85,7 +85,7 @@ struct strata_engine {
     rank_state *ranks;
     engine_views views;
     opt_thread *opt;                /* only with the delayed update */
-    sib *sib;                       /* only with strata.step_in_backward (sib.c) */
+    step_in_backward *in_backward;  /* only with strata.step_in_backward (step_in_backward.c) */
     twin_flow *twin;                /* the optimizer's device share (offload_optimizer.ratio < 1), or NULL */
     act_store *acts;                /* offloaded activations (strata.offload_activations), or NULL */
 

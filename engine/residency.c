@@ -13,7 +13,7 @@
 #include "base/util.h"
 #include "engine/engine.h"
 #include "engine/ranks.h"
-#include "engine/sib.h"
+#include "engine/step_in_backward.h"
 
 typedef enum mod_state {
     MOD_ABSENT = 0,  /* no device copy */
@@ -385,7 +385,7 @@ strata_status residency_prefetch(strata_engine *e)
     size_t ahead = 0, len = fetch_order_len(o);
     /* Step in backward writes a module's new parameters to their home during backward: a fetch of the next
      * step's modules now would read the old ones (and race with the writes); they are fetched after strata_step. */
-    if (e->sib)
+    if (e->in_backward)
         len = MIN(len, fetch_order_step_left(o));
     for (size_t k = 0; k < len; k++) {
         resident *m = &r->mods[fetch_order_ahead(o, k)];
@@ -546,7 +546,7 @@ static strata_status release(strata_engine *e, strata_module_id id)
                        "fetched)", m->desc->name);
     m->held = false;
     grads_discard(e, id);
-    ERR_CHECK(sib_released(e, id));
+    ERR_CHECK(step_in_backward_released(e, id));
     /* Keep what the prefetcher would fetch again right away, and small persistent modules. */
     size_t d = fetch_order_next_use(e->order, id);
     bool soon = d != SIZE_MAX && d * m->fetch_bytes <= r->prefetch_bytes;
