@@ -3,19 +3,21 @@
  * config, the device and its streams, the tiers, the trace, the link counters) and one sub-object per
  * concern, each private to its file:
  *
- *   registry      registry.c       modules, parameters, the flat layout
- *   fetch_order   fetch_order.c    the declared or recorded fetch order of a step
- *   residency     residency.c      device copies of modules: fetch, release, prefetch window
- *   deferred      deferred_free.c  device buffers freed once a stream is past them
- *   grad_store    grads.c          gradient buffers, their hand-off, the fp32 gradient stores
- *   step          step.c           the optimizer step pipeline and its pinned slots
- *   driver        train_step.c     strata_step: loss scale, delayed hand-offs, step counts
- *   ranks         ranks.c          the data-parallel world: the step's collectives and their buffers
- *   opt_thread    opt_thread.c     the delayed update's thread
- *   step_in_backward step_in_backward.c step in backward: module updates during backward, and their thread
- *   checkpoint    ckpt/            save and load (and the flag a failed load leaves)
- *   acts          act_store.c      offloaded activations: strata_act_push / pop / drop
- *   node          node_share.c     this rank's share of its machine: host budget, Adam cores, device budget
+ *   registry          registry.c          modules, parameters, the flat layout
+ *   fetch_order       fetch_order.c       the declared or recorded fetch order of a step
+ *   residency         residency.c         device copies of modules: fetch, release, prefetch window
+ *   deferred          deferred_free.c     device buffers freed once a stream is past them
+ *   grad_store        grads.c             gradient buffers, their hand-off, the fp32 gradient stores; the
+ *                     grad_handoff.h      hand-off goes one way, chosen at finalize: grad_accumulate.c,
+ *                                         grad_reduce_scatter.c, or the update in backward
+ *   step              step.c              the optimizer step pipeline and its pinned slots
+ *   driver            train_step.c        strata_step_begin, strata_step: loss scale, delayed hand-offs, counts
+ *   ranks             ranks.c             the data-parallel world: the step's collectives and their buffers
+ *   opt_thread        opt_thread.c        the delayed update's thread
+ *   step_in_backward  step_in_backward.c  module updates during backward, and their thread
+ *   checkpoint        ckpt/               save and load (and the flag a failed load leaves)
+ *   acts              act_store.c         offloaded activations: strata_act_push / pop / drop
+ *   node              node_share.c        this rank's share of its machine: host budget, Adam cores, device budget
  *
  * The registry and the fetch order exist from strata_engine_create (the trainer adds modules and may
  * declare the order before finalize); everything else is built by strata_engine_finalize (finalize.c),

@@ -1,8 +1,9 @@
 /*
  * The gradient store: the device buffers the trainer writes during backward, their hand-off off the
  * device (one way chosen at finalize, grad_handoff.h), and the fp32 stores they accumulate into (host
- * memory, or NVMe), with which modules got gradients since the last step. With the delayed update there are two stores: the trainer accumulates
- * into the front one while the optimizer consumes the other. Private to grads.c.
+ * memory, or NVMe), with which modules got gradients since the last step. With the delayed update there
+ * are two stores: the trainer accumulates into the front one while the optimizer consumes the other.
+ * Private to grads.c.
  */
 #ifndef STRATA_ENGINE_GRADS_H
 #define STRATA_ENGINE_GRADS_H

@@ -18,10 +18,10 @@
 #include "offload/accum.h"
 
 typedef enum mod_state {
-    MOD_NO_GRADS = 0,   /* no gradients this step */
-    MOD_PARTIAL,    /* handed over, and the fetch order brings it back: summed (fp32) in pending */
-    MOD_HANDED,     /* handed over for the last time; the update waits for the module's release */
-    MOD_QUEUED,     /* queued for, running or done its update */
+    MOD_NO_GRADS = 0, /* no gradients this step */
+    MOD_PARTIAL,      /* handed over, and the fetch order brings it back: summed (fp32) in pending */
+    MOD_HANDED,       /* handed over for the last time; the update waits for the module's release */
+    MOD_QUEUED,       /* queued for, running or done its update */
 } mod_state;
 
 struct step_in_backward {
@@ -325,7 +325,6 @@ static void fix_step(step_in_backward *s)
     s->fixed = true;
 }
 
-
 /* Before a hand-over of module id (grad_handoff_ops.admit): a step must be begun, and id's update must not have
  * started (gradient accumulation must be 1). */
 static strata_status admit_hand_over(grad_handoff *h, strata_engine *e, strata_module_id id)
@@ -386,7 +385,11 @@ static strata_status take_hand_over(grad_handoff *h, strata_engine *e, const gra
                            "(%zu fp32 elements)", m->name, m->numel);
         }
         *j = (sum_job){.e = e, .id = id, .staging = staging, .first = !s->summed[id]};
-        ERR_CHECK(dev_host_fn(e->d2h, sum_hand_over, j));
+        strata_status st = dev_host_fn(e->d2h, sum_hand_over, j);
+        if (st != STRATA_OK) {
+            free(j); /* never queued: the staging is still the caller's */
+            return st;
+        }
         s->summed[id] = 1;
         s->state[id] = MOD_PARTIAL;
         return STRATA_OK;
