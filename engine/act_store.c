@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/latch.h"
 #include "base/size.h"
 #include "base/util.h"
 #include "engine/engine.h"
@@ -32,8 +33,7 @@ typedef struct act_entry {
     int rslot;                /* NVMe: the read buffer it came through, until its copy is done; -1 */
     io_wait io;               /* NVMe: the read */
     bool copy_queued;         /* NVMe: the read landed and the copy to the device was queued (under store->lock) */
-    strata_status read_status;
-    char read_msg[ERR_MSG_BYTES];
+    err_latch read_failed;    /* NVMe: the read's failure, or its copy's queueing (set on an I/O thread) */
 } act_entry;
 
 typedef struct write_slot {
@@ -66,7 +66,7 @@ struct act_store {
     int *seen, *now;
     size_t nseen, nnow, seen_cap, now_cap;
 
-    pthread_mutex_t lock;     /* copy_queued, read_status of NVMe restores (set on I/O threads) */
+    pthread_mutex_t lock;     /* copy_queued of NVMe restores (set on I/O threads) */
     pthread_cond_t cv;
     act_counters ctr;
 };
@@ -215,12 +215,14 @@ static strata_status new_entry(act_store *s, act_entry **out)
     a->index = (int)s->nents;
     a->wslot = a->rslot = -1;
     io_wait_init(&a->io);
+    err_latch_init(&a->read_failed);
     strata_status st = dev_event_create(s->e->dev, &a->copied);
     if (st == STRATA_OK)
         st = dev_event_create(s->e->dev, &a->ready);
     if (st != STRATA_OK) {
         dev_event_destroy(a->copied);
         io_wait_destroy(&a->io);
+        err_latch_destroy(&a->read_failed);
         free(a);
         return st;
     }
@@ -290,9 +292,8 @@ static void on_read(io_wait *w, void *ctx)
         if (st != STRATA_OK)
             snprintf(msg, sizeof msg, "%s", err_last());
     }
+    err_latch_set(&a->read_failed, st, msg);
     pthread_mutex_lock(&s->lock);
-    a->read_status = st;
-    snprintf(a->read_msg, sizeof a->read_msg, "%s", msg);
     a->copy_queued = true;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->lock);
@@ -305,11 +306,8 @@ static strata_status copy_queued(act_store *s, act_entry *a, bool wait, bool *qu
     while (wait && !a->copy_queued)
         pthread_cond_wait(&s->cv, &s->lock);
     *queued = a->copy_queued;
-    strata_status st = a->copy_queued ? a->read_status : STRATA_OK;
-    char msg[ERR_MSG_BYTES];
-    snprintf(msg, sizeof msg, "%s", a->read_msg);
     pthread_mutex_unlock(&s->lock);
-    return st != STRATA_OK ? err_set(st, "%s", msg) : STRATA_OK;
+    return *queued ? err_latch_raise(&a->read_failed, NULL) : STRATA_OK;
 }
 
 /* Gives back the read buffer of an NVMe restore once its copy to the device is done (wait: waiting for it). */
@@ -405,7 +403,7 @@ static strata_status restore(act_store *s, act_entry *a, bool demand)
         a->rslot = slot;
         s->rholder[slot] = a;
         a->copy_queued = false;
-        a->read_status = STRATA_OK;
+        err_latch_take_copy(&a->read_failed, NULL, 0); /* the last restore's failure was reported */
         io_wait_set_notify(&a->io, on_read, a);
         io_wait_add(&a->io, 1); /* the guard: on_read may not run before every part of the read is queued */
         st = swap_read(e->tiers.swap, &s->ext, a->offset, s->rbuf[slot], a->span, &a->io);
@@ -583,6 +581,7 @@ void act_store_destroy(strata_engine *e, act_store *s)
         dev_event_destroy(a->copied);
         dev_event_destroy(a->ready);
         io_wait_destroy(&a->io);
+        err_latch_destroy(&a->read_failed);
         free(a);
     }
     free(s->ents);

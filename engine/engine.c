@@ -9,7 +9,7 @@
 #include "engine/config/config_validate.h"
 #include "engine/rank_agree.h"
 #include "engine/ranks.h"
-#include "engine/sib.h"
+#include "engine/step_in_backward.h"
 #include "engine/step.h"
 #include "engine/train_step.h"
 #include "engine/twin_flow.h"
@@ -141,8 +141,8 @@ void engine_unbuild(strata_engine *e)
     bool had;
     opt_job_join(e->opt, &unused, &had);
     opt_thread_stop(e->opt);
-    sib_destroy(e, e->sib); /* before the gradient staging and the tiers it updates go */
-    e->sib = NULL;
+    step_in_backward_destroy(e, e->in_backward); /* before the gradient staging and the tiers it updates go */
+    e->in_backward = NULL;
     act_store_destroy(e, e->acts); /* before the deferred frees its device copies go to, and the swap */
     e->acts = NULL;
     driver_destroy(e->driver);

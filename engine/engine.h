@@ -3,19 +3,21 @@
  * config, the device and its streams, the tiers, the trace, the link counters) and one sub-object per
  * concern, each private to its file:
  *
- *   registry      registry.c       modules, parameters, the flat layout
- *   fetch_order   fetch_order.c    the declared or recorded fetch order of a step
- *   residency     residency.c      device copies of modules: fetch, release, prefetch window
- *   deferred      deferred_free.c  device buffers freed once a stream is past them
- *   grad_store    grads.c          gradient buffers, their hand-off, the fp32 gradient stores
- *   step          step.c           the optimizer step pipeline and its pinned slots
- *   driver        train_step.c     strata_step: loss scale, delayed hand-offs, step counts
- *   ranks         ranks.c          the data-parallel world: the step's collectives and their buffers
- *   opt_thread    opt_thread.c     the delayed update's thread
- *   sib           sib.c            step in backward: module updates during backward, and their thread
- *   checkpoint    ckpt/            save and load (and the flag a failed load leaves)
- *   acts          act_store.c      offloaded activations: strata_act_push / pop / drop
- *   node          node_share.c     this rank's share of its machine: host budget, Adam cores, device budget
+ *   registry          registry.c          modules, parameters, the flat layout
+ *   fetch_order       fetch_order.c       the declared or recorded fetch order of a step
+ *   residency         residency.c         device copies of modules: fetch, release, prefetch window
+ *   deferred          deferred_free.c     device buffers freed once a stream is past them
+ *   grad_store        grads.c             gradient buffers, their hand-off, the fp32 gradient stores; the
+ *                     grad_handoff.h      hand-off goes one way, chosen at finalize: grad_accumulate.c,
+ *                                         grad_reduce_scatter.c, or the update in backward
+ *   step              step.c              the optimizer step pipeline and its pinned slots
+ *   driver            train_step.c        strata_step_begin, strata_step: loss scale, delayed hand-offs, counts
+ *   ranks             ranks.c             the data-parallel world: the step's collectives and their buffers
+ *   opt_thread        opt_thread.c        the delayed update's thread
+ *   step_in_backward  step_in_backward.c  module updates during backward, and their thread
+ *   checkpoint        ckpt/               save and load (and the flag a failed load leaves)
+ *   acts              act_store.c         offloaded activations: strata_act_push / pop / drop
+ *   node              node_share.c        this rank's share of its machine: host budget, Adam cores, device budget
  *
  * The registry and the fetch order exist from strata_engine_create (the trainer adds modules and may
  * declare the order before finalize); everything else is built by strata_engine_finalize (finalize.c),
@@ -44,7 +46,7 @@
 typedef struct step_pipeline step_pipeline;
 typedef struct step_driver step_driver;
 typedef struct rank_state rank_state;
-typedef struct sib sib;
+typedef struct step_in_backward step_in_backward;
 typedef struct twin_flow twin_flow;
 typedef struct act_store act_store;
 typedef struct rank_agree rank_agree;
@@ -85,7 +87,7 @@ struct strata_engine {
     rank_state *ranks;
     engine_views views;
     opt_thread *opt;                /* only with the delayed update */
-    sib *sib;                       /* only with strata.step_in_backward (sib.c) */
+    step_in_backward *in_backward;  /* only with strata.step_in_backward (step_in_backward.c) */
     twin_flow *twin;                /* the optimizer's device share (offload_optimizer.ratio < 1), or NULL */
     act_store *acts;                /* offloaded activations (strata.offload_activations), or NULL */
 

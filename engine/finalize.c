@@ -15,7 +15,7 @@
 #include "engine/plan.h"
 #include "engine/rank_agree.h"
 #include "engine/ranks.h"
-#include "engine/sib.h"
+#include "engine/step_in_backward.h"
 #include "engine/step.h"
 #include "engine/train_step.h"
 #include "engine/twin_flow.h"
@@ -62,7 +62,7 @@ static strata_status make_plan(strata_engine *e, plan *pl)
     }
     /* Step in backward names the settings it cannot run with, whatever else is pending. */
     if (e->cfg.step_in_backward)
-        ERR_CHECK(sib_check_config(e));
+        ERR_CHECK(step_in_backward_check_config(e));
     ranks_views(e->cfg.zero_stage, &e->views.param, &e->views.opt, &e->views.grad);
     ERR_CHECK(registry_layout(e->reg, e->cfg.param_persistence_threshold, e->world));
     plan_input in;
@@ -117,7 +117,7 @@ static strata_status build(strata_engine *e)
     if (e->cfg.delayed_update)
         ERR_CHECK(opt_thread_start(e, &e->opt));
     if (e->cfg.step_in_backward)
-        ERR_CHECK(sib_create(e, &e->sib));
+        ERR_CHECK(step_in_backward_create(e, &e->in_backward));
     return STRATA_OK;
 }
 

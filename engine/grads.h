@@ -1,8 +1,9 @@
 /*
  * The gradient store: the device buffers the trainer writes during backward, their hand-off off the
- * device, and the fp32 stores they accumulate into (host memory, or NVMe), with which modules got
- * gradients since the last step. With the delayed update there are two stores: the trainer accumulates
- * into the front one while the optimizer consumes the other. Private to grads.c.
+ * device (one way chosen at finalize, grad_handoff.h), and the fp32 stores they accumulate into (host
+ * memory, or NVMe), with which modules got gradients since the last step. With the delayed update there
+ * are two stores: the trainer accumulates into the front one while the optimizer consumes the other.
+ * Private to grads.c.
  */
 #ifndef STRATA_ENGINE_GRADS_H
 #define STRATA_ENGINE_GRADS_H
@@ -23,6 +24,9 @@ void grads_destroy(struct strata_engine *e, grad_store *g);
 
 /* Waits for every hand-off and reports the first failure since the last call. */
 strata_status grads_drain(struct strata_engine *e);
+/* grads_drain, then waits for the work the hand-offs started (the updates of step in backward) and reports its
+ * first failure: afterwards the hand-offs hold no staging. */
+strata_status grads_settle(struct strata_engine *e);
 /* Whether module id's device gradient buffers were taken (strata_grad_data) and not yet handed over. */
 bool grads_has_buffers(const grad_store *g, strata_module_id id);
 /* A released module's gradient buffer that was never handed over: discarded (with a warning, once). */

@@ -94,8 +94,9 @@ static strata_status cache_params(strata_engine *e, const tcache_range *r, size_
 }
 
 /* Whole sub-groups of the optimizer state, from the first, within bytes (12 per element: master, m, v): the
- * ordinary step reads it by sub-group. Step in backward reads it module by module (engine/sib.c), pieces that need
- * not fall inside one sub-group, so there the mirrors are whole modules, as many as fit, in partition order. */
+ * ordinary step reads it by sub-group. Step in backward reads it module by module (engine/step_in_backward.c),
+ * pieces that need not fall inside one sub-group, so there the mirrors are whole modules, as many as fit, in
+ * partition order. */
 static strata_status cache_optimizer(strata_engine *e, size_t bytes)
 {
     size_t numel = e->tiers.master.numel, sg = MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), numel);

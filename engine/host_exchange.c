@@ -18,7 +18,7 @@ static strata_status require_single(strata_engine *e, const char *what)
     if (e->world > 1)
         return err_set(STRATA_ESTATE, "%s: the engine is one of %d ranks; gradients are reduced and parameters "
                        "gathered as they move through the device: use strata_fetch / strata_grad_data", what, e->world);
-    if (e->sib)
+    if (e->in_backward)
         return err_set(STRATA_ESTATE, "%s: strata.step_in_backward updates each module from its device hand-off; "
                        "use strata_grad_data / strata_grads_ready, or turn step_in_backward off", what);
     return STRATA_OK;

@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/latch.h"
 #include "base/log.h"
 #include "engine/engine.h"
 #include "engine/step.h"
@@ -25,8 +26,7 @@ struct opt_thread {
     pthread_cond_t cv;
     bool job_pending, job_done, job_in_flight, quit;
     step_job job;
-    strata_status job_status;
-    char job_msg[ERR_MSG_BYTES];
+    err_latch job_failed;          /* the job's failure, until the next job (or a restore) */
     strata_step_result job_result;
 };
 
@@ -49,10 +49,9 @@ static void *opt_main(void *arg)
         strata_step_result r;
         err_clear();
         strata_status st = step_run(t->e, &job, &r);
+        err_latch_set_last(&t->job_failed, st);
 
         pthread_mutex_lock(&t->lock);
-        t->job_status = st;
-        snprintf(t->job_msg, sizeof t->job_msg, "%s", st != STRATA_OK ? err_last() : "");
         t->job_result = r;
         t->job_done = true;
         pthread_cond_broadcast(&t->cv);
@@ -67,10 +66,12 @@ strata_status opt_thread_start(strata_engine *e, opt_thread **out)
     if (!t)
         return err_set(STRATA_ENOMEM, "cannot start the optimizer thread: out of memory");
     t->e = e;
+    err_latch_init(&t->job_failed);
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cv, NULL);
     int rc = pthread_create(&t->thread, NULL, opt_main, t);
     if (rc != 0) {
+        err_latch_destroy(&t->job_failed);
         pthread_mutex_destroy(&t->lock);
         pthread_cond_destroy(&t->cv);
         free(t);
@@ -83,6 +84,7 @@ strata_status opt_thread_start(strata_engine *e, opt_thread **out)
 
 void opt_job_submit(opt_thread *t, const step_job *job)
 {
+    err_latch_take_copy(&t->job_failed, NULL, 0); /* the last job's failure was reported by its join */
     pthread_mutex_lock(&t->lock);
     t->job = *job;
     t->job_done = false;
@@ -107,15 +109,10 @@ static strata_status wait_job(opt_thread *t, strata_step_result *res, bool *had_
         pthread_cond_wait(&t->cv, &t->lock);
     if (take)
         t->job_in_flight = false;
-    strata_status st = t->job_status;
     *res = t->job_result;
-    char msg[ERR_MSG_BYTES];
-    snprintf(msg, sizeof msg, "%s", t->job_msg);
     pthread_mutex_unlock(&t->lock);
     *had_job = true;
-    if (st != STRATA_OK)
-        return err_set(st, "delayed optimizer step: %s", msg);
-    return STRATA_OK;
+    return err_latch_raise(&t->job_failed, "delayed optimizer step");
 }
 
 strata_status opt_job_join(opt_thread *t, strata_step_result *res, bool *had_job)
@@ -132,12 +129,11 @@ void opt_job_restore(opt_thread *t, const strata_step_result *res)
 {
     if (!t)
         return;
+    err_latch_take_copy(&t->job_failed, NULL, 0); /* the restored update did not fail */
     pthread_mutex_lock(&t->lock);
     t->job_pending = false;
     t->job_done = true;
     t->job_in_flight = true;
-    t->job_status = STRATA_OK;
-    t->job_msg[0] = '\0';
     t->job_result = *res;
     pthread_mutex_unlock(&t->lock);
 }
@@ -151,6 +147,7 @@ void opt_thread_stop(opt_thread *t)
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->lock);
     pthread_join(t->thread, NULL);
+    err_latch_destroy(&t->job_failed);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->cv);
     free(t);

@@ -35,7 +35,8 @@ typedef struct plan_input {
      * parameter scratch are in device memory. The host arrays keep their full size. */
     size_t opt_device_numel;
     /* strata.step_in_backward: no gradient store (each module's update reads its gradients from the staging), and
-     * the step's pinned buffers are one piece's master weights, moments and parameter staging (engine/sib.c). */
+     * the step's pinned buffers are one piece's master weights, moments and parameter staging
+     * (engine/step_in_backward.c). */
     bool step_in_backward;
     /* Offloaded activations (strata_act_push): their tier (DEVICE: none), what the trainer keeps at once and the
      * largest one (engine/act_store.h). */

@@ -8,12 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/latch.h"
 #include "base/log.h"
 #include "base/size.h"
 #include "base/util.h"
 #include "engine/engine.h"
 #include "engine/ranks.h"
-#include "engine/sib.h"
+#include "engine/step_in_backward.h"
 
 typedef enum mod_state {
     MOD_ABSENT = 0,  /* no device copy */
@@ -33,8 +34,7 @@ typedef struct resident {
     io_wait io;                    /* the NVMe read of a fetch; its completion queues the copy */
     bool copy_queued;              /* the read landed and the copy was queued (under the window's lock) */
     bool from_cache;               /* this fetch copies from the host cache's mirror: no read, no staging */
-    strata_status fetch_status;    /* a failed read or copy queueing (under the window's lock) */
-    char fetch_msg[ERR_MSG_BYTES];
+    err_latch fetch_failed;        /* a failed read or copy queueing, set on the I/O thread */
     dev_event *ready;              /* recorded after the host->device copy */
     bool gathered_ahead;           /* stage 3: its all-gather was started by the fetch before it (gather) */
     comm_req *gather;              /* that all-gather, while in flight (NULL once it completed) */
@@ -89,9 +89,8 @@ static void on_fetch_read(io_wait *w, void *ctx)
         if (st != STRATA_OK)
             snprintf(msg, sizeof msg, "%s", err_last());
     }
+    err_latch_set(&m->fetch_failed, st, msg);
     pthread_mutex_lock(&r->lock);
-    m->fetch_status = st;
-    snprintf(m->fetch_msg, sizeof m->fetch_msg, "%s", msg);
     m->copy_queued = true;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->lock);
@@ -104,11 +103,8 @@ static strata_status wait_copy_queued(residency *r, resident *m, bool wait, bool
     while (wait && !m->copy_queued)
         pthread_cond_wait(&r->cv, &r->lock);
     *queued = m->copy_queued;
-    strata_status st = m->copy_queued ? m->fetch_status : STRATA_OK;
-    char msg[ERR_MSG_BYTES];
-    snprintf(msg, sizeof msg, "%s", m->fetch_msg);
     pthread_mutex_unlock(&r->lock);
-    return st != STRATA_OK ? err_set(st, "%s", msg) : STRATA_OK;
+    return *queued ? err_latch_raise(&m->fetch_failed, NULL) : STRATA_OK;
 }
 
 /* Runs on the h2d stream right after a fetch's copy: the trace's end of the fetch. */
@@ -176,7 +172,7 @@ static strata_status start(strata_engine *e, resident *m, bool demand)
     m->from_cache = mirrored != NULL;
     if (params_on(e, STRATA_TIER_NVME) && !mirrored) {
         m->copy_queued = false;
-        m->fetch_status = STRATA_OK;
+        err_latch_take_copy(&m->fetch_failed, NULL, 0); /* the last fetch's failure was reported */
         st = pool_acquire(e->tiers.pool, POOL_FETCH, bytes, "NVMe fetch staging", &m->staging);
         if (st == STRATA_EBUDGET && demand) {
             /* Prefetches in flight hold the slice: let them land, then there is room for this one. */
@@ -200,9 +196,9 @@ static strata_status start(strata_engine *e, resident *m, bool demand)
         }
     } else {
         if (mirrored) { /* nothing to read: the copy is queued right here */
+            err_latch_take_copy(&m->fetch_failed, NULL, 0);
             pthread_mutex_lock(&r->lock);
             m->copy_queued = true;
-            m->fetch_status = STRATA_OK;
             pthread_mutex_unlock(&r->lock);
         }
         const char *from = mirrored                            ? mirrored
@@ -343,6 +339,7 @@ strata_status residency_create(strata_engine *e, residency **out)
         m->engine = e;
         m->desc = registry_module(e->reg, (strata_module_id)i);
         io_wait_init(&m->io);
+        err_latch_init(&m->fetch_failed);
         r->nmods = i + 1; /* what residency_destroy tears down */
         ERR_CHECK(dev_event_create(e->dev, &m->ready));
         m->fetch_bytes = m->desc->numel * e->tiers.param_bytes;
@@ -365,6 +362,7 @@ void residency_destroy(strata_engine *e, residency *r)
         drop(e, m);
         dev_event_destroy(m->ready);
         io_wait_destroy(&m->io);
+        err_latch_destroy(&m->fetch_failed);
     }
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cv);
@@ -385,7 +383,7 @@ strata_status residency_prefetch(strata_engine *e)
     size_t ahead = 0, len = fetch_order_len(o);
     /* Step in backward writes a module's new parameters to their home during backward: a fetch of the next
      * step's modules now would read the old ones (and race with the writes); they are fetched after strata_step. */
-    if (e->sib)
+    if (e->in_backward)
         len = MIN(len, fetch_order_step_left(o));
     for (size_t k = 0; k < len; k++) {
         resident *m = &r->mods[fetch_order_ahead(o, k)];
@@ -546,7 +544,7 @@ static strata_status release(strata_engine *e, strata_module_id id)
                        "fetched)", m->desc->name);
     m->held = false;
     grads_discard(e, id);
-    ERR_CHECK(sib_released(e, id));
+    ERR_CHECK(step_in_backward_released(e, id));
     /* Keep what the prefetcher would fetch again right away, and small persistent modules. */
     size_t d = fetch_order_next_use(e->order, id);
     bool soon = d != SIZE_MAX && d * m->fetch_bytes <= r->prefetch_bytes;

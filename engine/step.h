@@ -1,7 +1,7 @@
 /*
  * The optimizer step pipeline: Adam over the flat partition in sub-groups, with the optimizer state
  * streamed through pinned slots when it lives on NVMe (see step.c for the schedule). The slots outlive a
- * step; the pipeline also counts the updates applied. The engine's optimizer code (step.c, sib.c) uses it.
+ * step; the pipeline also counts the updates applied. The engine's optimizer code (step.c, step_in_backward.c) uses it.
  */
 #ifndef STRATA_ENGINE_STEP_H
 #define STRATA_ENGINE_STEP_H

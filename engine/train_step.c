@@ -1,4 +1,5 @@
-/* strata_step and what surrounds it: loss scaling, the delayed update's buffer swaps, sync, reads. */
+/* strata_step_begin, strata_step and what surrounds them: loss scaling, the delayed update's buffer swaps, sync,
+ * reads. */
 #include "engine/train_step.h"
 
 #include <math.h>
@@ -12,7 +13,7 @@
 #include "engine/engine.h"
 #include "engine/host_cache.h"
 #include "engine/ranks.h"
-#include "engine/sib.h"
+#include "engine/step_in_backward.h"
 #include "engine/step.h"
 #include "engine/twin_flow.h"
 
@@ -135,12 +136,12 @@ static strata_status prepare_job(strata_engine *e, step_job *job)
 }
 
 /* strata_step with step in backward: the updates ran (or run) during backward; wait for them, then publish. */
-static strata_status step_in_backward(strata_engine *e, const strata_step_args *args, strata_step_result *out)
+static strata_status step_updated_in_backward(strata_engine *e, const strata_step_args *args, strata_step_result *out)
 {
     step_driver *d = e->driver;
     uint64_t t0 = now_ns();
     ERR_CHECK(grads_drain(e));
-    strata_status st = sib_finish(e, args);
+    strata_status st = step_in_backward_finish(e, args);
     if (st != STRATA_OK) {
         residency_invalidate_all(e);
         return st;
@@ -178,8 +179,8 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
     if (args && !(args->lr >= 0 && isfinite(args->lr)))
         return err_set(STRATA_EINVAL, "strata_step: lr = %g; a learning rate is finite and >= 0 (0 = the configured "
                        "optimizer.params.lr)", args->lr);
-    if (e->sib)
-        return step_in_backward(e, args, out);
+    if (e->in_backward)
+        return step_updated_in_backward(e, args, out);
     step_driver *d = e->driver;
     uint64_t t0 = now_ns();
     ERR_CHECK(grads_drain(e));
@@ -230,6 +231,24 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
     return st;
 }
 
+static strata_status step_begin(strata_engine *e, const strata_step_args *args)
+{
+    ERR_CHECK(engine_require_finalized(e, "strata_step_begin"));
+    if (args && !(args->lr >= 0 && isfinite(args->lr)))
+        return err_set(STRATA_EINVAL, "strata_step_begin: lr = %g; a learning rate is finite and >= 0 (0 = the "
+                       "configured optimizer.params.lr)", args->lr);
+    if (!e->in_backward)
+        return STRATA_OK; /* the ordinary step takes its lr at strata_step */
+    return step_in_backward_begin(e->in_backward, args && args->lr > 0 ? args->lr : e->cfg.lr_exact);
+}
+
+STRATA_API strata_status strata_step_begin(strata_engine *e, const strata_step_args *args)
+{
+    if (!e)
+        return err_set(STRATA_EINVAL, "strata_step_begin: engine is NULL");
+    return err_copy(&e->err, step_begin(e, args));
+}
+
 STRATA_API strata_status strata_step(strata_engine *e, const strata_step_args *args, strata_step_result *result)
 {
     if (!e)
@@ -253,8 +272,7 @@ static strata_status sync(strata_engine *e)
     bool had;
     ERR_CHECK(join_delayed(e, NULL, &had));
     ERR_CHECK(step_settle(e, e->step));
-    ERR_CHECK(grads_drain(e));
-    ERR_CHECK(sib_wait(e));
+    ERR_CHECK(grads_settle(e));
     ERR_CHECK(dev_stream_sync(e->h2d));
     return deferred_process(e->frees, true);
 }

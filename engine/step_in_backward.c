@@ -1,36 +1,37 @@
-/* Step in backward: module updates during the trainer's backward; see sib.h. */
-#include "engine/sib.h"
+/* Step in backward: module updates during the trainer's backward; see step_in_backward.h. */
+#include "engine/step_in_backward.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/latch.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "cpu_adam/driver.h"
 #include "engine/config/config_validate.h"
 #include "engine/engine.h"
+#include "engine/grad_handoff.h"
 #include "engine/host_cache.h"
 #include "engine/step.h"
 #include "offload/accum.h"
 
-typedef enum sib_mod_state {
-    SIB_NONE = 0,   /* no gradients this step */
-    SIB_PARTIAL,    /* handed over, and the fetch order brings it back: summed (fp32) in pending */
-    SIB_HANDED,     /* handed over for the last time; the update waits for the module's release */
-    SIB_QUEUED,     /* queued for, running or done its update */
-} sib_mod_state;
+typedef enum mod_state {
+    MOD_NO_GRADS = 0, /* no gradients this step */
+    MOD_PARTIAL,      /* handed over, and the fetch order brings it back: summed (fp32) in pending */
+    MOD_HANDED,       /* handed over for the last time; the update waits for the module's release */
+    MOD_QUEUED,       /* queued for, running or done its update */
+} mod_state;
 
-struct sib {
+struct step_in_backward {
     strata_engine *e;
     const adam_ops *adam;
     int threads;
     size_t chunk;                  /* elements per update piece: the optimizer sub-group (what POOL_STEP holds) */
 
     /* per module */
-    uint8_t *state;                /* sib_mod_state */
+    uint8_t *state;                /* mod_state */
     void **staging;                /* the hand-over's pinned gradients, until its update is done */
     dev_event **copied;            /* recorded on d2h after the copy into staging */
     dev_event **released;          /* recorded on compute at the release: the trainer's last read of the params */
@@ -58,11 +59,10 @@ struct sib {
     pthread_cond_t work, idle;
     strata_module_id *queue;       /* ring of nmods */
     size_t head, count;
-    strata_status status;          /* the first failure of an update, until sib_wait reports it */
-    char msg[ERR_MSG_BYTES];
+    err_latch failed;              /* the first failure of an update, until wait_updates reports it */
 };
 
-strata_status sib_check_config(const strata_engine *e)
+strata_status step_in_backward_check_config(const strata_engine *e)
 {
     const strata_config *c = &e->cfg;
     if (c->gradient_clipping > 0)
@@ -93,7 +93,7 @@ strata_status sib_check_config(const strata_engine *e)
 /* Updates module id from grad (grad_dtype; NULL: zeros) in pieces of s->chunk elements: master/m/v in place (or
  * read into and written back from pinned buffers on NVMe), the new parameters into their home. Runs on the
  * worker, or on the trainer's thread at strata_step for modules without gradients. */
-static strata_status update_module(sib *s, strata_module_id id, const void *grad, strata_dtype grad_dtype)
+static strata_status update_module(step_in_backward *s, strata_module_id id, const void *grad, strata_dtype grad_dtype)
 {
     strata_engine *e = s->e;
     engine_tiers *t = &e->tiers;
@@ -164,7 +164,7 @@ static strata_status update_module(sib *s, strata_module_id id, const void *grad
 }
 
 /* The update of a handed-over module: waits for its copy off the device, updates, gives the staging back. */
-static strata_status update_handed(sib *s, strata_module_id id)
+static strata_status update_handed(step_in_backward *s, strata_module_id id)
 {
     strata_engine *e = s->e;
     strata_status st = dev_event_sync(s->copied[id]);
@@ -187,7 +187,7 @@ static strata_status update_handed(sib *s, strata_module_id id)
 
 static void *worker(void *arg)
 {
-    sib *s = arg;
+    step_in_backward *s = arg;
     adam_cores_use(node_adam_cores(s->e->node)); /* the teams this thread starts run on this rank's cores */
     pthread_mutex_lock(&s->lock);
     for (;;) {
@@ -199,8 +199,8 @@ static void *worker(void *arg)
         s->head = (s->head + 1) % s->nmods;
         s->count--;
         s->busy = true;
-        bool failed = s->status != STRATA_OK;
         pthread_mutex_unlock(&s->lock);
+        bool failed = err_latch_failed(&s->failed);
         /* After a failure the step is lost anyway: give the staging back without updating. */
         strata_status st = STRATA_OK;
         if (failed) {
@@ -209,11 +209,8 @@ static void *worker(void *arg)
         } else {
             st = update_handed(s, id);
         }
+        err_latch_set_last(&s->failed, st);
         pthread_mutex_lock(&s->lock);
-        if (st != STRATA_OK && s->status == STRATA_OK) {
-            s->status = st;
-            snprintf(s->msg, sizeof s->msg, "%s", err_last());
-        }
         s->busy = false;
         if (s->count == 0)
             pthread_cond_broadcast(&s->idle);
@@ -226,14 +223,15 @@ static void *worker(void *arg)
 
 /* ---------------------------------------------------------------- lifetime */
 
-strata_status sib_create(strata_engine *e, sib **out)
+strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
 {
     size_t n = registry_nmodules(e->reg), numel = registry_view_numel(e->reg, e->views.opt);
-    sib *s = calloc(1, sizeof *s);
+    step_in_backward *s = calloc(1, sizeof *s);
     if (!s)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for step in backward");
     *out = s;
     s->e = e;
+    err_latch_init(&s->failed);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->idle, NULL);
@@ -272,7 +270,7 @@ strata_status sib_create(strata_engine *e, sib **out)
     return STRATA_OK;
 }
 
-void sib_destroy(strata_engine *e, sib *s)
+void step_in_backward_destroy(strata_engine *e, step_in_backward *s)
 {
     if (!s)
         return;
@@ -300,6 +298,7 @@ void sib_destroy(strata_engine *e, sib *s)
         pool_release(e->tiers.pool, s->v);
         pool_release(e->tiers.pool, s->pstage);
     }
+    err_latch_destroy(&s->failed);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->idle);
@@ -316,7 +315,7 @@ void sib_destroy(strata_engine *e, sib *s)
 
 /* ---------------------------------------------------------------- the step */
 /* The step's constants, from the step count as it is when the first update needs them. */
-static void fix_step(sib *s)
+static void fix_step(step_in_backward *s)
 {
     if (s->fixed)
         return;
@@ -326,15 +325,16 @@ static void fix_step(sib *s)
     s->fixed = true;
 }
 
-
-strata_status sib_check_hand_over(strata_engine *e, strata_module_id id)
+/* Before a hand-over of module id (grad_handoff_ops.admit): a step must be begun, and id's update must not have
+ * started (gradient accumulation must be 1). */
+static strata_status admit_hand_over(grad_handoff *h, strata_engine *e, strata_module_id id)
 {
-    sib *s = e->sib;
+    step_in_backward *s = e->in_backward;
     const char *name = registry_module(e->reg, id)->name;
     if (!s->open)
         return err_set(STRATA_ESTATE, "strata_grads_ready(\"%s\"): strata.step_in_backward is on and no step was "
                        "begun: call strata_step_begin(engine, args) before the backward of every step", name);
-    if (s->state[id] != SIB_NONE && s->state[id] != SIB_PARTIAL)
+    if (s->state[id] != MOD_NO_GRADS && s->state[id] != MOD_PARTIAL)
         return err_set(STRATA_ESTATE, "strata_grads_ready(\"%s\"): the module's gradients were already handed over "
                        "in this step and its update has started; with strata.step_in_backward a module's update "
                        "starts at its last hand-over of the step (the one after which the fetch order has no more "
@@ -357,7 +357,7 @@ static strata_status sum_hand_over(void *arg)
 {
     sum_job *j = arg;
     strata_engine *e = j->e;
-    sib *s = e->sib;
+    step_in_backward *s = e->in_backward;
     const reg_module *m = registry_module(e->reg, j->id);
     accum_add(s->pending[j->id], j->staging, e->cfg.param_dtype, m->numel, j->first);
     trace_event(e->trace, TRACK_D2H, "gradients (summed for a later hand-over)", m->name, now_ns(), now_ns());
@@ -366,9 +366,13 @@ static strata_status sum_hand_over(void *arg)
     return STRATA_OK;
 }
 
-strata_status sib_hand_over(strata_engine *e, strata_module_id id, void *staging)
+/* Takes a hand-over (grad_handoff_ops.take): the staging receives id's gradients on the d2h stream, queued just
+ * before; it goes back to the pool once it is summed or the update is done. */
+static strata_status take_hand_over(grad_handoff *h, strata_engine *e, const grad_staged *g)
 {
-    sib *s = e->sib;
+    step_in_backward *s = e->in_backward;
+    strata_module_id id = g->id;
+    void *staging = g->staging;
     fix_step(s);
     if (fetch_order_step_fetches_again(e->order, id)) {
         const reg_module *m = registry_module(e->reg, id);
@@ -381,24 +385,28 @@ strata_status sib_hand_over(strata_engine *e, strata_module_id id, void *staging
                            "(%zu fp32 elements)", m->name, m->numel);
         }
         *j = (sum_job){.e = e, .id = id, .staging = staging, .first = !s->summed[id]};
-        ERR_CHECK(dev_host_fn(e->d2h, sum_hand_over, j));
+        strata_status st = dev_host_fn(e->d2h, sum_hand_over, j);
+        if (st != STRATA_OK) {
+            free(j); /* never queued: the staging is still the caller's */
+            return st;
+        }
         s->summed[id] = 1;
-        s->state[id] = SIB_PARTIAL;
+        s->state[id] = MOD_PARTIAL;
         return STRATA_OK;
     }
     ERR_CHECK(dev_event_record(s->copied[id], e->d2h));
     s->staging[id] = staging;
-    s->state[id] = SIB_HANDED;
+    s->state[id] = MOD_HANDED;
     return STRATA_OK;
 }
 
-strata_status sib_released(strata_engine *e, strata_module_id id)
+strata_status step_in_backward_released(strata_engine *e, strata_module_id id)
 {
-    sib *s = e->sib;
-    if (!s || s->state[id] != SIB_HANDED)
+    step_in_backward *s = e->in_backward;
+    if (!s || s->state[id] != MOD_HANDED)
         return STRATA_OK;
     ERR_CHECK(dev_event_record(s->released[id], e->compute));
-    s->state[id] = SIB_QUEUED;
+    s->state[id] = MOD_QUEUED;
     pthread_mutex_lock(&s->lock);
     s->queue[(s->head + s->count) % s->nmods] = id;
     s->count++;
@@ -407,53 +415,36 @@ strata_status sib_released(strata_engine *e, strata_module_id id)
     return STRATA_OK;
 }
 
-strata_status sib_wait(strata_engine *e)
+/* Waits until no update is queued or running; the first failure of one since the last call. */
+static strata_status wait_updates(step_in_backward *s)
 {
-    sib *s = e->sib;
-    if (!s)
-        return STRATA_OK;
     pthread_mutex_lock(&s->lock);
     while (s->count > 0 || s->busy)
         pthread_cond_wait(&s->idle, &s->lock);
-    strata_status st = s->status;
-    char msg[ERR_MSG_BYTES];
-    snprintf(msg, sizeof msg, "%s", s->msg);
-    s->status = STRATA_OK;
     pthread_mutex_unlock(&s->lock);
-    if (st != STRATA_OK)
-        return err_set(st, "%s", msg);
-    return STRATA_OK;
+    return err_latch_take(&s->failed, NULL);
 }
 
-static strata_status begin(strata_engine *e, const strata_step_args *args)
+/* grad_handoff_ops.reclaim: the updates hold the staging of their hand-overs until they are done. */
+static strata_status reclaim_staging(grad_handoff *h, strata_engine *e)
 {
-    ERR_CHECK(engine_require_finalized(e, "strata_step_begin"));
-    if (args && !(args->lr >= 0 && isfinite(args->lr)))
-        return err_set(STRATA_EINVAL, "strata_step_begin: lr = %g; a learning rate is finite and >= 0 (0 = the "
-                       "configured optimizer.params.lr)", args->lr);
-    sib *s = e->sib;
-    if (!s)
-        return STRATA_OK; /* the ordinary step takes its lr at strata_step */
+    return wait_updates(e->in_backward);
+}
+
+strata_status step_in_backward_begin(step_in_backward *s, double lr)
+{
     if (s->open)
         return err_set(STRATA_ESTATE, "strata_step_begin: a step is already begun; call strata_step to finish it "
                        "before beginning the next");
-    s->lr = args && args->lr > 0 ? args->lr : e->cfg.lr_exact;
+    s->lr = lr;
     s->fixed = false;
     s->open = true;
     return STRATA_OK;
 }
 
-
-STRATA_API strata_status strata_step_begin(strata_engine *e, const strata_step_args *args)
+strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *args)
 {
-    if (!e)
-        return err_set(STRATA_EINVAL, "strata_step_begin: engine is NULL");
-    return err_copy(&e->err, begin(e, args));
-}
-
-strata_status sib_finish(strata_engine *e, const strata_step_args *args)
-{
-    sib *s = e->sib;
+    step_in_backward *s = e->in_backward;
     if (!s->open)
         return err_set(STRATA_ESTATE, "strata_step: strata.step_in_backward is on and the step was not begun: call "
                        "strata_step_begin(engine, args) before the backward of every step");
@@ -462,12 +453,12 @@ strata_status sib_finish(strata_engine *e, const strata_step_args *args)
                        "%.17g, and with strata.step_in_backward the updates ran with it; pass the same lr (or 0, or "
                        "NULL args) to strata_step", args->lr, s->lr);
     fix_step(s);
-    strata_status st = sib_wait(e);
+    strata_status st = wait_updates(s);
     /* Modules that got no gradients are updated with zero gradients, as the ordinary step updates them. */
     for (size_t i = 0; st == STRATA_OK && i < s->nmods; i++) {
-        if (s->state[i] == SIB_PARTIAL) /* the order promised another hand-over that never came */
+        if (s->state[i] == MOD_PARTIAL) /* the order promised another hand-over that never came */
             st = update_module(s, (strata_module_id)i, s->pending[i], STRATA_DTYPE_FP32);
-        else if (s->state[i] == SIB_NONE)
+        else if (s->state[i] == MOD_NO_GRADS)
             st = update_module(s, (strata_module_id)i, NULL, STRATA_DTYPE_FP32);
         else
             continue;
@@ -483,5 +474,31 @@ strata_status sib_finish(strata_engine *e, const strata_step_args *args)
         return st;
     }
     step_set_count(e->step, s->step);
+    return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------- the gradient hand-off */
+
+static void destroy_handoff(grad_handoff *h, strata_engine *e)
+{
+    free(h);
+}
+
+/* No store: the module's update takes the staging (the worker's failures are reclaim's to report). */
+static const grad_handoff_ops in_backward_ops = {
+    .uses_store = false,
+    .admit = admit_hand_over,
+    .take = take_hand_over,
+    .reclaim = reclaim_staging,
+    .destroy = destroy_handoff,
+};
+
+strata_status grad_in_backward_create(strata_engine *e, grad_handoff **out)
+{
+    grad_handoff *h = calloc(1, sizeof *h);
+    if (!h)
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for step in backward");
+    h->ops = &in_backward_ops;
+    *out = h;
     return STRATA_OK;
 }

@@ -5,7 +5,9 @@
  * staging of the hand-off (in the parameter dtype, which converts to fp32 exactly), so the fp32 gradient store is
  * never written (finalize does not even allocate it) and with the optimizer state on NVMe the store's
  * read-modify-write is gone. Bit-identical to the ordinary step: the same fp32 gradients, the same constants,
- * the same per-element update. Private to sib.c.
+ * the same per-element update. Private to step_in_backward.c.
+ *
+ * The hand-overs reach it as one of the gradient hand-off's ways (grad_handoff.h, grad_in_backward_create).
  *
  * The order of one step:
  *   strata_step_begin(lr)  the step's constants (step count, bias corrections, lr) are fixed here;
@@ -17,39 +19,33 @@
  * after which the fetch order (declared, or recorded by an earlier step) fetches the module again is summed in
  * fp32 into a buffer of the module's own, as the ordinary step's store would sum it, and the update starts from
  * the sum at the last one. Without a valid order every hand-over is the last, and a second one is refused.
- * What needs the whole backward first is refused at finalize (sib_check_config): gradient clipping and the fp16
- * overflow check (a global norm), the delayed update, several ranks and a partial optimizer offload.
+ * What needs the whole backward first is refused at finalize (step_in_backward_check_config): gradient clipping
+ * and the fp16 overflow check (a global norm), the delayed update, several ranks and a partial optimizer offload.
  */
-#ifndef STRATA_ENGINE_SIB_H
-#define STRATA_ENGINE_SIB_H
+#ifndef STRATA_ENGINE_STEP_IN_BACKWARD_H
+#define STRATA_ENGINE_STEP_IN_BACKWARD_H
 
 #include <stdbool.h>
 
 #include "engine/registry.h"
 #include "strata.h"
 
-typedef struct sib sib;
+typedef struct step_in_backward step_in_backward;
 struct strata_engine;
 
 /* STRATA_ECONFIG naming the key and value of a setting step in backward cannot run with; OK otherwise. */
-strata_status sib_check_config(const struct strata_engine *e);
+strata_status step_in_backward_check_config(const struct strata_engine *e);
 /* Built by finalize after the step pipeline (its step count) when strata.step_in_backward is on. */
-strata_status sib_create(struct strata_engine *e, sib **out);
+strata_status step_in_backward_create(struct strata_engine *e, step_in_backward **out);
 /* Waits for the update in flight, stops the thread and gives every buffer back. NULL is a no-op. */
-void sib_destroy(struct strata_engine *e, sib *s);
+void step_in_backward_destroy(struct strata_engine *e, step_in_backward *s);
 
-/* Before a hand-over of module id: STRATA_ESTATE when no step was begun, or id's update has started already in
- * this step (gradient accumulation must be 1). */
-strata_status sib_check_hand_over(struct strata_engine *e, strata_module_id id);
-/* Takes the hand-over: staging (pinned, from POOL_GRAD) receives id's gradients on the d2h stream, queued just
- * before; sib gives it back to the pool once it is summed or the update is done. */
-strata_status sib_hand_over(struct strata_engine *e, strata_module_id id, void *staging);
+/* strata_step_begin's part: the step is open, with learning rate lr; STRATA_ESTATE when one is open already. */
+strata_status step_in_backward_begin(step_in_backward *s, double lr);
 /* The trainer released id: a hand-over waiting for it is queued for its update. */
-strata_status sib_released(struct strata_engine *e, strata_module_id id);
-/* Waits until no update is queued or running; the first failure of one since the last call. */
-strata_status sib_wait(struct strata_engine *e);
+strata_status step_in_backward_released(struct strata_engine *e, strata_module_id id);
 /* strata_step's part: checks args against the begun step, waits for the updates, updates the modules without
  * gradients, counts the step. The step is over (begun again by the next strata_step_begin) even on failure. */
-strata_status sib_finish(struct strata_engine *e, const strata_step_args *args);
+strata_status step_in_backward_finish(struct strata_engine *e, const strata_step_args *args);
 
 #endif
