@@ -10,7 +10,7 @@
 
 #include "base/crc32c.h"
 
-/* The host as the ranks compare it: the crc32c of its name (as engine/node_share.c groups ranks by host). */
+/* The host as the ranks compare it: the crc32c of its name (as engine/plan/node_share.c groups ranks by host). */
 static uint64_t host_hash(void)
 {
     char name[256] = "";

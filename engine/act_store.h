@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 #include "strata.h"
 
 typedef struct act_store act_store;

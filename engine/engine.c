@@ -6,13 +6,13 @@
 #include <stdlib.h>
 
 #include "base/log.h"
-#include "engine/config/config_validate.h"
-#include "engine/rank_agree.h"
-#include "engine/ranks.h"
-#include "engine/step_in_backward.h"
-#include "engine/step.h"
-#include "engine/train_step.h"
-#include "engine/twin_flow.h"
+#include "engine/config/config.h"
+#include "engine/ranks/rank_agree.h"
+#include "engine/ranks/ranks.h"
+#include "engine/step/step_in_backward.h"
+#include "engine/step/step.h"
+#include "engine/step/train_step.h"
+#include "engine/step/twin_flow.h"
 #include "gpu/device.h"
 
 /* Device collectives over NCCL: the embedder's communicator, or one made over MPI when every rank of this host

@@ -3,21 +3,30 @@
  * config, the device and its streams, the tiers, the trace, the link counters) and one sub-object per
  * concern, each private to its file:
  *
- *   registry          registry.c          modules, parameters, the flat layout
- *   fetch_order       fetch_order.c       the declared or recorded fetch order of a step
- *   residency         residency.c         device copies of modules: fetch, release, prefetch window
- *   deferred          deferred_free.c     device buffers freed once a stream is past them
- *   grad_store        grads.c             gradient buffers, their hand-off, the fp32 gradient stores; the
- *                     grad_handoff.h      hand-off goes one way, chosen at finalize: grad_accumulate.c,
- *                                         grad_reduce_scatter.c, or the update in backward
- *   step              step.c              the optimizer step pipeline and its pinned slots
- *   driver            train_step.c        strata_step_begin, strata_step: loss scale, delayed hand-offs, counts
- *   ranks             ranks.c             the data-parallel world: the step's collectives and their buffers
- *   opt_thread        opt_thread.c        the delayed update's thread
- *   step_in_backward  step_in_backward.c  module updates during backward, and their thread
- *   checkpoint        ckpt/               save and load (and the flag a failed load leaves)
- *   acts              act_store.c         offloaded activations: strata_act_push / pop / drop
- *   node              node_share.c        this rank's share of its machine: host budget, Adam cores, device budget
+ *   registry          registry.c                    modules, parameters, the flat layout
+ *   acts              act_store.c                   offloaded activations: strata_act_push / pop / drop
+ *   residency/        fetch_order.c                 the declared or recorded fetch order of a step
+ *                     residency.c                   device copies of modules: fetch, release, prefetch window
+ *                     deferred_free.c               device buffers freed once a stream is past them
+ *   grads/            grads.c                       gradient buffers, their hand-off, the fp32 gradient stores;
+ *                     grad_handoff.h                the hand-off goes one way, chosen at finalize:
+ *                                                   grad_accumulate.c, grad_reduce_scatter.c, or the update in
+ *                                                   backward (step/step_in_backward.c)
+ *   plan/             plan.c, plan_auto.c           what lives where, proved against the budgets at finalize
+ *                     plan_ranks.c                  a rank's slice of the flat partition
+ *                     host_cache.c                  what the host cache mirrors
+ *                     node_share.c                  this rank's share of its machine: host budget, Adam cores,
+ *                                                   device budget
+ *   step/             step.c                        the optimizer step pipeline and its pinned slots
+ *                     train_step.c                  strata_step_begin, strata_step: loss scale, delayed
+ *                                                   hand-offs, counts
+ *                     opt_thread.c                  the delayed update's thread
+ *                     twin_flow.c                   the optimizer's device share (offload_optimizer.ratio)
+ *                     step_in_backward.c            module updates during backward, and their thread
+ *   ranks/            ranks.c                       the data-parallel world: the step's collectives, their buffers
+ *                     rank_agree.c                  what the ranks compare at finalize and every step
+ *   checkpoint        ckpt/                         save and load (and the flag a failed load leaves)
+ *   config            config/                       the validated config: JSON, schema, report
  *
  * The registry and the fetch order exist from strata_engine_create (the trainer adds modules and may
  * declare the order before finalize); everything else is built by strata_engine_finalize (finalize.c),
@@ -29,14 +38,14 @@
 #include <stdatomic.h>
 
 #include "base/error.h"
-#include "engine/deferred_free.h"
-#include "engine/fetch_order.h"
-#include "engine/grads.h"
-#include "engine/node_share.h"
-#include "engine/opt_thread.h"
-#include "engine/plan_auto.h"
+#include "engine/residency/deferred_free.h"
+#include "engine/residency/fetch_order.h"
+#include "engine/grads/grads.h"
+#include "engine/plan/node_share.h"
+#include "engine/step/opt_thread.h"
+#include "engine/plan/plan_auto.h"
 #include "engine/registry.h"
-#include "engine/residency.h"
+#include "engine/residency/residency.h"
 #include "engine/tiers.h"
 #include "engine/trace.h"
 #include "comm/comm.h"

@@ -11,14 +11,14 @@
 #include "base/util.h"
 #include "engine/act_store.h"
 #include "engine/engine.h"
-#include "engine/host_cache.h"
-#include "engine/plan.h"
-#include "engine/rank_agree.h"
-#include "engine/ranks.h"
-#include "engine/step_in_backward.h"
-#include "engine/step.h"
-#include "engine/train_step.h"
-#include "engine/twin_flow.h"
+#include "engine/plan/host_cache.h"
+#include "engine/plan/plan.h"
+#include "engine/ranks/rank_agree.h"
+#include "engine/ranks/ranks.h"
+#include "engine/step/step_in_backward.h"
+#include "engine/step/step.h"
+#include "engine/step/train_step.h"
+#include "engine/step/twin_flow.h"
 
 static void plan_input_of(const strata_engine *e, plan_input *in)
 {

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 #include "strata.h"
 
 #define ENGINE_NAME_BYTES 128

@@ -4,9 +4,9 @@
 
 #include "engine/act_store.h"
 #include "engine/engine.h"
-#include "engine/host_cache.h"
-#include "engine/ranks.h"
-#include "engine/train_step.h"
+#include "engine/plan/host_cache.h"
+#include "engine/ranks/ranks.h"
+#include "engine/step/train_step.h"
 
 /* The struct as the first release had it: ends after comm_bytes. */
 #define STATS_MIN_BYTES (offsetof(strata_stats, comm_bytes) + sizeof(uint64_t))

@@ -6,7 +6,7 @@
 #ifndef STRATA_ENGINE_TIERS_H
 #define STRATA_ENGINE_TIERS_H
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 #include "engine/registry.h"
 #include "nvme/io.h"
 #include "nvme/swap.h"

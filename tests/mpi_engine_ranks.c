@@ -26,7 +26,7 @@
 
 #include "base/util.h"
 #include "comm/comm.h"
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 #include "synth.h"
 #include "testlib.h"
 #include "world.h"

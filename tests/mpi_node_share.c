@@ -1,5 +1,5 @@
 /*
- * Ranks of one host divide its per-node defaults (engine/node_share.h). Each rank first makes a world-1 engine of
+ * Ranks of one host divide its per-node defaults (engine/plan/node_share.h). Each rank first makes a world-1 engine of
  * its own — the oracle: what one process alone gets — then one rank of the world:
  *   - the default host budget is the oracle's (3/4 of RAM) divided by the ranks of this host;
  *   - the Adam cores of the ranks are pairwise disjoint, all within the oracle's cores, and each rank has its
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "engine/node_share.h"
+#include "engine/plan/node_share.h"
 #include "synth.h"
 #include "testlib.h"
 #include "world.h"

@@ -6,7 +6,7 @@ the machine is busy, a block's gradient buffer is asked for while prefetches are
 given back (only resident modules were evicted) and in a fragmented arena the step failed: "strata_grad_data: device
 budget exceeded: asked 64.00 KiB, free 96.00 KiB of 256.00 KiB (largest free block 48.00 KiB)" — 7 of 225 runs before
 the fix (3 processes at once on 2 cores), 0 of 225 after: strata now drops an unheld prefetch in flight as a last
-resort (engine/residency.c: evict_one). This test runs 3 processes at once, 25 short trainings each, and fails on any
+resort (engine/residency/residency.c: evict_one). This test runs 3 processes at once, 25 short trainings each, and fails on any
 budget error; each training's loss must stay finite.
 Run: tests/py_hf_device_pressure.py [--child FIRST_SEED COUNT]  (the second form is the test's own child process).
 """

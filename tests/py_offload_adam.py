@@ -174,7 +174,7 @@ def check_bf16(seed):
 # ------------------------------------------------------------------ 5: the delayed update
 
 def torch_delayed(model, batches, warmup):
-    """The delayed update's semantics in torch (engine/train_step.c, opt_thread.h): strata_step call i runs update
+    """The delayed update's semantics in torch (engine/step/train_step.c, opt_thread.h): strata_step call i runs update
     i with the gradient of call i and the lr of call i. For i <= warmup it runs at once and its result is visible
     when step() returns. After the warm-up, call i first joins update i-1 and makes it visible, then starts update i
     in the background and returns: the trainer computes the next gradient with the weights before update i.

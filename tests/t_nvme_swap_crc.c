@@ -12,7 +12,7 @@
 #include "base/crc32c.h"
 #include "base/error.h"
 #include "engine/engine.h"
-#include "engine/step.h"
+#include "engine/step/step.h"
 #include "nvme/direct.h"
 #include "nvme/swap.h"
 #include "synth.h"

@@ -1,5 +1,5 @@
 /*
- * Offload device "auto" picks the documented placement (engine/plan_auto.h) for a table of budgets: the
+ * Offload device "auto" picks the documented placement (engine/plan/plan_auto.h) for a table of budgets: the
  * fastest that fits, a class the config fixes stays fixed, NVMe only with an nvme_path, parameters on the
  * device below ZeRO stage 3, the optimizer state on the device only where the backend allows it; the plan it
  * returns fits; when nothing fits the error says auto tried them all and what the closest one needs.
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "engine/plan_auto.h"
+#include "engine/plan/plan_auto.h"
 #include "synth.h"
 #include "testlib.h"
 

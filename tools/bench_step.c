@@ -28,7 +28,7 @@
 #include "cpu_adam/adam.h"
 #include "cpu_adam/driver.h"
 #include "engine/engine.h"
-#include "engine/step.h"
+#include "engine/step/step.h"
 #include "nvme/io.h"
 #include "nvme/swap.h"
 #include "strata.h"
@@ -39,7 +39,7 @@
 #define MODULE_NUMEL ((size_t)16 << 20)
 #define GRAD_VALUE 1e-3f
 
-/* The pipelined peer uses the engine's own optimizer slot count (engine/step.h): with three against the engine's
+/* The pipelined peer uses the engine's own optimizer slot count (engine/step/step.h): with three against the engine's
  * four it waited for writes the engine no longer waits for, and the overlap read 1.13 and 1.16. */
 #define PEER_SLOTS STEP_SLOTS
 

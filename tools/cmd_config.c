@@ -4,7 +4,7 @@
 
 #include "base/size.h"
 #include "engine/config/config_schema.h"
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 #include "nvme/io.h"
 #include "nvme/swap.h"
 #include "strata.h"

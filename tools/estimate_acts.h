@@ -8,7 +8,7 @@
 
 #include <stdbool.h>
 
-#include "engine/plan_auto.h"
+#include "engine/plan/plan_auto.h"
 #include "model/gpt.h"
 #include "strata.h"
 #include "tools/options.h"

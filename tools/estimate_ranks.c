@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/plan_ranks.h"
+#include "engine/plan/plan_ranks.h"
 #include "tools/estimate_bandwidth.h"
 
 #define WORLD(flag, field, kind_, lo_, hi_, meta_, text, hint_)                                                   \
@@ -80,7 +80,7 @@ typedef struct world_numbers {
     bw_analysis bw;
 } world_numbers;
 
-/* What the engine's comm_bytes counts (comm/comm.h, Counting; engine/ranks.c): every collective moves whole padded
+/* What the engine's comm_bytes counts (comm/comm.h, Counting; engine/ranks/ranks.c): every collective moves whole padded
  * modules, each cut into N shards of whole blocks (so N times this rank's shards, in->shard_numel), and a module the
  * trainer fetches and hands over once more per micro-batch (tied_numel, padded) adds a reduce-scatter from stage 2
  * and an all-gather at stage 3 each micro-batch. */

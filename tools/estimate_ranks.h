@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 #include "strata.h"
 #include "tools/options.h"
 

@@ -33,7 +33,7 @@ static int rate_decimals(double rate)
     return rate < 10 ? 2 : rate < 100 ? 1 : 0;
 }
 
-/* The last line of the header: what this rank got of its host (engine/node_share.h), rank 0's for a world. */
+/* The last line of the header: what this rank got of its host (engine/plan/node_share.h), rank 0's for a world. */
 static void print_share(const strata_stats *s)
 {
     char host[32], dev[32];

@@ -25,10 +25,10 @@
 #include "base/util.h"
 #include "engine/ckpt/ckpt_files.h"
 #include "engine/ckpt/ckpt_stream.h"
-#include "engine/ranks.h"
-#include "engine/step.h"
-#include "engine/train_step.h"
-#include "engine/twin_flow.h"
+#include "engine/ranks/ranks.h"
+#include "engine/step/step.h"
+#include "engine/step/train_step.h"
+#include "engine/step/twin_flow.h"
 
 #define MAX_STREAMS 2 /* state classes per file */
 

@@ -20,11 +20,11 @@
 #include "base/util.h"
 #include "engine/ckpt/ckpt_files.h"
 #include "engine/ckpt/ckpt_stream.h"
-#include "engine/host_cache.h"
-#include "engine/ranks.h"
-#include "engine/step.h"
-#include "engine/train_step.h"
-#include "engine/twin_flow.h"
+#include "engine/plan/host_cache.h"
+#include "engine/ranks/ranks.h"
+#include "engine/step/step.h"
+#include "engine/step/train_step.h"
+#include "engine/step/twin_flow.h"
 
 #define SCRATCH_BYTES ((size_t)1 << 20)
 

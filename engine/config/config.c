@@ -6,7 +6,7 @@
 
 #include "engine/config/config_report.h"
 #include "engine/config/config_schema.h"
-#include "engine/config/config_validate.h"
+#include "engine/config/config.h"
 #include "nvme/io.h"
 
 /* The smallest strata_config a caller may hand in: the layout of 0.1, the first under the versioning rule.

@@ -16,7 +16,7 @@
 #include "base/size.h"
 #include "engine/config/config_report.h"
 #include "engine/config/config_schema.h"
-#include "engine/config/config_validate.h"
+#include "engine/config/config.h"
 
 typedef struct walk_ctx {
     strata_config cfg;

@@ -12,7 +12,7 @@
 #include "base/size.h"
 #include "base/util.h"
 #include "comm/comm.h"
-#include "engine/config/config_validate.h"
+#include "engine/config/config.h"
 #include "nvme/io.h"
 
 #define OFF(field) offsetof(strata_config, field)

@@ -21,7 +21,7 @@ from ..errors import ConfigError
 # one only documents the group (it shows in checkpoint manifests).
 _CONFIG_LR_RANGE = (1.1754943508222875e-38, 1e6)
 
-# Mirrors engine/plan.h (PLAN_PARAM_ALIGN, PLAN_MODULE_ALIGN): a module's parameters start on 128-element
+# Mirrors engine/plan/plan.h (PLAN_PARAM_ALIGN, PLAN_MODULE_ALIGN): a module's parameters start on 128-element
 # boundaries and the module is padded to 4096 elements. Used only to size the device windows, with slack.
 _PARAM_ALIGN = 128
 _MODULE_ALIGN = 4096

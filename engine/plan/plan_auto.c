@@ -1,5 +1,5 @@
 /* Placement: fixed or "auto", fastest first; see plan_auto.h for the order and why. */
-#include "engine/plan_auto.h"
+#include "engine/plan/plan_auto.h"
 
 #include <stdarg.h>
 #include <stdio.h>

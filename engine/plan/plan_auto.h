@@ -29,7 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 #include "strata.h"
 
 #define PLAN_REASON_BYTES 1024

@@ -1,5 +1,5 @@
 /* The data-parallel world: the views of a stage and the step's collectives; see ranks.h. */
-#include "engine/ranks.h"
+#include "engine/ranks/ranks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/engine.h"
-#include "engine/rank_agree.h"
+#include "engine/ranks/rank_agree.h"
 
 struct rank_state {
     tier_array grad_shard;     /* stage 1: this rank's reduce-scattered gradients, which the step reads */

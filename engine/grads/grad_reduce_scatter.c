@@ -8,8 +8,8 @@
 
 #include "base/util.h"
 #include "engine/engine.h"
-#include "engine/grad_handoff.h"
-#include "engine/ranks.h"
+#include "engine/grads/grad_handoff.h"
+#include "engine/ranks/ranks.h"
 #include "offload/accum.h"
 
 #define IN_FLIGHT 2

@@ -1,5 +1,5 @@
 /* Choosing what the host cache mirrors; see host_cache.h. */
-#include "engine/host_cache.h"
+#include "engine/plan/host_cache.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +94,7 @@ static strata_status cache_params(strata_engine *e, const tcache_range *r, size_
 }
 
 /* Whole sub-groups of the optimizer state, from the first, within bytes (12 per element: master, m, v): the
- * ordinary step reads it by sub-group. Step in backward reads it module by module (engine/step_in_backward.c),
+ * ordinary step reads it by sub-group. Step in backward reads it module by module (engine/step/step_in_backward.c),
  * pieces that need not fall inside one sub-group, so there the mirrors are whole modules, as many as fit, in
  * partition order. */
 static strata_status cache_optimizer(strata_engine *e, size_t bytes)

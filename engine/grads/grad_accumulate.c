@@ -9,7 +9,7 @@
 #include "base/latch.h"
 #include "base/util.h"
 #include "engine/engine.h"
-#include "engine/grad_handoff.h"
+#include "engine/grads/grad_handoff.h"
 #include "offload/accum.h"
 
 typedef struct accumulator {

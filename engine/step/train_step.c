@@ -1,6 +1,6 @@
 /* strata_step_begin, strata_step and what surrounds them: loss scaling, the delayed update's buffer swaps, sync,
  * reads. */
-#include "engine/train_step.h"
+#include "engine/step/train_step.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,11 +11,11 @@
 #include "base/util.h"
 #include "engine/act_store.h"
 #include "engine/engine.h"
-#include "engine/host_cache.h"
-#include "engine/ranks.h"
-#include "engine/step_in_backward.h"
-#include "engine/step.h"
-#include "engine/twin_flow.h"
+#include "engine/plan/host_cache.h"
+#include "engine/ranks/ranks.h"
+#include "engine/step/step_in_backward.h"
+#include "engine/step/step.h"
+#include "engine/step/twin_flow.h"
 
 struct step_driver {
     double loss_scale;

@@ -5,7 +5,7 @@
  * (grad_handoff.h: accumulate, reduce-scatter, or the update in backward); once the way took them, the module
  * counts as having gradients and its device buffer is freed when the copy is done.
  */
-#include "engine/grads.h"
+#include "engine/grads/grads.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +13,8 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/engine.h"
-#include "engine/grad_handoff.h"
-#include "engine/ranks.h"
+#include "engine/grads/grad_handoff.h"
+#include "engine/ranks/ranks.h"
 
 /* One module's device gradients while the trainer fills them. */
 typedef struct grad_buffer {

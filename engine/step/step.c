@@ -23,12 +23,12 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "cpu_adam/driver.h"
-#include "engine/config/config_validate.h"
+#include "engine/config/config.h"
 #include "engine/engine.h"
-#include "engine/host_cache.h"
-#include "engine/ranks.h"
-#include "engine/step.h"
-#include "engine/twin_flow.h"
+#include "engine/plan/host_cache.h"
+#include "engine/ranks/ranks.h"
+#include "engine/step/step.h"
+#include "engine/step/twin_flow.h"
 
 typedef struct opt_slot {
     float *master, *m, *v, *grad;  /* pinned, when that state is on NVMe */

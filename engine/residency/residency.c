@@ -1,7 +1,7 @@
 /*
  * Fetch, release and prefetch: the residency of modules on the device; see residency.h.
  */
-#include "engine/residency.h"
+#include "engine/residency/residency.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -13,8 +13,8 @@
 #include "base/size.h"
 #include "base/util.h"
 #include "engine/engine.h"
-#include "engine/ranks.h"
-#include "engine/step_in_backward.h"
+#include "engine/ranks/ranks.h"
+#include "engine/step/step_in_backward.h"
 
 typedef enum mod_state {
     MOD_ABSENT = 0,  /* no device copy */

@@ -1,5 +1,5 @@
 /* Step in backward: module updates during the trainer's backward; see step_in_backward.h. */
-#include "engine/step_in_backward.h"
+#include "engine/step/step_in_backward.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -10,11 +10,11 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "cpu_adam/driver.h"
-#include "engine/config/config_validate.h"
+#include "engine/config/config.h"
 #include "engine/engine.h"
-#include "engine/grad_handoff.h"
-#include "engine/host_cache.h"
-#include "engine/step.h"
+#include "engine/grads/grad_handoff.h"
+#include "engine/plan/host_cache.h"
+#include "engine/step/step.h"
 #include "offload/accum.h"
 
 typedef enum mod_state {

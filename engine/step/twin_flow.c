@@ -1,5 +1,5 @@
 /* The optimizer's device share (offload_optimizer.ratio); see twin_flow.h. */
-#include "engine/twin_flow.h"
+#include "engine/step/twin_flow.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include "base/util.h"
 #include "cpu_adam/adam.h"
 #include "engine/engine.h"
-#include "engine/ranks.h"
+#include "engine/ranks/ranks.h"
 
 /* Elements per bounce-buffer copy between the host arrays and the share (a multiple of 1024: 4 KiB of fp32, so
  * NVMe transfers stay aligned). */

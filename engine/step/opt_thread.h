@@ -9,7 +9,7 @@
 
 #include <stdbool.h>
 
-#include "engine/step.h"
+#include "engine/step/step.h"
 #include "strata.h"
 
 typedef struct opt_thread opt_thread;

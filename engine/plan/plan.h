@@ -30,13 +30,13 @@ typedef struct plan_input {
     int world_size;
     int zero_stage;
     size_t shard_numel;
-    /* The optimizer's device share (offload_optimizer.ratio < 1, engine/twin_flow.h): elements whose master weights
+    /* The optimizer's device share (offload_optimizer.ratio < 1, engine/step/twin_flow.h): elements whose master weights
      * and moments (unless opt_tier is the device already), gradients and, when parameters live elsewhere, a
      * parameter scratch are in device memory. The host arrays keep their full size. */
     size_t opt_device_numel;
     /* strata.step_in_backward: no gradient store (each module's update reads its gradients from the staging), and
      * the step's pinned buffers are one piece's master weights, moments and parameter staging
-     * (engine/step_in_backward.c). */
+     * (engine/step/step_in_backward.c). */
     bool step_in_backward;
     /* Offloaded activations (strata_act_push): their tier (DEVICE: none), what the trainer keeps at once and the
      * largest one (engine/act_store.h). */

@@ -1,5 +1,5 @@
 /* Ranks agree on what changes the math: at finalize and at every step; see rank_agree.h. */
-#include "engine/rank_agree.h"
+#include "engine/ranks/rank_agree.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* This rank's share of its machine: host budget, Adam cores, device sharers (see node_share.h). */
-#include "engine/node_share.h"
+#include "engine/plan/node_share.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 #include "base/log.h"
 #include "base/size.h"
 #include "engine/engine.h"
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 
 struct node_share {
     adam_cores cores;   /* this rank's share */

@@ -1,4 +1,4 @@
-#include "engine/plan_ranks.h"
+#include "engine/plan/plan_ranks.h"
 
 size_t plan_rank_slice_numel(size_t numel, int world_size)
 {

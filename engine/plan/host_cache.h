@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 
 struct strata_engine;
 

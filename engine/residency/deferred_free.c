@@ -1,5 +1,5 @@
 /* Device buffers freed once the stream that last uses them is past; see deferred_free.h. */
-#include "engine/deferred_free.h"
+#include "engine/residency/deferred_free.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
-#include "engine/plan.h"
-#include "engine/step.h"
+#include "engine/plan/plan.h"
+#include "engine/step/step.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -133,7 +133,7 @@ void plan_compute(const plan_input *in, plan *p)
         add(p, in->delayed ? "gradient stores (2, fp32)" : "gradient store (fp32)", in->grad_tier, ng * 4 * ngrad,
             false);
     if (in->world_size > 1) {
-        /* The collectives' own memory (engine/ranks.c): stage 1 reduce-scatters the full gradient store into a
+        /* The collectives' own memory (engine/ranks/ranks.c): stage 1 reduce-scatters the full gradient store into a
          * shard store the optimizer reads; stages 1 and 2 update a shard of the parameters before all-gathering
          * it; one module's gradients (fp32, whole and this rank's part) and parameters are scratch. */
         if (in->zero_stage == 1)

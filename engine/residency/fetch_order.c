@@ -1,5 +1,5 @@
 /* The fetch order: declared, or recorded during a step; see fetch_order.h. */
-#include "engine/fetch_order.h"
+#include "engine/residency/fetch_order.h"
 
 #include <stdint.h>
 #include <stdlib.h>

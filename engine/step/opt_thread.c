@@ -1,5 +1,5 @@
 /* The delayed update's optimizer thread; see opt_thread.h. */
-#include "engine/opt_thread.h"
+#include "engine/step/opt_thread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -13,7 +13,7 @@
 #include "base/latch.h"
 #include "base/log.h"
 #include "engine/engine.h"
-#include "engine/step.h"
+#include "engine/step/step.h"
 
 /* The delayed update runs beside the trainer and must not slow its critical path: it takes the CPU time the
  * trainer leaves. Linux keeps nice values per thread, and the OpenMP team this thread starts inherits it. */
