@@ -131,6 +131,15 @@ STRATA_API size_t strata_dtype_bytes(strata_dtype dtype);
 STRATA_API const char *strata_tier_name(strata_tier tier);
 /* "auto", "host", "cuda" ("?" outside the enum). Static storage; thread-safe. */
 STRATA_API const char *strata_backend_name(strata_backend_kind backend);
+/* Converts count elements of src (src_dtype) into dst (dst_dtype) with strata's one rounding rule, the one the engine
+ * stores with: narrowing to bf16 or fp16 rounds to nearest even, overflows to infinity, keeps subnormals and keeps a
+ * NaN a NaN (PyTorch's canonical quiet NaN with the sign kept; the payload is not kept); widening to fp32 is exact.
+ * Any pair of fp32, bf16 and fp16 converts (bf16 <-> fp16 through an exact fp32). Equal dtypes copy, and only then
+ * may the regions overlap. Large counts run on OpenMP threads. STRATA_EINVAL for NULL buffers with count > 0 or a
+ * dtype that stores no elements (none, or outside the enum). Detail per thread (strata_last_error(NULL)).
+ * Thread-safe. */
+STRATA_API strata_status strata_convert(void *dst, strata_dtype dst_dtype, const void *src, strata_dtype src_dtype,
+                                        size_t count);
 
 typedef enum strata_optimizer_kind {
     STRATA_OPTIMIZER_ADAMW = 0, /* decoupled weight decay (torch.optim.AdamW) */
