@@ -110,8 +110,10 @@ static void set_enum(walk_ctx *c, const cfg_key *k, const char *path, const json
     cfg_report_add(c->report, "%s = %s is not allowed; allowed: %s", path, show(v, shown, sizeof shown), allowed);
 }
 
-static void set_paths(walk_ctx *c, const char *path, const json_t *v, strata_offload_config *o)
+static void set_paths(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
 {
+    (void)k;
+    strata_offload_config *o = field;
     const char *hint = "a path string or an array of up to 8 path strings (several paths are striped)";
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (!json_is_string(v) && !json_is_array(v)) {
@@ -139,8 +141,9 @@ static void set_paths(walk_ctx *c, const char *path, const json_t *v, strata_off
     o->nvme_path_count = (int)n;
 }
 
-static void set_betas(walk_ctx *c, const char *path, const json_t *v)
+static void set_betas(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
 {
+    (void)k, (void)field;
     double b1, b2;
     if (!json_is_array(v) || json_array_size(v) != 2 || !number_of(json_array_get(v, 0), &b1) ||
         !number_of(json_array_get(v, 1), &b2)) {
@@ -159,119 +162,150 @@ static void set_betas(walk_ctx *c, const char *path, const json_t *v)
     c->cfg.beta2_exact = b2;
 }
 
+/* The setters: one per key kind, each checking the JSON type and the range before it writes the field. */
+
+static void set_bool(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
+{
+    (void)k;
+    if (!json_is_boolean(v))
+        return wrong_type(c, path, v, "true or false");
+    *(bool *)field = json_is_true(v);
+}
+
+static void set_int(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
+{
+    char range[96], expected[160];
+    cfg_range_format(k, range, sizeof range);
+    snprintf(expected, sizeof expected, "an integer in %s", range);
+    if (!json_is_integer(v))
+        return wrong_type(c, path, v, expected);
+    double d = (double)json_integer_value(v);
+    if (d < k->min || d > k->max)
+        return out_of_range(c, k, path, v);
+    *(int *)field = (int)json_integer_value(v);
+}
+
+static void set_count(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
+{
+    if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0)
+        return; /* DeepSpeed's "auto": keep strata's default */
+    char range[96], expected[160];
+    cfg_range_format(k, range, sizeof range);
+    snprintf(expected, sizeof expected, "a whole number of elements (%s) or \"auto\"", range);
+    double d;
+    if (!number_of(v, &d) || d != floor(d))
+        return wrong_type(c, path, v, expected);
+    if (d < k->min || d > k->max)
+        return out_of_range(c, k, path, v);
+    *(size_t *)field = (size_t)d;
+}
+
+static void set_bytes(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
+{
+    size_t bytes;
+    double d;
+    char shown[80];
+    if (json_is_string(v)) {
+        if (!size_parse(json_string_value(v), &bytes)) {
+            cfg_report_add(c->report, "%s = %s is not a size; expected bytes as a number or a string like "
+                           "\"512MiB\", \"8GiB\", \"1.5TB\"", path, show(v, shown, sizeof shown));
+            return;
+        }
+        d = (double)bytes;
+    } else if (number_of(v, &d) && d == floor(d) && d >= 0) {
+        bytes = 0; /* converted only after the range check: a huge double does not fit a size_t */
+    } else {
+        return wrong_type(c, path, v, "a number of bytes or a size string like \"8GiB\"");
+    }
+    if (d < k->min || d > k->max)
+        return out_of_range(c, k, path, v);
+    if (!json_is_string(v))
+        bytes = (size_t)d;
+    *(size_t *)field = bytes;
+}
+
+/* CFG_FLOAT and CFG_DOUBLE; a float also keeps the exact double it was given (cfg_set_exact). */
+static void set_number(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
+{
+    char range[96], expected[160];
+    cfg_range_format(k, range, sizeof range);
+    snprintf(expected, sizeof expected, "a number in %s", range);
+    double d;
+    if (!number_of(v, &d))
+        return wrong_type(c, path, v, expected);
+    if (!(d >= k->min && d <= k->max))
+        return out_of_range(c, k, path, v);
+    if (k->kind == CFG_FLOAT) {
+        *(float *)field = (float)d;
+        cfg_set_exact(&c->cfg, k->offset, d);
+    } else {
+        *(double *)field = d;
+    }
+}
+
+static void set_string(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
+{
+    (void)k;
+    if (!json_is_string(v))
+        return wrong_type(c, path, v, "a string");
+    if (strlen(json_string_value(v)) >= STRATA_PATH_BYTES) {
+        cfg_report_add(c->report, "%s is %zu bytes long; at most %d allowed", path, strlen(json_string_value(v)),
+                       STRATA_PATH_BYTES - 1);
+        return;
+    }
+    snprintf((char *)field, STRATA_PATH_BYTES, "%s", json_string_value(v));
+}
+
+/* bf16.enabled / fp16.enabled: remembered, resolved into param_dtype once the whole file is read. */
+static void set_precision(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
+{
+    (void)k, (void)field;
+    if (!json_is_boolean(v))
+        return wrong_type(c, path, v, "true or false");
+    if (strncmp(path, "bf16", 4) == 0)
+        c->bf16_on = json_is_true(v);
+    else
+        c->fp16_on = json_is_true(v);
+}
+
+static void set_optimizer(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
+{
+    (void)k, (void)field;
+    if (!json_is_string(v))
+        return wrong_type(c, path, v, "\"Adam\" or \"AdamW\"");
+    if (strcasecmp(json_string_value(v), "adam") != 0 && strcasecmp(json_string_value(v), "adamw") != 0) {
+        char shown[80];
+        cfg_report_add(c->report, "%s = %s is not implemented; allowed: \"Adam\", \"AdamW\"", path,
+                       show(v, shown, sizeof shown));
+        return;
+    }
+    c->optimizer_type = json_string_value(v);
+}
+
+static void set_adam_w_mode(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field)
+{
+    (void)k, (void)field;
+    if (!json_is_boolean(v))
+        return wrong_type(c, path, v, "true or false");
+    c->adam_w_mode = json_is_true(v);
+}
+
+typedef void (*value_setter)(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v, void *field);
+
+/* Sections, unimplemented and renamed keys have no setter: the walk handles them. */
+static const value_setter setters[] = {
+    [CFG_BOOL] = set_bool,         [CFG_INT] = set_int,           [CFG_COUNT] = set_count,
+    [CFG_BYTES] = set_bytes,       [CFG_FLOAT] = set_number,      [CFG_DOUBLE] = set_number,
+    [CFG_ENUM] = set_enum,         [CFG_PATHS] = set_paths,       [CFG_STRING] = set_string,
+    [CFG_BETAS] = set_betas,       [CFG_PRECISION] = set_precision, [CFG_OPTIMIZER] = set_optimizer,
+    [CFG_ADAM_W_MODE] = set_adam_w_mode,
+};
+
 /* Applies one scalar value to its field; the key kind says how. */
 static void apply_value(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v)
 {
-    void *field = (char *)&c->cfg + k->offset;
-    char expected[160], range[96];
-    double d;
-    cfg_range_format(k, range, sizeof range);
-
-    switch (k->kind) {
-    case CFG_BOOL:
-        if (!json_is_boolean(v))
-            return wrong_type(c, path, v, "true or false");
-        *(bool *)field = json_is_true(v);
-        return;
-    case CFG_INT:
-        snprintf(expected, sizeof expected, "an integer in %s", range);
-        if (!json_is_integer(v))
-            return wrong_type(c, path, v, expected);
-        d = (double)json_integer_value(v);
-        if (d < k->min || d > k->max)
-            return out_of_range(c, k, path, v);
-        *(int *)field = (int)json_integer_value(v);
-        return;
-    case CFG_COUNT:
-        if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0)
-            return; /* DeepSpeed's "auto": keep strata's default */
-        snprintf(expected, sizeof expected, "a whole number of elements (%s) or \"auto\"", range);
-        if (!number_of(v, &d) || d != floor(d))
-            return wrong_type(c, path, v, expected);
-        if (d < k->min || d > k->max)
-            return out_of_range(c, k, path, v);
-        *(size_t *)field = (size_t)d;
-        return;
-    case CFG_BYTES: {
-        size_t bytes;
-        char shown[80];
-        if (json_is_string(v)) {
-            if (!size_parse(json_string_value(v), &bytes)) {
-                cfg_report_add(c->report, "%s = %s is not a size; expected bytes as a number or a string like "
-                               "\"512MiB\", \"8GiB\", \"1.5TB\"", path, show(v, shown, sizeof shown));
-                return;
-            }
-            d = (double)bytes;
-        } else if (number_of(v, &d) && d == floor(d) && d >= 0) {
-            bytes = 0; /* converted only after the range check: a huge double does not fit a size_t */
-        } else {
-            return wrong_type(c, path, v, "a number of bytes or a size string like \"8GiB\"");
-        }
-        if (d < k->min || d > k->max)
-            return out_of_range(c, k, path, v);
-        if (!json_is_string(v))
-            bytes = (size_t)d;
-        *(size_t *)field = bytes;
-        return;
-    }
-    case CFG_FLOAT:
-    case CFG_DOUBLE:
-        snprintf(expected, sizeof expected, "a number in %s", range);
-        if (!number_of(v, &d))
-            return wrong_type(c, path, v, expected);
-        if (!(d >= k->min && d <= k->max))
-            return out_of_range(c, k, path, v);
-        if (k->kind == CFG_FLOAT) {
-            *(float *)field = (float)d;
-            cfg_set_exact(&c->cfg, k->offset, d);
-        } else
-            *(double *)field = d;
-        return;
-    case CFG_ENUM:
-        return set_enum(c, k, path, v, field);
-    case CFG_PATHS:
-        return set_paths(c, path, v, (strata_offload_config *)field);
-    case CFG_STRING:
-        if (!json_is_string(v))
-            return wrong_type(c, path, v, "a string");
-        if (strlen(json_string_value(v)) >= STRATA_PATH_BYTES) {
-            cfg_report_add(c->report, "%s is %zu bytes long; at most %d allowed", path, strlen(json_string_value(v)),
-                           STRATA_PATH_BYTES - 1);
-            return;
-        }
-        snprintf((char *)field, STRATA_PATH_BYTES, "%s", json_string_value(v));
-        return;
-    case CFG_BETAS:
-        return set_betas(c, path, v);
-    case CFG_PRECISION:
-        if (!json_is_boolean(v))
-            return wrong_type(c, path, v, "true or false");
-        if (strncmp(path, "bf16", 4) == 0)
-            c->bf16_on = json_is_true(v);
-        else
-            c->fp16_on = json_is_true(v);
-        return;
-    case CFG_OPTIMIZER:
-        if (!json_is_string(v))
-            return wrong_type(c, path, v, "\"Adam\" or \"AdamW\"");
-        if (strcasecmp(json_string_value(v), "adam") != 0 && strcasecmp(json_string_value(v), "adamw") != 0) {
-            char shown[80];
-            cfg_report_add(c->report, "%s = %s is not implemented; allowed: \"Adam\", \"AdamW\"", path,
-                           show(v, shown, sizeof shown));
-            return;
-        }
-        c->optimizer_type = json_string_value(v);
-        return;
-    case CFG_ADAM_W_MODE:
-        if (!json_is_boolean(v))
-            return wrong_type(c, path, v, "true or false");
-        c->adam_w_mode = json_is_true(v);
-        return;
-    case CFG_SECTION:
-    case CFG_UNIMPLEMENTED:
-    case CFG_RENAMED:
-        return; /* handled by the walk */
-    }
+    if ((size_t)k->kind < sizeof setters / sizeof setters[0] && setters[k->kind])
+        setters[k->kind](c, k, path, v, (char *)&c->cfg + k->offset);
 }
 
 static void unknown_key(walk_ctx *c, const char *path)
