@@ -90,9 +90,9 @@ check "a flipped byte: nothing exported" 1 "$scratch/bad/model.safetensors\": te
 [ ! -e "$scratch/bad.safetensors" ] && [ ! -e "$scratch/.bad.safetensors.tmp" ] && ok ||
     fail "a failed export left a file: $(ls -A "$scratch" | grep bad)"
 check "no --to" 2 "--to FILE.safetensors is required" -- "$bin" ckpt export "$scratch/ck1"
-check "a bad --dtype" 2 "--dtype \"fp8\" is not one of fp32, bf16, fp16" -- \
+check "a bad --dtype" 2 "--dtype \"fp8\": allowed: fp32, bf16, fp16" -- \
     "$bin" ckpt export "$scratch/ck1" --to "$scratch/x.safetensors" --dtype fp8
-check "an unknown option" 2 "unknown option \"--out\"; allowed: --to FILE" -- \
+check "an unknown option" 2 "unknown option --out; allowed: --to FILE" -- \
     "$bin" ckpt export "$scratch/ck1" --out "$scratch/x.safetensors"
 check "--to without a value" 2 "--to needs a value" -- "$bin" ckpt export "$scratch/ck1" --to
 check "a directory that does not exist" 1 "$scratch/nowhere/.x.safetensors.tmp" -- \

@@ -6,6 +6,7 @@
  * shape. */
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,25 @@
 #include "strata.h"
 #include "tools/ckpt_locate.h"
 #include "tools/cli.h"
+#include "tools/options.h"
+
+/* --dtype's choices, in the order the option lists them. */
+static const strata_dtype export_dtypes[] = {STRATA_DTYPE_FP32, STRATA_DTYPE_BF16, STRATA_DTYPE_FP16};
+
+typedef struct export_args {
+    const char *to;
+    int dtype; /* index into export_dtypes, as --dtype's choices are */
+} export_args;
+
+static const cli_opt export_opts[] = {
+    {.name = "--to", .kind = CLI_TEXT, .offset = offsetof(export_args, to), .meta = "FILE",
+     .help = "the file to write (required)"},
+    {.name = "--dtype", .kind = CLI_CHOICE, .offset = offsetof(export_args, dtype), .meta = "DTYPE",
+     .choices = "fp32|bf16|fp16",
+     .help = "fp32 (default: the master weights exactly), bf16 or fp16 (rounded to nearest even)"},
+};
+static const cli_opt_group export_groups[] = {CLI_GROUP(export_opts)};
+static const cli_spec export_spec = {.command = "ckpt export", .groups = export_groups, .ngroups = 1};
 
 static void usage(FILE *out)
 {
@@ -30,10 +50,10 @@ static void usage(FILE *out)
             "export   write the fp32 master weights as ONE safetensors file that PyTorch loads (DeepSpeed's\n"
             "         zero_to_fp32): every tensor gathered whole from all ranks' pieces, under its name and in the\n"
             "         shape the trainer declared (1-D [numel] where none was recorded, with a note), every piece's\n"
-            "         checksum checked; written to a temporary file beside FILE, fsynced, then renamed over it\n"
-            "  --to FILE       the file to write (required)\n"
-            "  --dtype DTYPE   fp32 (default: the master weights exactly), bf16 or fp16 (rounded to nearest even)\n\n"
-            "DIR is a checkpoint, or a directory holding checkpoints (such as `strata train --save DIR` writes:\n"
+            "         checksum checked; written to a temporary file beside FILE, fsynced, then renamed over it\n");
+    cli_print_options(&export_spec, out);
+    fprintf(out,
+            "\nDIR is a checkpoint, or a directory holding checkpoints (such as `strata train --save DIR` writes:\n"
             "DIR/step-N), of which the latest is taken.\n");
 }
 
@@ -121,42 +141,20 @@ static int verify(const char *dir)
     return CLI_EXIT_OK;
 }
 
-static const struct {
-    const char *name;
-    strata_dtype dtype;
-} export_dtypes[] = {{"fp32", STRATA_DTYPE_FP32}, {"bf16", STRATA_DTYPE_BF16}, {"fp16", STRATA_DTYPE_FP16}};
-
 /* export's options after DIR (argv[3..]): --to FILE, --dtype DTYPE. Returns 0 or an exit code. */
 static int export_options(int argc, char **argv, const char **to, strata_dtype *dtype)
 {
-    for (int i = 3; i < argc; i += 2) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--to") != 0 && strcmp(a, "--dtype") != 0) {
-            fprintf(stderr, "strata ckpt export: unknown option \"%s\"; allowed: --to FILE, --dtype "
-                    "fp32|bf16|fp16 (see --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-        if (!v || !*v) {
-            fprintf(stderr, "strata ckpt export: %s needs a value (see --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-        if (a[2] == 't') {
-            *to = v;
-            continue;
-        }
-        size_t k = 0, n = sizeof export_dtypes / sizeof export_dtypes[0];
-        while (k < n && strcmp(v, export_dtypes[k].name) != 0)
-            k++;
-        if (k == n) {
-            fprintf(stderr, "strata ckpt export: --dtype \"%s\" is not one of fp32, bf16, fp16\n", v);
-            return CLI_EXIT_USAGE;
-        }
-        *dtype = export_dtypes[k].dtype;
-    }
-    if (!*to) {
+    export_args args = {0};
+    /* The parser reads from its argv[1]: DIR stands where a command's name would. */
+    int rc = cli_parse_or_say(&export_spec, argc - 2, argv + 2, &args);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    if (!args.to || !*args.to) {
         fprintf(stderr, "strata ckpt export: --to FILE.safetensors is required: the file to write\n");
         return CLI_EXIT_USAGE;
     }
+    *to = args.to;
+    *dtype = export_dtypes[args.dtype];
     return CLI_EXIT_OK;
 }
 

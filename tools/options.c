@@ -29,7 +29,24 @@ static found find(const cli_spec *spec, const char *name)
     return (found){NULL, NULL};
 }
 
-/* An unknown option, with the known one nearest to it when one is close (the config keys' rule, base/nearest.h). */
+/* A command with this many options or fewer lists them all when one it does not know is given. */
+#define FEW_OPTIONS 4
+
+/* "--to FILE, --dtype DTYPE" into buf. */
+static const char *list_options(const cli_opt_group *group, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < group->count && used < len; k++) {
+        const cli_opt *o = &group->opts[k];
+        used += (size_t)snprintf(buf + used, len - used, "%s%s%s%s", k ? ", " : "", o->name, o->meta ? " " : "",
+                                 o->meta ? o->meta : "");
+    }
+    return buf;
+}
+
+/* An unknown option, with the known one nearest to it when one is close (the config keys' rule, base/nearest.h);
+ * a command of a few options lists them instead. */
 static void unknown_option(const cli_spec *spec, const char *name, char *err, size_t len)
 {
     const char *best = NULL;
@@ -45,6 +62,9 @@ static void unknown_option(const cli_spec *spec, const char *name, char *err, si
         }
     if (name[2] && best && nearest_is_close(name + 2, best_d))
         snprintf(err, len, "unknown option %s; did you mean %s? (see `strata %s --help`)", name, best, spec->command);
+    else if (spec->ngroups == 1 && spec->groups[0].count <= FEW_OPTIONS)
+        snprintf(err, len, "unknown option %s; allowed: %s (see `strata %s --help`)", name,
+                 list_options(&spec->groups[0], (char[256]){0}, 256), spec->command);
     else
         snprintf(err, len, "unknown option %s; see `strata %s --help`", name, spec->command);
 }
