@@ -12,10 +12,12 @@
 # median for the same op, block and queue depth.
 #
 # usage: benchmarks/io_peers.sh [--json] [--rounds R] [--dir DIR] [--size SIZE] [--block LIST] [--qd LIST]
-#                               [--layout overwrite|new] [--ds-python PYTHON]
+#                               [--layout overwrite|fallocated|new] [--ds-python PYTHON]
 #   defaults: --rounds 5 --dir build/scratch/io-peers --size 1GiB --block 1MiB --qd 32 --layout overwrite
 #   --layout overwrite: every file is written in full once before round 1, so each timed write overwrites
 #                       allocated blocks (what the swap files see after their first step);
+#            fallocated: each timed write goes to a new file preallocated with fallocate(1) (unwritten extents, what
+#                       nvme/swap.c's posix_fallocate gives the swap files' first write);
 #            new:       each timed write goes to a file deleted just before (blocks allocated as written).
 #   --ds-python: the Python that has deepspeed (default python3; STRATA_DS_PYTHON also sets it).
 #   STRATA_BIN: the strata binary (default build/strata); b_aio is looked for beside it.
@@ -29,7 +31,7 @@ blocks=1MiB
 qds=32
 layout=overwrite
 ds_python=${STRATA_DS_PYTHON:-python3}
-usage="usage: $0 [--json] [--rounds R] [--dir DIR] [--size SIZE] [--block LIST] [--qd LIST] [--layout overwrite|new] [--ds-python PYTHON]"
+usage="usage: $0 [--json] [--rounds R] [--dir DIR] [--size SIZE] [--block LIST] [--qd LIST] [--layout overwrite|fallocated|new] [--ds-python PYTHON]"
 while [ $# -gt 0 ]; do
     case $1 in
     --json) json=1 ;;
@@ -44,7 +46,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case $layout in overwrite | new) ;; *) echo "$usage" >&2; exit 2 ;; esac
+case $layout in overwrite | fallocated | new) ;; *) echo "$usage" >&2; exit 2 ;; esac
 b_aio=$(dirname "$bin")/b_aio
 for x in "$bin" "$b_aio"; do
     [ -x "$x" ] || { echo "$x not found: build first (cmake --build build), or set STRATA_BIN" >&2; exit 2; }
@@ -87,6 +89,8 @@ fi
     echo "                file (filled unmeasured first), every read block verified as it completes"
     if [ "$layout" = overwrite ]; then
         echo "files:   one per peer, written in full before round 1 (fio, 4 MiB, O_DIRECT): timed writes overwrite allocated blocks"
+    elif [ "$layout" = fallocated ]; then
+        echo "files:   each timed write goes to a new file preallocated by fallocate(1): blocks allocated, extents unwritten"
     else
         echo "files:   each timed write goes to a new file (the old one deleted; fio --fallocate=none): blocks allocated as written"
     fi
@@ -99,7 +103,8 @@ file_of() { echo "$dir/io-peers-$1.bin"; }
 run_peer() {
     local peer=$1 op=$2 bs=$3 qd=$4 f
     f=$(file_of "$peer")
-    if [ "$op" = write ] && [ "$layout" = new ]; then rm -f "$f"; fi
+    if [ "$op" = write ] && [ "$layout" != overwrite ]; then rm -f "$f"; fi
+    if [ "$op" = write ] && [ "$layout" = fallocated ]; then fallocate -l "$size_b" "$f"; fi
     drop
     case $peer in
     strata_aio)
