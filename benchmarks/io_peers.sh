@@ -115,7 +115,8 @@ run_peer() {
             --direct=1 --rw="$op" --fallocate=none --output-format=json |
             python3 -c "import json, sys; print(json.load(sys.stdin)['jobs'][0]['$op']['bw_bytes'] / 1e9)" ;;
     deepspeed)
-        "$ds_python" "$here/benchmarks/io_peers_ds.py" "$f" "$op" "$size_b" "$bs" "$qd" 2>/dev/null |
+        # DeepSpeed logs its warnings to stdout: the figure is the JSON line.
+        "$ds_python" "$here/benchmarks/io_peers_ds.py" "$f" "$op" "$size_b" "$bs" "$qd" 2>/dev/null | grep '^{' |
             python3 -c 'import json, sys; print(json.load(sys.stdin)["gbps"])' ;;
     nvme-bench)
         mkdir -p "$dir/strata-nvme-bench-$op"
