@@ -81,6 +81,35 @@ static int fail(strata_aio *aio, const char *what)
     return 1;
 }
 
+/* The timed pass on a handle made for it: its buffer, its file, the request and the wait; prints the JSON line. */
+static int timed_pass(strata_aio *aio, const options *o)
+{
+    void *buf = NULL;
+    strata_aio_file *f = NULL;
+    if (strata_aio_buffer_alloc(aio, o->size, &buf) != STRATA_OK)
+        return fail(aio, "strata_aio_buffer_alloc");
+    if (strata_aio_open(aio, o->file, o->write ? STRATA_AIO_WRITE : STRATA_AIO_READ, &f) != STRATA_OK)
+        return fail(aio, o->file);
+    if (o->write)
+        stamp(buf, o->size);
+    else
+        memset(buf, 0, o->size); /* touch every page before the clock starts, as the write's pattern does */
+    uint64_t t0 = now_ns();
+    strata_status st = o->write ? strata_aio_write(aio, f, buf, o->size, 0) : strata_aio_read(aio, f, buf, o->size, 0);
+    if (st == STRATA_OK)
+        st = strata_aio_wait(aio);
+    double seconds = (double)(now_ns() - t0) * 1e-9;
+    if (st != STRATA_OK)
+        return fail(aio, o->write ? "write" : "read");
+    bool verified = !o->write && o->verify;
+    size_t wrong = verified ? count_wrong(buf, o->size) : 0;
+    printf("{\"op\":\"%s\",\"bytes\":%zu,\"seconds\":%.6f,\"gbps\":%.4f,\"direct\":%s,\"verified\":%s,"
+           "\"wrong_blocks\":%zu}\n", o->write ? "write" : "read", o->size, seconds, (double)o->size / seconds * 1e-9,
+           strata_aio_file_is_direct(f) ? "true" : "false", verified ? "true" : "false", wrong);
+    strata_aio_destroy(aio);
+    return wrong ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     options o = {0};
@@ -92,28 +121,5 @@ int main(int argc, char **argv)
     strata_aio *aio = NULL;
     if (strata_aio_create(&o.cfg, &aio) != STRATA_OK)
         return fail(NULL, "strata_aio_create");
-    void *buf = NULL;
-    strata_aio_file *f = NULL;
-    if (strata_aio_buffer_alloc(aio, o.size, &buf) != STRATA_OK)
-        return fail(aio, "strata_aio_buffer_alloc");
-    if (strata_aio_open(aio, o.file, o.write ? STRATA_AIO_WRITE : STRATA_AIO_READ, &f) != STRATA_OK)
-        return fail(aio, o.file);
-    if (o.write)
-        stamp(buf, o.size);
-    else
-        memset(buf, 0, o.size); /* touch every page before the clock starts, as the write's pattern does */
-    uint64_t t0 = now_ns();
-    strata_status st = o.write ? strata_aio_write(aio, f, buf, o.size, 0) : strata_aio_read(aio, f, buf, o.size, 0);
-    if (st == STRATA_OK)
-        st = strata_aio_wait(aio);
-    double seconds = (double)(now_ns() - t0) * 1e-9;
-    if (st != STRATA_OK)
-        return fail(aio, o.write ? "write" : "read");
-    size_t wrong = !o.write && o.verify ? count_wrong(buf, o.size) : 0;
-    printf("{\"op\":\"%s\",\"bytes\":%zu,\"seconds\":%.6f,\"gbps\":%.4f,\"direct\":%s,\"verified\":%s,"
-           "\"wrong_blocks\":%zu}\n", o.write ? "write" : "read", o.size, seconds, (double)o.size / seconds * 1e-9,
-           strata_aio_file_is_direct(f) ? "true" : "false", !o.write && o.verify ? "true" : "false", wrong);
-    strata_aio_close(aio, f);
-    strata_aio_destroy(aio);
-    return wrong ? 1 : 0;
+    return timed_pass(aio, &o);
 }
