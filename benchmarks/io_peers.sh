@@ -60,7 +60,8 @@ out=$(mktemp -d)
 trap 'rm -rf "$out" "$dir"/io-peers-*.bin "$dir"/strata-nvme-bench-*' EXIT INT TERM
 
 peers=(strata_aio fio-libaio fio-io_uring)
-ds_note=$("$ds_python" "$here/benchmarks/io_peers_ds.py" --check 2>/dev/null) && peers+=(deepspeed) ||
+# (DeepSpeed prints its warnings on stdout: the verdict is the last line.)
+ds_note=$("$ds_python" "$here/benchmarks/io_peers_ds.py" --check 2>/dev/null | tail -1) && peers+=(deepspeed) ||
     ds_note="skipped: $ds_python cannot load DeepSpeed's async_io op (${ds_note:-no output})"
 peers+=(nvme-bench)
 if (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then
