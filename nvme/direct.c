@@ -82,6 +82,12 @@ strata_status direct_buffer_alloc(size_t bytes, void **out, bool *locked_out)
         return err_set(STRATA_ENOMEM, "aligned buffer of %zu bytes: mmap failed: %s", n,
                        err_errno_str(errno, eb, sizeof eb));
     }
+    /* Huge pages make a block one physically contiguous run: in 4 KiB pages a 1 MiB block is 256 segments, more
+     * than a virtio disk takes in one request (max_segments 254), so every block went as two 512 KiB requests
+     * that the block layer never merged. With them a block is one request and neighbours merge up to
+     * max_sectors_kb: b_aio 1 GiB at 1 MiB / QD 32 wrote 2.4 -> 3.8 GB/s and read 0.72 -> 1.87 GB/s
+     * (benchmarks/io_peers.sh). A hint: where THP is off the buffer is as before. */
+    (void)madvise(p, n, MADV_HUGEPAGE);
     /* Locking keeps the pages resident while the kernel DMAs into them; without it the
      * buffer still works, the kernel pins pages per I/O. */
     bool locked = mlock(p, n) == 0;

@@ -1,11 +1,13 @@
 /* The engine-independent NVMe I/O handle: rings, files, registered buffers, request dispatch. */
 #include "nvme/io.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -125,6 +127,8 @@ strata_status nvme_io_open(nvme_io *io, const char *path, int flags, mode_t mode
         free(f);
         return st;
     }
+    struct stat sb;
+    f->size = fstat(f->fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
     pthread_mutex_lock(&io->mu);
     for (int s = 0; s < RING_MAX_FIXED && f->slot < 0; s++) {
         if (io->file_used[s])
@@ -171,6 +175,25 @@ static int find_fixed_buf(nvme_io *io, const void *buf, size_t len)
     return -1;
 }
 
+/* Makes a direct file at least end bytes long before a write reaches there, never shortening it (its size
+ * is read again first: f->size only says what it was known to be). Called with io->mu held. */
+static strata_status extend_for_write(nvme_file *f, uint64_t end)
+{
+    struct stat sb;
+    if (fstat(f->fd, &sb) == 0 && (uint64_t)sb.st_size >= end) {
+        f->size = (uint64_t)sb.st_size;
+        return STRATA_OK;
+    }
+    if (ftruncate(f->fd, (off_t)end) != 0) {
+        int e = errno;
+        char eb[96];
+        return err_set(err_from_errno(e), "write \"%s\": cannot extend it to %llu bytes: %s", f->path,
+                       (unsigned long long)end, err_errno_str(e, eb, sizeof eb));
+    }
+    f->size = end;
+    return STRATA_OK;
+}
+
 strata_status nvme_io_submit(nvme_io *io, nvme_file *f, ring_op op, void *buf, uint64_t offset, size_t len,
                              io_wait *w)
 {
@@ -184,6 +207,13 @@ strata_status nvme_io_submit(nvme_io *io, nvme_file *f, ring_op op, void *buf, u
         parts = (int)((len + chunk - 1) / chunk);
     }
     pthread_mutex_lock(&io->mu);
+    if (op == RING_WRITE && f->direct && offset + len > f->size) {
+        strata_status st = extend_for_write(f, offset + len);
+        if (st != STRATA_OK) {
+            pthread_mutex_unlock(&io->mu);
+            return st;
+        }
+    }
     int buf_slot = find_fixed_buf(io, buf, len);
     unsigned first = io->next_ring;
     io->next_ring += (unsigned)parts;

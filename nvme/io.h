@@ -30,6 +30,7 @@ typedef struct nvme_file {
     int fd;
     bool direct;          /* opened with O_DIRECT: every request must be NVME_ALIGN-aligned */
     int slot;             /* fixed-file slot in every ring, or -1 */
+    uint64_t size;        /* the file is known to be at least this long (direct files; see nvme_io_submit) */
     char path[STRATA_PATH_BYTES];
 } nvme_file;
 
@@ -57,7 +58,10 @@ strata_status nvme_io_open(nvme_io *io, const char *path, int flags, mode_t mode
 void nvme_io_close(nvme_io *io, nvme_file *f);
 
 /* Queues a read or write of len bytes at offset; w is counted (io_wait_add) for each part
- * queued. Direct files check alignment first (STRATA_EINVAL naming the value). Thread-safe. */
+ * queued. Direct files check alignment first (STRATA_EINVAL naming the value), and a write past a
+ * direct file's end sets its size first (ftruncate): ext4 runs an O_DIRECT write that extends the
+ * file synchronously under the inode lock, one at a time, so a new file was written at queue depth 1
+ * (3-6x slower, benchmarks/io_peers.sh --layout new). Thread-safe. */
 strata_status nvme_io_submit(nvme_io *io, nvme_file *f, ring_op op, void *buf, uint64_t offset, size_t len,
                              io_wait *w);
 
