@@ -14,18 +14,7 @@ AVX2_ALWAYS_INLINE void step8(const adam_consts *c, const adam_arrays *a, size_t
 {
     float *pm = a->master + i, *mm = a->exp_avg + i, *vm = a->exp_avg_sq + i;
     __m256 p = _mm256_loadu_ps(pm), m = _mm256_loadu_ps(mm), v = _mm256_loadu_ps(vm);
-    __m256 g = _mm256_mul_ps(avx2_load_grad(a->grad, gd, i), _mm256_set1_ps(c->grad_scale));
-    if (l2)
-        g = _mm256_fmadd_ps(p, _mm256_set1_ps(c->l2), g);
-    m = _mm256_fmadd_ps(g, _mm256_set1_ps(c->one_minus_beta1), _mm256_mul_ps(m, _mm256_set1_ps(c->beta1)));
-    v = _mm256_fmadd_ps(_mm256_mul_ps(g, _mm256_set1_ps(c->one_minus_beta2)), g,
-                        _mm256_mul_ps(v, _mm256_set1_ps(c->beta2)));
-    __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), _mm256_set1_ps(c->bc2_sqrt)),
-                                 _mm256_set1_ps(c->eps));
-    __m256 upd = _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(c->neg_step), m), denom);
-    p = _mm256_mul_ps(p, _mm256_set1_ps(c->decay));
-    ADAM_KEEP_ROUNDED(p);
-    p = _mm256_add_ps(p, upd);
+    avx2_adam_update(c, avx2_load_grad(a->grad, gd, i), &p, &m, &v, l2);
     _mm256_storeu_ps(pm, p);
     _mm256_storeu_ps(mm, m);
     _mm256_storeu_ps(vm, v);
