@@ -21,16 +21,24 @@ AVX2_ALWAYS_INLINE __m256i mix32(__m256i x)
     return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 
-/* moments_sr_bits() of elements i .. i+7; a lane whose low half wrapped past 2^32 takes the next key. */
-AVX2_ALWAYS_INLINE __m256i sr_bits(uint32_t key, size_t i)
+/* The per-lane keys of elements i .. i+7 (moments_sr_key_hi): a lane whose low half wrapped past 2^32
+ * takes the next high half's key. (The same for every vector below the next 2^32
+ * boundary.) */
+AVX2_ALWAYS_INLINE __m256i sr_lane_keys(uint32_t key, size_t i)
 {
     uint32_t lo = (uint32_t)i, hi = (uint32_t)((uint64_t)i >> 32);
     __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     __m256i bias = _mm256_set1_epi32(INT32_MIN); /* unsigned compare as signed */
     __m256i wrapped = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(lo ^ 0x80000000u)), _mm256_xor_si256(idx, bias));
-    __m256i khi = _mm256_blendv_epi8(_mm256_set1_epi32((int)moments_sr_key_hi(key, hi)),
-                                     _mm256_set1_epi32((int)moments_sr_key_hi(key, hi + 1)), wrapped);
-    return mix32(_mm256_xor_si256(idx, khi));
+    return _mm256_blendv_epi8(_mm256_set1_epi32((int)moments_sr_key_hi(key, hi)),
+                              _mm256_set1_epi32((int)moments_sr_key_hi(key, hi + 1)), wrapped);
+}
+
+/* moments_sr_bits() of elements i .. i+7 given their lane keys. */
+AVX2_ALWAYS_INLINE __m256i sr_bits(__m256i lane_keys, size_t i)
+{
+    __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return mix32(_mm256_xor_si256(idx, lane_keys));
 }
 
 AVX2_ALWAYS_INLINE __m256 load_bf16(const uint16_t *s)
@@ -39,26 +47,38 @@ AVX2_ALWAYS_INLINE __m256 load_bf16(const uint16_t *s)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
 }
 
-/* Arrays at element i, the hash at element hash_i (they differ for a tail run on local copies). */
+/* Arrays at element i, the hash at element hash_i with lane keys `keys` (they differ for a tail run on
+ * local copies). */
 AVX2_ALWAYS_INLINE void bf16_step8(const adam_consts *c, const adam_arrays *a, const adam_bf16_moments *mo, size_t i,
-                                   size_t hash_i, strata_dtype gd, strata_dtype pd, bool l2, bool stream)
+                                   size_t hash_i, __m256i keys, strata_dtype gd, strata_dtype pd, bool l2, bool stream)
 {
     __m256 p = _mm256_loadu_ps(a->master + i), m = load_bf16(mo->m + i), v = load_bf16(mo->v + i);
     avx2_adam_update(c, avx2_load_grad(a->grad, gd, i), &p, &m, &v, l2);
     _mm256_storeu_ps(a->master + i, p);
     avx2_store_param(a->param, pd, i, p, stream);
-    __m256i r = sr_bits(mo->key, hash_i);
+    __m256i r = sr_bits(keys, hash_i);
     _mm_storeu_si128((__m128i *)(mo->m + i), avx2_bf16_narrow(m, _mm256_and_si256(r, _mm256_set1_epi32(0xffff))));
     _mm_storeu_si128((__m128i *)(mo->v + i), avx2_bf16_narrow(v, _mm256_srli_epi32(r, 16)));
 }
 
-AVX2_ALWAYS_INLINE void bf16_run(const adam_consts *c, const adam_arrays *a, const adam_bf16_moments *mo, size_t begin,
-                                 size_t end, strata_dtype gd, strata_dtype pd, bool l2)
+AVX2_ALWAYS_INLINE void bf16_run(const adam_consts *c_in, const adam_arrays *a_in, const adam_bf16_moments *mo_in,
+                                 size_t begin, size_t end, strata_dtype gd, strata_dtype pd, bool l2)
 {
+    /* Local copies: the vector stores (may_alias types) could otherwise alias the callers' structs, and
+     * every constant and pointer would be loaded again after each store. */
+    const adam_consts lc = *c_in, *c = &lc;
+    const adam_arrays la = *a_in, *a = &la;
+    const adam_bf16_moments lmo = *mo_in, *mo = &lmo;
     bool stream = a->stream_param && adam_arrays_aligned(a, begin, false);
     size_t i = begin;
-    for (; i + 8 <= end; i += 8)
-        bf16_step8(c, a, mo, i, i, gd, pd, l2, stream);
+    while (i + 8 <= end) {
+        /* The lane keys hold for every vector below the next 2^32 boundary; a vector across it has its own. */
+        __m256i keys = sr_lane_keys(mo->key, i);
+        uint64_t boundary = (((uint64_t)i >> 32) + 1) << 32;
+        uint64_t stop = i + 8 > boundary ? i + 8 : (boundary < end ? boundary : end);
+        for (; i + 8 <= stop; i += 8)
+            bf16_step8(c, a, mo, i, i, keys, gd, pd, l2, stream);
+    }
     /* Non-temporal stores are weakly ordered: fence them before anyone is told the range is done. */
     if (stream)
         _mm_sfence();
@@ -74,7 +94,7 @@ AVX2_ALWAYS_INLINE void bf16_run(const adam_consts *c, const adam_arrays *a, con
     memcpy(g, (const char *)a->grad + i * gb, n * gb);
     adam_arrays tail = {p, NULL, NULL, g, pd == STRATA_DTYPE_NONE ? NULL : out, gd, pd, false};
     adam_bf16_moments tail_mo = {m, v, mo->key};
-    bf16_step8(c, &tail, &tail_mo, 0, i, gd, pd, l2, false);
+    bf16_step8(c, &tail, &tail_mo, 0, i, sr_lane_keys(mo->key, i), gd, pd, l2, false);
     memcpy(a->master + i, p, n * 4);
     memcpy(mo->m + i, m, n * 2);
     memcpy(mo->v + i, v, n * 2);
@@ -98,6 +118,7 @@ void adam_step_bf16_avx2(const adam_consts *c, const adam_arrays *a, const adam_
 
 /* The block being updated: its codes and scales in, its moments in fp32 out (quantized afterwards). */
 typedef struct q8_block {
+    const moments_q8_map *sm, *um; /* signed for m, unsigned for v */
     const uint8_t *mq, *vq;
     __m256 m_scale, v_scale;
     float *m, *v;             /* the block's updated moments, fp32 */
@@ -120,8 +141,8 @@ AVX2_ALWAYS_INLINE void q8_update8(const adam_consts *c, const adam_arrays *a, q
                                    __m256i valid, strata_dtype gd, strata_dtype pd, bool l2, bool stream)
 {
     __m256 p = _mm256_loadu_ps(a->master + i);
-    __m256 m = dequantize8(moments_q8_signed(), b->mq + k, b->m_scale);
-    __m256 v = dequantize8(moments_q8_unsigned(), b->vq + k, b->v_scale);
+    __m256 m = dequantize8(b->sm, b->mq + k, b->m_scale);
+    __m256 v = dequantize8(b->um, b->vq + k, b->v_scale);
     avx2_adam_update(c, avx2_load_grad(a->grad, gd, i), &p, &m, &v, l2);
     _mm256_storeu_ps(a->master + i, p);
     avx2_store_param(a->param, pd, i, p, stream);
@@ -204,16 +225,19 @@ AVX2_ALWAYS_INLINE void q8_tail(const adam_consts *c, const adam_arrays *a, q8_b
         memcpy((char *)a->param + i * pb, out, n * pb);
 }
 
-AVX2_ALWAYS_INLINE void q8_run(const adam_consts *c, const adam_arrays *a, const adam_q8_moments *mo, size_t begin,
-                               size_t end, strata_dtype gd, strata_dtype pd, bool l2)
+AVX2_ALWAYS_INLINE void q8_run(const adam_consts *c_in, const adam_arrays *a_in, const adam_q8_moments *mo_in,
+                               size_t begin, size_t end, strata_dtype gd, strata_dtype pd, bool l2)
 {
+    const adam_consts lc = *c_in, *c = &lc; /* local copies, as in bf16_run */
+    const adam_arrays la = *a_in, *a = &la;
+    const adam_q8_moments lmo = *mo_in, *mo = &lmo;
     const moments_q8_map *sm = moments_q8_signed(), *um = moments_q8_unsigned();
     bool stream = a->stream_param && adam_arrays_aligned(a, begin, false);
     _Alignas(32) float m[MOMENTS_Q8_BLOCK], v[MOMENTS_Q8_BLOCK];
     __m256i all = _mm256_set1_epi32(-1);
     for (size_t start = begin; start < end; start += MOMENTS_Q8_BLOCK) {
         size_t n = end - start < MOMENTS_Q8_BLOCK ? end - start : MOMENTS_Q8_BLOCK, blk = start / MOMENTS_Q8_BLOCK;
-        q8_block b = {mo->m + start, mo->v + start, _mm256_set1_ps(mo->m_scale[blk]), _mm256_set1_ps(mo->v_scale[blk]),
+        q8_block b = {sm, um, mo->m + start, mo->v + start, _mm256_set1_ps(mo->m_scale[blk]), _mm256_set1_ps(mo->v_scale[blk]),
                       m, v, _mm256_setzero_si256(), _mm256_setzero_si256()};
         size_t k = 0;
         for (; k + 8 <= n; k += 8)
