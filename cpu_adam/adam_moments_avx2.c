@@ -2,7 +2,7 @@
  * Adam with compressed moments, AVX2 + FMA + F16C: 8 elements per iteration, the bits of
  * adam_moments_ref.c. The update itself is avx2_adam_update() (the fp32 kernel's); around it the moments
  * are widened and narrowed as moments.h specifies: bf16 with the hash bits computed on 8 lanes, 8-bit by
- * gathering codes to widen and by the bucket search (one gather of the bucket, one of its midpoint, one
+ * gathering codes to widen and by the bucket search (one gather of the bucket entry, one integer
  * compare) to narrow. Tails under 8 elements run through the same vector code on zero-padded copies.
  */
 #include <string.h>
@@ -163,9 +163,11 @@ AVX2_ALWAYS_INLINE __m128i quantize8(const moments_q8_map *map, __m256 y)
     __m256i neg = _mm256_srai_epi32(u, 31);
     __m256i idx = _mm256_blendv_epi8(_mm256_add_epi32(key, _mm256_set1_epi32(MOMENTS_Q8_BUCKETS)),
                                      _mm256_sub_epi32(_mm256_set1_epi32(MOMENTS_Q8_BUCKETS - 1), key), neg);
-    __m256i first = _mm256_and_si256(_mm256_i32gather_epi32((const int *)map->first, idx, 1), _mm256_set1_epi32(0xff));
-    __m256 mid = _mm256_i32gather_ps(map->mid, first, 4);
-    __m256i q = _mm256_sub_epi32(first, _mm256_castps_si256(_mm256_cmp_ps(mid, y, _CMP_LT_OQ)));
+    __m256i entry = _mm256_i32gather_epi32((const int *)map->bucket, idx, 4);
+    __m256i low_bits = _mm256_set1_epi32(MOMENTS_Q8_BUCKET_LOW_BITS);
+    __m256i low = _mm256_xor_si256(_mm256_and_si256(u, low_bits), _mm256_and_si256(neg, low_bits));
+    __m256i above = _mm256_cmpgt_epi32(low, _mm256_srli_epi32(entry, 16));
+    __m256i q = _mm256_sub_epi32(_mm256_and_si256(entry, _mm256_set1_epi32(0xff)), above);
     __m256i w = _mm256_packus_epi32(q, q);                 /* per 128-bit lane: q0..3 q0..3 | q4..7 q4..7 */
     __m256i bytes = _mm256_packus_epi16(w, w);              /* bytes 0..3 of each lane: q0..3 | q4..7 */
     return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)));

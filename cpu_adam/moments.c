@@ -76,19 +76,29 @@ static void make_map(moments_q8_map *map, bool is_signed)
             map->zero = (uint8_t)k;
     }
     map->mid[255] = INFINITY;
-    memset(map->first, 0, sizeof map->first);
     for (uint32_t idx = 0; idx < 2 * MOMENTS_Q8_BUCKETS; idx++) {
         float lowest, highest;
         bucket_range(idx, &lowest, &highest);
         uint32_t first = 0;
         while (first < 255 && map->mid[first] < lowest)
             first++;
-        /* One compare decides only if the next midpoint lies above the whole bucket. */
-        if (first < 255 && map->mid[first + 1] < highest) {
-            fprintf(stderr, "strata: the 8-bit moment map has two midpoints in bucket %u\n", idx);
+        bool neg = idx < MOMENTS_Q8_BUCKETS;
+        uint32_t key = neg ? MOMENTS_Q8_BUCKETS - 1 - idx : idx - MOMENTS_Q8_BUCKETS;
+        bool clamped = key == 0 || key == MOMENTS_Q8_BUCKETS - 1;
+        bool inside = map->mid[first] < highest;
+        /* One compare decides only if the next midpoint lies above the whole bucket; in a clamped bucket
+         * the low bits do not order the values, so no midpoint may lie inside. */
+        if ((inside && clamped) || (first < 255 && map->mid[first + 1] < highest)) {
+            fprintf(stderr, "strata: the 8-bit moment map has a midpoint the bucket search cannot place (bucket %u)\n", idx);
             abort();
         }
-        map->first[idx] = (uint8_t)first;
+        uint32_t low = MOMENTS_Q8_BUCKET_LOW_BITS;
+        if (inside) {
+            uint32_t bits;
+            memcpy(&bits, &map->mid[first], sizeof bits);
+            low = (bits & MOMENTS_Q8_BUCKET_LOW_BITS) ^ (neg ? MOMENTS_Q8_BUCKET_LOW_BITS : 0);
+        }
+        map->bucket[idx] = first | low << 16;
     }
 }
 

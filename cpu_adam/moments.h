@@ -76,8 +76,12 @@ static inline uint16_t moments_bf16_round_sr(float x, uint32_t r16)
 
 /* The buckets of the fast nearest-code search: the fp32 bits of |y| >> 15 (exponent and 8 mantissa
  * bits), clamped to [2^-24, 1.0]; negative values get the mirrored buckets below. Each bucket holds at
- * most one midpoint (checked when the map is made), so one compare finishes the search. */
+ * most one midpoint, and the clamped ones none (checked when the map is made), so one table entry and one
+ * integer compare finish the search: the entry holds the number of midpoints below the bucket (bits 0-7)
+ * and the low 15 bits of the midpoint inside it, in the bucket's order (bits 16-30: mirrored for a negative
+ * bucket; 0x7fff when no midpoint is inside, which no value exceeds). */
 #define MOMENTS_Q8_BUCKET_SHIFT 15
+#define MOMENTS_Q8_BUCKET_LOW_BITS 0x7fffu
 #define MOMENTS_Q8_BUCKET_LO (0x33800000u >> MOMENTS_Q8_BUCKET_SHIFT) /* 2^-24 */
 #define MOMENTS_Q8_BUCKET_HI (0x3f800000u >> MOMENTS_Q8_BUCKET_SHIFT) /* 1.0 */
 #define MOMENTS_Q8_BUCKETS (MOMENTS_Q8_BUCKET_HI - MOMENTS_Q8_BUCKET_LO + 1)
@@ -86,9 +90,7 @@ typedef struct moments_q8_map {
     float code[256];  /* ascending; code[zero] == 0, code[255] == 1 */
     float mid[256];   /* mid[k] = (code[k] + code[k+1]) / 2 for k < 255; mid[255] = +inf */
     uint8_t zero;     /* the index of code 0 */
-    /* per bucket (negative ones first, in value order): the number of midpoints below its lowest value.
-     * 3 bytes of padding so that a 32-bit gather of the last entry stays inside. */
-    uint8_t first[2 * MOMENTS_Q8_BUCKETS + 3];
+    uint32_t bucket[2 * MOMENTS_Q8_BUCKETS]; /* negative buckets first, in value order */
 } moments_q8_map;
 
 /* The two maps, made on first use (thread-safe): signed for m, unsigned for v. */
@@ -105,9 +107,10 @@ static inline uint8_t moments_q8_nearest_fast(const moments_q8_map *map, float y
     uint32_t mag = (b.u & 0x7fffffffu) >> MOMENTS_Q8_BUCKET_SHIFT;
     uint32_t key = (mag < MOMENTS_Q8_BUCKET_LO ? MOMENTS_Q8_BUCKET_LO : mag > MOMENTS_Q8_BUCKET_HI ? MOMENTS_Q8_BUCKET_HI : mag) -
                    MOMENTS_Q8_BUCKET_LO;
-    uint32_t idx = (b.u >> 31) ? MOMENTS_Q8_BUCKETS - 1 - key : MOMENTS_Q8_BUCKETS + key;
-    uint32_t first = map->first[idx];
-    return (uint8_t)(first + (map->mid[first] < y));
+    bool neg = b.u >> 31;
+    uint32_t entry = map->bucket[neg ? MOMENTS_Q8_BUCKETS - 1 - key : MOMENTS_Q8_BUCKETS + key];
+    uint32_t low = (b.u & MOMENTS_Q8_BUCKET_LOW_BITS) ^ (neg ? MOMENTS_Q8_BUCKET_LOW_BITS : 0); /* in value order */
+    return (uint8_t)((entry & 0xffu) + (low > entry >> 16));
 }
 
 /* The block's scale from absmax_bits (the largest of its values' bits with the sign cleared) and the
