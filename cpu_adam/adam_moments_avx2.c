@@ -116,19 +116,34 @@ void adam_step_bf16_avx2(const adam_consts *c, const adam_arrays *a, const adam_
 
 /* ------------------------------------------------------------------ 8-bit block-wise */
 
-/* The block being updated: its codes and scales in, its moments in fp32 out (quantized afterwards). */
+/* The block being updated: its moments in fp32 (widened first, updated in place, quantized last), and
+ * the largest bits of the updated ones with the sign cleared, per lane. Three passes rather than one, so
+ * that the slow gathers of widening and narrowing do not share the out-of-order window with the update's
+ * long sqrt and division chain. */
 typedef struct q8_block {
-    const moments_q8_map *sm, *um; /* signed for m, unsigned for v */
-    const uint8_t *mq, *vq;
-    __m256 m_scale, v_scale;
-    float *m, *v;             /* the block's updated moments, fp32 */
-    __m256i m_max, v_max;     /* the largest bits with the sign cleared, per lane */
+    float *m, *v;
+    __m256i m_max, v_max;
 } q8_block;
 
 AVX2_ALWAYS_INLINE __m256 dequantize8(const moments_q8_map *map, const uint8_t *q, __m256 scale)
 {
     __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
     return _mm256_mul_ps(_mm256_i32gather_ps(map->code, idx, 4), scale);
+}
+
+/* Widens n codes to out[0 .. n rounded up to 8) (the padding lanes read the map's zero). */
+AVX2_ALWAYS_INLINE void dequantize_block(const moments_q8_map *map, const uint8_t *q, size_t n, float scale, float *out)
+{
+    __m256 s = _mm256_set1_ps(scale);
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(out + k, dequantize8(map, q + k, s));
+    if (k < n) {
+        uint8_t pad[8];
+        memset(pad, map->zero, sizeof pad);
+        memcpy(pad, q + k, n - k);
+        _mm256_storeu_ps(out + k, dequantize8(map, pad, s));
+    }
 }
 
 AVX2_ALWAYS_INLINE __m256i abs_bits(__m256 x, __m256i valid)
@@ -140,9 +155,7 @@ AVX2_ALWAYS_INLINE __m256i abs_bits(__m256 x, __m256i valid)
 AVX2_ALWAYS_INLINE void q8_update8(const adam_consts *c, const adam_arrays *a, q8_block *b, size_t i, size_t k,
                                    __m256i valid, strata_dtype gd, strata_dtype pd, bool l2, bool stream)
 {
-    __m256 p = _mm256_loadu_ps(a->master + i);
-    __m256 m = dequantize8(b->sm, b->mq + k, b->m_scale);
-    __m256 v = dequantize8(b->um, b->vq + k, b->v_scale);
+    __m256 p = _mm256_loadu_ps(a->master + i), m = _mm256_loadu_ps(b->m + k), v = _mm256_loadu_ps(b->v + k);
     avx2_adam_update(c, avx2_load_grad(a->grad, gd, i), &p, &m, &v, l2);
     _mm256_storeu_ps(a->master + i, p);
     avx2_store_param(a->param, pd, i, p, stream);
@@ -202,26 +215,19 @@ AVX2_ALWAYS_INLINE void quantize_block(const moments_q8_map *map, const float *x
     }
 }
 
-/* The last (under 8) elements of a block, through q8_update8 on zero-padded copies. */
+/* The last (under 8) elements of a block, through q8_update8 on zero-padded copies of the arrays (the
+ * block buffers have room for 8). */
 AVX2_ALWAYS_INLINE void q8_tail(const adam_consts *c, const adam_arrays *a, q8_block *b, size_t i, size_t k, size_t n,
                                 strata_dtype gd, strata_dtype pd, bool l2)
 {
     size_t gb = strata_dtype_bytes(gd), pb = strata_dtype_bytes(pd);
     float p[8] = {0};
-    uint8_t mq[8] = {0}, vq[8] = {0};
     _Alignas(32) unsigned char g[32] = {0}, out[32] = {0};
     memcpy(p, a->master + i, n * 4);
-    memcpy(mq, b->mq + k, n);
-    memcpy(vq, b->vq + k, n);
     memcpy(g, (const char *)a->grad + i * gb, n * gb);
     adam_arrays tail = {p, NULL, NULL, g, pd == STRATA_DTYPE_NONE ? NULL : out, gd, pd, false};
-    q8_block tb = *b;
-    tb.mq = mq - k;
-    tb.vq = vq - k;
     __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    q8_update8(c, &tail, &tb, 0, k, valid, gd, pd, l2, false);
-    b->m_max = tb.m_max;
-    b->v_max = tb.v_max;
+    q8_update8(c, &tail, b, 0, k, valid, gd, pd, l2, false);
     memcpy(a->master + i, p, n * 4);
     if (pb)
         memcpy((char *)a->param + i * pb, out, n * pb);
@@ -239,8 +245,9 @@ AVX2_ALWAYS_INLINE void q8_run(const adam_consts *c_in, const adam_arrays *a_in,
     __m256i all = _mm256_set1_epi32(-1);
     for (size_t start = begin; start < end; start += MOMENTS_Q8_BLOCK) {
         size_t n = end - start < MOMENTS_Q8_BLOCK ? end - start : MOMENTS_Q8_BLOCK, blk = start / MOMENTS_Q8_BLOCK;
-        q8_block b = {sm, um, mo->m + start, mo->v + start, _mm256_set1_ps(mo->m_scale[blk]), _mm256_set1_ps(mo->v_scale[blk]),
-                      m, v, _mm256_setzero_si256(), _mm256_setzero_si256()};
+        q8_block b = {m, v, _mm256_setzero_si256(), _mm256_setzero_si256()};
+        dequantize_block(sm, mo->m + start, n, mo->m_scale[blk], m);
+        dequantize_block(um, mo->v + start, n, mo->v_scale[blk], v);
         size_t k = 0;
         for (; k + 8 <= n; k += 8)
             q8_update8(c, a, &b, start + k, k, all, gd, pd, l2, stream);
