@@ -57,8 +57,10 @@ AVX2_ALWAYS_INLINE void bf16_step8(const adam_consts *c, const adam_arrays *a, c
     _mm256_storeu_ps(a->master + i, p);
     avx2_store_param(a->param, pd, i, p, stream);
     __m256i r = sr_bits(keys, hash_i);
-    _mm_storeu_si128((__m128i *)(mo->m + i), avx2_bf16_narrow(m, _mm256_and_si256(r, _mm256_set1_epi32(0xffff))));
-    _mm_storeu_si128((__m128i *)(mo->v + i), avx2_bf16_narrow(v, _mm256_srli_epi32(r, 16)));
+    __m256i both = avx2_pack16(avx2_bf16_round(m, _mm256_and_si256(r, _mm256_set1_epi32(0xffff))),
+                               avx2_bf16_round(v, _mm256_srli_epi32(r, 16)));
+    _mm_storeu_si128((__m128i *)(mo->m + i), _mm256_castsi256_si128(both));
+    _mm_storeu_si128((__m128i *)(mo->v + i), _mm256_extracti128_si256(both, 1));
 }
 
 AVX2_ALWAYS_INLINE void bf16_run(const adam_consts *c_in, const adam_arrays *a_in, const adam_bf16_moments *mo_in,

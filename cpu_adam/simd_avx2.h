@@ -26,10 +26,10 @@ AVX2_ALWAYS_INLINE __m256 avx2_load_grad(const void *grad, strata_dtype dtype, s
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
 }
 
-/* fp32 -> bf16 by adding `add` to the bits and keeping the high half (NaN to the canonical quiet NaN):
- * base/half.h's round-to-nearest-even with add = 0x7fff + the lowest kept bit, moments.h's stochastic
- * rounding with add = 16 random bits. */
-AVX2_ALWAYS_INLINE __m128i avx2_bf16_narrow(__m256 p, __m256i add)
+/* fp32 -> bf16 by adding `add` to the bits and keeping the high half (NaN to the canonical quiet NaN),
+ * one result in the low half of each 32-bit lane: base/half.h's round-to-nearest-even with add = 0x7fff +
+ * the lowest kept bit, moments.h's stochastic rounding with add = 16 random bits. */
+AVX2_ALWAYS_INLINE __m256i avx2_bf16_round(__m256 p, __m256i add)
 {
     __m256i x = _mm256_castps_si256(p);
     __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, add), 16);
@@ -37,16 +37,21 @@ AVX2_ALWAYS_INLINE __m128i avx2_bf16_narrow(__m256 p, __m256i add)
     __m256i nan = _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(0x7f800000));
     __m256i qnan = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000)),
                                    _mm256_set1_epi32(0x7fc0));
-    r = _mm256_blendv_epi8(r, qnan, nan);
-    /* Pack 8 x 32-bit (all <= 0xffff) to 16-bit: packus works per 128-bit lane, then gather the halves. */
-    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
-    return _mm256_castsi256_si128(packed);
+    return _mm256_blendv_epi8(r, qnan, nan);
+}
+
+/* Packs two vectors of 8 x 32-bit (all <= 0xffff) to 16-bit: a's eight in the low 128 bits, b's in the
+ * high (packus works per 128-bit lane, then the quarters are put in order). */
+AVX2_ALWAYS_INLINE __m256i avx2_pack16(__m256i a, __m256i b)
+{
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
 }
 
 AVX2_ALWAYS_INLINE __m128i avx2_to_bf16(__m256 p)
 {
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(p), 16), _mm256_set1_epi32(1));
-    return avx2_bf16_narrow(p, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    __m256i r = avx2_bf16_round(p, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    return _mm256_castsi256_si128(avx2_pack16(r, r));
 }
 
 AVX2_ALWAYS_INLINE __m128i avx2_to_half(__m256 p, strata_dtype dtype)
