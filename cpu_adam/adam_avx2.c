@@ -33,20 +33,18 @@ AVX2_ALWAYS_INLINE void run(const adam_consts *c, const adam_arrays *a, size_t b
         _mm_sfence();
     if (i == end)
         return;
-    size_t n = end - i, gb = strata_dtype_bytes(gd), pb = strata_dtype_bytes(pd);
-    float p[8] = {0}, m[8] = {0}, v[8] = {0};
-    _Alignas(32) unsigned char g[32] = {0}, out[32] = {0};
-    memcpy(p, a->master + i, n * 4);
+    size_t n = end - i;
+    float m[8] = {0}, v[8] = {0};
     memcpy(m, a->exp_avg + i, n * 4);
     memcpy(v, a->exp_avg_sq + i, n * 4);
-    memcpy(g, (const char *)a->grad + i * gb, n * gb);
-    adam_arrays tail = {p, m, v, g, pd == STRATA_DTYPE_NONE ? NULL : out, gd, pd, false};
-    step8(c, &tail, 0, gd, pd, l2, false);
-    memcpy(a->master + i, p, n * 4);
+    avx2_tail t;
+    avx2_tail_load(&t, a, i, n);
+    t.a.exp_avg = m;
+    t.a.exp_avg_sq = v;
+    step8(c, &t.a, 0, gd, pd, l2, false);
+    avx2_tail_store(&t, a, i, n);
     memcpy(a->exp_avg + i, m, n * 4);
     memcpy(a->exp_avg_sq + i, v, n * 4);
-    if (pb)
-        memcpy((char *)a->param + i * pb, out, n * pb);
 }
 
 #define RUN(G, P, l2) run(c, a, begin, end, G, P, l2)

@@ -86,22 +86,17 @@ AVX2_ALWAYS_INLINE void bf16_run(const adam_consts *c_in, const adam_arrays *a_i
         _mm_sfence();
     if (i == end)
         return;
-    size_t n = end - i, gb = strata_dtype_bytes(gd), pb = strata_dtype_bytes(pd);
-    float p[8] = {0};
+    size_t n = end - i;
     uint16_t m[8] = {0}, v[8] = {0};
-    _Alignas(32) unsigned char g[32] = {0}, out[32] = {0};
-    memcpy(p, a->master + i, n * 4);
     memcpy(m, mo->m + i, n * 2);
     memcpy(v, mo->v + i, n * 2);
-    memcpy(g, (const char *)a->grad + i * gb, n * gb);
-    adam_arrays tail = {p, NULL, NULL, g, pd == STRATA_DTYPE_NONE ? NULL : out, gd, pd, false};
+    avx2_tail t;
+    avx2_tail_load(&t, a, i, n);
     adam_bf16_moments tail_mo = {m, v, mo->key};
-    bf16_step8(c, &tail, &tail_mo, 0, i, sr_lane_keys(mo->key, i), gd, pd, l2, false);
-    memcpy(a->master + i, p, n * 4);
+    bf16_step8(c, &t.a, &tail_mo, 0, i, sr_lane_keys(mo->key, i), gd, pd, l2, false);
+    avx2_tail_store(&t, a, i, n);
     memcpy(mo->m + i, m, n * 2);
     memcpy(mo->v + i, v, n * 2);
-    if (pb)
-        memcpy((char *)a->param + i * pb, out, n * pb);
 }
 
 #define BF16_RUN(G, P, l2) bf16_run(c, a, mo, begin, end, G, P, l2)
@@ -222,17 +217,11 @@ AVX2_ALWAYS_INLINE void quantize_block(const moments_q8_map *map, const float *x
 AVX2_ALWAYS_INLINE void q8_tail(const adam_consts *c, const adam_arrays *a, q8_block *b, size_t i, size_t k, size_t n,
                                 strata_dtype gd, strata_dtype pd, bool l2)
 {
-    size_t gb = strata_dtype_bytes(gd), pb = strata_dtype_bytes(pd);
-    float p[8] = {0};
-    _Alignas(32) unsigned char g[32] = {0}, out[32] = {0};
-    memcpy(p, a->master + i, n * 4);
-    memcpy(g, (const char *)a->grad + i * gb, n * gb);
-    adam_arrays tail = {p, NULL, NULL, g, pd == STRATA_DTYPE_NONE ? NULL : out, gd, pd, false};
+    avx2_tail t;
+    avx2_tail_load(&t, a, i, n);
     __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    q8_update8(c, &tail, b, 0, k, valid, gd, pd, l2, false);
-    memcpy(a->master + i, p, n * 4);
-    if (pb)
-        memcpy((char *)a->param + i * pb, out, n * pb);
+    q8_update8(c, &t.a, b, 0, k, valid, gd, pd, l2, false);
+    avx2_tail_store(&t, a, i, n);
 }
 
 AVX2_ALWAYS_INLINE void q8_run(const adam_consts *c_in, const adam_arrays *a_in, const adam_q8_moments *mo_in,

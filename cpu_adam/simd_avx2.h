@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cpu_adam/adam.h"
 #include "strata.h"
@@ -97,6 +98,33 @@ AVX2_ALWAYS_INLINE void avx2_adam_update(const adam_consts *c, __m256 g, __m256 
     __m256 pd = _mm256_mul_ps(*p, _mm256_set1_ps(c->decay));
     ADAM_KEEP_ROUNDED(pd);
     *p = _mm256_add_ps(pd, upd);
+}
+
+/* A tail of n < 8 elements at i run through the 8-lane code: zero-padded local copies of the master
+ * weights, gradient and parameter copy, with `a` addressing them from 0 (its moment pointers are left to
+ * the kernel). Used in place: `a` points into the struct. */
+typedef struct avx2_tail {
+    float p[8];
+    _Alignas(32) unsigned char g[32], out[32];
+    adam_arrays a;
+} avx2_tail;
+
+AVX2_ALWAYS_INLINE void avx2_tail_load(avx2_tail *t, const adam_arrays *a, size_t i, size_t n)
+{
+    size_t gb = strata_dtype_bytes(a->grad_dtype);
+    memset(t, 0, sizeof *t);
+    memcpy(t->p, a->master + i, n * 4);
+    memcpy(t->g, (const char *)a->grad + i * gb, n * gb);
+    t->a = (adam_arrays){t->p, NULL, NULL, t->g, a->param_dtype == STRATA_DTYPE_NONE ? NULL : t->out,
+                         a->grad_dtype, a->param_dtype, false};
+}
+
+AVX2_ALWAYS_INLINE void avx2_tail_store(const avx2_tail *t, const adam_arrays *a, size_t i, size_t n)
+{
+    size_t pb = strata_dtype_bytes(a->param_dtype);
+    memcpy(a->master + i, t->p, n * 4);
+    if (pb)
+        memcpy((char *)a->param + i * pb, t->out, n * pb);
 }
 
 #endif
