@@ -67,6 +67,33 @@ static void bucket_range(uint32_t idx, float *lowest, float *highest)
     *highest = neg ? -small : large;
 }
 
+/* The entry of bucket idx (moments.h): the midpoints below it, and the low bits of the one inside it. */
+static uint32_t bucket_entry(const moments_q8_map *map, uint32_t idx)
+{
+    float lowest, highest;
+    bucket_range(idx, &lowest, &highest);
+    uint32_t first = 0;
+    while (first < 255 && map->mid[first] < lowest)
+        first++;
+    bool neg = idx < MOMENTS_Q8_BUCKETS;
+    uint32_t key = neg ? MOMENTS_Q8_BUCKETS - 1 - idx : idx - MOMENTS_Q8_BUCKETS;
+    bool clamped = key == 0 || key == MOMENTS_Q8_BUCKETS - 1;
+    bool inside = map->mid[first] < highest;
+    /* One compare decides only if the next midpoint lies above the whole bucket; in a clamped bucket the
+     * low bits do not order the values, so no midpoint may lie inside. */
+    if ((inside && clamped) || (first < 255 && map->mid[first + 1] < highest)) {
+        fprintf(stderr, "strata: the 8-bit moment map has a midpoint the bucket search cannot place (bucket %u)\n", idx);
+        abort();
+    }
+    uint32_t low = MOMENTS_Q8_BUCKET_LOW_BITS;
+    if (inside) {
+        uint32_t bits;
+        memcpy(&bits, &map->mid[first], sizeof bits);
+        low = (bits & MOMENTS_Q8_BUCKET_LOW_BITS) ^ (neg ? MOMENTS_Q8_BUCKET_LOW_BITS : 0);
+    }
+    return first | low << 16;
+}
+
 static void make_map(moments_q8_map *map, bool is_signed)
 {
     make_codes(map->code, is_signed);
@@ -76,30 +103,8 @@ static void make_map(moments_q8_map *map, bool is_signed)
             map->zero = (uint8_t)k;
     }
     map->mid[255] = INFINITY;
-    for (uint32_t idx = 0; idx < 2 * MOMENTS_Q8_BUCKETS; idx++) {
-        float lowest, highest;
-        bucket_range(idx, &lowest, &highest);
-        uint32_t first = 0;
-        while (first < 255 && map->mid[first] < lowest)
-            first++;
-        bool neg = idx < MOMENTS_Q8_BUCKETS;
-        uint32_t key = neg ? MOMENTS_Q8_BUCKETS - 1 - idx : idx - MOMENTS_Q8_BUCKETS;
-        bool clamped = key == 0 || key == MOMENTS_Q8_BUCKETS - 1;
-        bool inside = map->mid[first] < highest;
-        /* One compare decides only if the next midpoint lies above the whole bucket; in a clamped bucket
-         * the low bits do not order the values, so no midpoint may lie inside. */
-        if ((inside && clamped) || (first < 255 && map->mid[first + 1] < highest)) {
-            fprintf(stderr, "strata: the 8-bit moment map has a midpoint the bucket search cannot place (bucket %u)\n", idx);
-            abort();
-        }
-        uint32_t low = MOMENTS_Q8_BUCKET_LOW_BITS;
-        if (inside) {
-            uint32_t bits;
-            memcpy(&bits, &map->mid[first], sizeof bits);
-            low = (bits & MOMENTS_Q8_BUCKET_LOW_BITS) ^ (neg ? MOMENTS_Q8_BUCKET_LOW_BITS : 0);
-        }
-        map->bucket[idx] = first | low << 16;
-    }
+    for (uint32_t idx = 0; idx < 2 * MOMENTS_Q8_BUCKETS; idx++)
+        map->bucket[idx] = bucket_entry(map, idx);
 }
 
 static moments_q8_map signed_map, unsigned_map;

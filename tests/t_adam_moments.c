@@ -166,7 +166,6 @@ static void cs_copy(cstate *dst, const cstate *src)
 /* Random moments in both compressed forms, and their fp32 values in s.m / s.v (bf16 ones). */
 static void cs_fill_moments(cstate *c)
 {
-    const moments_q8_map *sm = moments_q8_signed(), *um = moments_q8_unsigned();
     for (size_t b = 0; b < blocks_of(c->s.n); b++) {
         c->qms[b] = (float)pow(10.0, -6.0 + 5.0 * t_rand_unit());
         c->qvs[b] = (float)pow(10.0, -10.0 + 9.0 * t_rand_unit());
@@ -181,8 +180,6 @@ static void cs_fill_moments(cstate *c)
         c->qm[i] = (uint8_t)t_rand_range(0, 255);
         c->qv[i] = (uint8_t)t_rand_range(0, 255);
     }
-    (void)sm;
-    (void)um;
 }
 
 static adam_arrays cs_arrays(cstate *c)
@@ -241,15 +238,77 @@ static float q8_max_gap(const moments_q8_map *map)
     return gap;
 }
 
+static bool weights_differ(const cstate *got, const cstate *want, size_t i)
+{
+    return !ta_same(got->s.master[i], want->s.master[i]) ||
+           (got->s.param && !ta_same(ta_param_at(&got->s, i), ta_param_at(&want->s, i)));
+}
+
+/* bf16: fp holds the bf16 moments of c widened; after one step each stored moment must be the fp32 result
+ * rounded down or up (in magnitude). */
+static void one_step_bf16(const cstate *c, cstate *fp, cstate *b, const adam_consts *k, const char *what)
+{
+    size_t n = c->s.n, bad_w = 0, bad_m = 0;
+    cs_copy(fp, c);
+    adam_arrays af = {fp->s.master, fp->s.m, fp->s.v, fp->s.grad, fp->s.param, fp->s.gd, fp->s.pd, false};
+    adam_step_ref(k, &af, 0, n);
+    cs_copy(b, c);
+    run_bf16(adam_step_bf16_ref, k, b, moments_sr_key(1, 3), 0, n);
+    for (size_t i = 0; i < n; i++) {
+        bad_w += weights_differ(b, fp, i);
+        uint16_t want[2] = {(uint16_t)(cvt_f32_bits(fp->s.m[i]) >> 16), (uint16_t)(cvt_f32_bits(fp->s.v[i]) >> 16)};
+        uint16_t got[2] = {b->bm[i], b->bv[i]};
+        for (int j = 0; j < 2; j++)
+            if (got[j] != want[j] && got[j] != (uint16_t)(want[j] + 1) && bad_m++ < 5)
+                t_fail(__FILE__, __LINE__, "%s bf16: element %zu %s: fp32 %a, bf16 %a: not one of its two neighbours",
+                       what, i, j ? "v" : "m", j ? fp->s.v[i] : fp->s.m[i], cvt_bf16_to_f32(got[j]));
+    }
+    T_CHECK(bad_w == 0, "%s bf16: %zu master or param values differ from adam_step_ref", what, bad_w);
+    t_checks++;
+}
+
+/* 8-bit: fp holds the 8-bit moments of c dequantized; after one step each stored moment must be within
+ * half the map's largest gap (times the block's new scale) of the fp32 result. */
+static void one_step_q8(const cstate *c, cstate *fp, cstate *b, const adam_consts *k, const char *what)
+{
+    const moments_q8_map *map[2] = {moments_q8_signed(), moments_q8_unsigned()};
+    size_t n = c->s.n, bad_w = 0, bad_m = 0;
+    cs_copy(fp, c);
+    for (size_t i = 0; i < n; i++) {
+        fp->s.m[i] = moments_q8_dequantize(map[0], c->qm[i], c->qms[i / MOMENTS_Q8_BLOCK]);
+        fp->s.v[i] = moments_q8_dequantize(map[1], c->qv[i], c->qvs[i / MOMENTS_Q8_BLOCK]);
+    }
+    adam_arrays af = {fp->s.master, fp->s.m, fp->s.v, fp->s.grad, fp->s.param, fp->s.gd, fp->s.pd, false};
+    adam_step_ref(k, &af, 0, n);
+    cs_copy(b, c);
+    run_q8(adam_step_q8_ref, k, b, 0, n);
+    float gap[2] = {q8_max_gap(map[0]) / 2, q8_max_gap(map[1]) / 2};
+    for (size_t i = 0; i < n; i++) {
+        bad_w += weights_differ(b, fp, i);
+        size_t blk = i / MOMENTS_Q8_BLOCK;
+        float want[2] = {fp->s.m[i], fp->s.v[i]}, scale[2] = {b->qms[blk], b->qvs[blk]};
+        uint8_t q[2] = {b->qm[i], b->qv[i]};
+        for (int j = 0; j < 2; j++) {
+            float got = moments_q8_dequantize(map[j], q[j], scale[j]);
+            float bound = gap[j] * scale[j] * 1.0001f; /* the fp32 roundings of code, reciprocal and product */
+            if (!(fabsf(got - want[j]) <= bound) && bad_m++ < 5)
+                t_fail(__FILE__, __LINE__, "%s q8: element %zu %s: fp32 %a, 8-bit %a (scale %a): off by more than %a",
+                       what, i, j ? "v" : "m", want[j], got, scale[j], bound);
+        }
+    }
+    T_CHECK(bad_w == 0, "%s q8: %zu master or param values differ from adam_step_ref", what, bad_w);
+    t_checks++;
+}
+
 /* From the same decoded state, one step: master and parameter copy bit for bit as adam_step_ref(); the
  * moments within the form's rounding of the fp32 reference's. */
 static void one_step(const strata_adam_hparams *hp, strata_dtype gd, strata_dtype pd)
 {
-    const moments_q8_map *sm = moments_q8_signed(), *um = moments_q8_unsigned();
     size_t n = t_rand_range(1, 3 * MOMENTS_Q8_BLOCK + 100);
-    cstate c, fp;
+    cstate c, fp, b;
     cs_alloc(&c, n, gd, pd);
     cs_alloc(&fp, n, gd, pd);
+    cs_alloc(&b, n, gd, pd);
     /* No special values: a weight of 3e38 with L2 decay overflows v, and its block reads back NaN. */
     for (size_t i = 0; i < n; i++)
         c.s.master[i] = t_rand_normal() * 0.5f;
@@ -257,57 +316,11 @@ static void one_step(const strata_adam_hparams *hp, strata_dtype gd, strata_dtyp
     cs_fill_moments(&c);
     adam_consts k;
     adam_consts_init(&k, hp, 3, 0.5);
-    adam_arrays af = {fp.s.master, fp.s.m, fp.s.v, fp.s.grad, fp.s.param, gd, pd, false};
     char what[120];
     snprintf(what, sizeof what, "one step n=%zu grad=%s param=%s wd=%g", n, strata_dtype_name(gd),
              strata_dtype_name(pd), hp->weight_decay);
-
-    /* bf16: s.m / s.v hold the bf16 moments widened. */
-    cs_copy(&fp, &c);
-    adam_step_ref(&k, &af, 0, n);
-    cstate b;
-    cs_alloc(&b, n, gd, pd);
-    cs_copy(&b, &c);
-    run_bf16(adam_step_bf16_ref, &k, &b, moments_sr_key(1, 3), 0, n);
-    size_t bad_w = 0, bad_m = 0;
-    for (size_t i = 0; i < n; i++) {
-        bad_w += !ta_same(b.s.master[i], fp.s.master[i]) || (pd != STRATA_DTYPE_NONE && !ta_same(ta_param_at(&b.s, i), ta_param_at(&fp.s, i)));
-        uint16_t want[2] = {(uint16_t)(cvt_f32_bits(fp.s.m[i]) >> 16), (uint16_t)(cvt_f32_bits(fp.s.v[i]) >> 16)};
-        uint16_t got[2] = {b.bm[i], b.bv[i]};
-        for (int j = 0; j < 2; j++)
-            if (got[j] != want[j] && got[j] != (uint16_t)(want[j] + 1) && bad_m++ < 5)
-                t_fail(__FILE__, __LINE__, "%s bf16: element %zu %s: fp32 %a, bf16 %a: not one of its two neighbours",
-                       what, i, j ? "v" : "m", j ? fp.s.v[i] : fp.s.m[i], cvt_bf16_to_f32(got[j]));
-    }
-    T_CHECK(bad_w == 0, "%s bf16: %zu master or param values differ from adam_step_ref", what, bad_w);
-    t_checks++;
-
-    /* 8-bit: s.m / s.v hold the 8-bit moments dequantized. */
-    for (size_t i = 0; i < n; i++) {
-        fp.s.master[i] = c.s.master[i];
-        fp.s.m[i] = moments_q8_dequantize(sm, c.qm[i], c.qms[i / MOMENTS_Q8_BLOCK]);
-        fp.s.v[i] = moments_q8_dequantize(um, c.qv[i], c.qvs[i / MOMENTS_Q8_BLOCK]);
-    }
-    adam_step_ref(&k, &af, 0, n);
-    cs_copy(&b, &c);
-    run_q8(adam_step_q8_ref, &k, &b, 0, n);
-    bad_w = bad_m = 0;
-    float gap[2] = {q8_max_gap(sm) / 2, q8_max_gap(um) / 2};
-    for (size_t i = 0; i < n; i++) {
-        bad_w += !ta_same(b.s.master[i], fp.s.master[i]) || (pd != STRATA_DTYPE_NONE && !ta_same(ta_param_at(&b.s, i), ta_param_at(&fp.s, i)));
-        size_t blk = i / MOMENTS_Q8_BLOCK;
-        float want[2] = {fp.s.m[i], fp.s.v[i]};
-        float scale[2] = {b.qms[blk], b.qvs[blk]};
-        float got[2] = {moments_q8_dequantize(sm, b.qm[i], scale[0]), moments_q8_dequantize(um, b.qv[i], scale[1])};
-        for (int j = 0; j < 2; j++) {
-            float bound = gap[j] * scale[j] * 1.0001f; /* the fp32 roundings of code, reciprocal and product */
-            if (!(fabsf(got[j] - want[j]) <= bound) && bad_m++ < 5)
-                t_fail(__FILE__, __LINE__, "%s q8: element %zu %s: fp32 %a, 8-bit %a (scale %a): off by more than %a",
-                       what, i, j ? "v" : "m", want[j], got[j], scale[j], bound);
-        }
-    }
-    T_CHECK(bad_w == 0, "%s q8: %zu master or param values differ from adam_step_ref", what, bad_w);
-    t_checks++;
+    one_step_bf16(&c, &fp, &b, &k, what);
+    one_step_q8(&c, &fp, &b, &k, what);
     cs_free(&b);
     cs_free(&c);
     cs_free(&fp);
