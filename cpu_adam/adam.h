@@ -11,7 +11,9 @@
  * Files: adam_<isa>.c the step, gradstats_<isa>.c the gradient pre-pass, roofline_<isa>.c the benchmark's
  * same-shape roofline (the scalar ones all in adam_ref.c), simd_<isa>.h their shared loads, stores and
  * conversions, base/half.h the scalar rounding spec, dispatch.c the choice of ISA, driver.[ch] the OpenMP
- * team, api.c the public strata_adam_* functions.
+ * team, api.c the public strata_adam_* functions. adam_scalar.h is the scalar element all references share;
+ * moments.[ch] the compressed moment forms (bf16 with stochastic rounding, 8-bit block-wise) and
+ * adam_moments*.[ch] the steps that keep m and v in them (not yet in the kernel table or the engine).
  */
 #ifndef STRATA_CPU_ADAM_ADAM_H
 #define STRATA_CPU_ADAM_ADAM_H

@@ -14,18 +14,7 @@ AVX2_ALWAYS_INLINE void step8(const adam_consts *c, const adam_arrays *a, size_t
 {
     float *pm = a->master + i, *mm = a->exp_avg + i, *vm = a->exp_avg_sq + i;
     __m256 p = _mm256_loadu_ps(pm), m = _mm256_loadu_ps(mm), v = _mm256_loadu_ps(vm);
-    __m256 g = _mm256_mul_ps(avx2_load_grad(a->grad, gd, i), _mm256_set1_ps(c->grad_scale));
-    if (l2)
-        g = _mm256_fmadd_ps(p, _mm256_set1_ps(c->l2), g);
-    m = _mm256_fmadd_ps(g, _mm256_set1_ps(c->one_minus_beta1), _mm256_mul_ps(m, _mm256_set1_ps(c->beta1)));
-    v = _mm256_fmadd_ps(_mm256_mul_ps(g, _mm256_set1_ps(c->one_minus_beta2)), g,
-                        _mm256_mul_ps(v, _mm256_set1_ps(c->beta2)));
-    __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), _mm256_set1_ps(c->bc2_sqrt)),
-                                 _mm256_set1_ps(c->eps));
-    __m256 upd = _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(c->neg_step), m), denom);
-    p = _mm256_mul_ps(p, _mm256_set1_ps(c->decay));
-    ADAM_KEEP_ROUNDED(p);
-    p = _mm256_add_ps(p, upd);
+    avx2_adam_update(c, avx2_load_grad(a->grad, gd, i), &p, &m, &v, l2);
     _mm256_storeu_ps(pm, p);
     _mm256_storeu_ps(mm, m);
     _mm256_storeu_ps(vm, v);
@@ -44,20 +33,18 @@ AVX2_ALWAYS_INLINE void run(const adam_consts *c, const adam_arrays *a, size_t b
         _mm_sfence();
     if (i == end)
         return;
-    size_t n = end - i, gb = strata_dtype_bytes(gd), pb = strata_dtype_bytes(pd);
-    float p[8] = {0}, m[8] = {0}, v[8] = {0};
-    _Alignas(32) unsigned char g[32] = {0}, out[32] = {0};
-    memcpy(p, a->master + i, n * 4);
+    size_t n = end - i;
+    float m[8] = {0}, v[8] = {0};
     memcpy(m, a->exp_avg + i, n * 4);
     memcpy(v, a->exp_avg_sq + i, n * 4);
-    memcpy(g, (const char *)a->grad + i * gb, n * gb);
-    adam_arrays tail = {p, m, v, g, pd == STRATA_DTYPE_NONE ? NULL : out, gd, pd, false};
-    step8(c, &tail, 0, gd, pd, l2, false);
-    memcpy(a->master + i, p, n * 4);
+    avx2_tail t;
+    avx2_tail_load(&t, a, i, n);
+    t.a.exp_avg = m;
+    t.a.exp_avg_sq = v;
+    step8(c, &t.a, 0, gd, pd, l2, false);
+    avx2_tail_store(&t, a, i, n);
     memcpy(a->exp_avg + i, m, n * 4);
     memcpy(a->exp_avg_sq + i, v, n * 4);
-    if (pb)
-        memcpy((char *)a->param + i * pb, out, n * pb);
 }
 
 #define RUN(G, P, l2) run(c, a, begin, end, G, P, l2)

@@ -22,8 +22,7 @@
  */
 #include <math.h>
 
-#include "cpu_adam/adam.h"
-#include "base/half.h"
+#include "cpu_adam/adam_scalar.h"
 
 void adam_consts_init(adam_consts *c, const strata_adam_hparams *hp, int64_t step, double grad_scale)
 {
@@ -45,42 +44,12 @@ void adam_consts_init(adam_consts *c, const strata_adam_hparams *hp, int64_t ste
     c->l2 = c->use_l2 ? (float)hp->weight_decay : 0.0f;
 }
 
-static float load_grad(const void *grad, strata_dtype dtype, size_t i)
-{
-    switch (dtype) {
-    case STRATA_DTYPE_BF16: return cvt_bf16_to_f32(((const uint16_t *)grad)[i]);
-    case STRATA_DTYPE_FP16: return cvt_fp16_to_f32(((const uint16_t *)grad)[i]);
-    default: return ((const float *)grad)[i];
-    }
-}
-
-static void store_param(void *param, strata_dtype dtype, size_t i, float p)
-{
-    switch (dtype) {
-    case STRATA_DTYPE_FP32: ((float *)param)[i] = p; break;
-    case STRATA_DTYPE_BF16: ((uint16_t *)param)[i] = cvt_f32_to_bf16(p); break;
-    case STRATA_DTYPE_FP16: ((uint16_t *)param)[i] = cvt_f32_to_fp16(p); break;
-    default: break;
-    }
-}
-
 void adam_step_ref(const adam_consts *c, const adam_arrays *a, size_t begin, size_t end)
 {
     for (size_t i = begin; i < end; i++) {
-        float p = a->master[i];
-        float g = load_grad(a->grad, a->grad_dtype, i) * c->grad_scale;
-        if (c->use_l2)
-            g = fmaf(p, c->l2, g);
-        float m = fmaf(g, c->one_minus_beta1, a->exp_avg[i] * c->beta1);
-        float v = fmaf(g * c->one_minus_beta2, g, a->exp_avg_sq[i] * c->beta2);
-        float denom = sqrtf(v) / c->bc2_sqrt + c->eps;
-        p = p * c->decay;
-        ADAM_KEEP_ROUNDED(p);
-        p = p + (c->neg_step * m) / denom;
-        a->master[i] = p;
-        a->exp_avg[i] = m;
-        a->exp_avg_sq[i] = v;
-        store_param(a->param, a->param_dtype, i, p);
+        adam_update_element(c, adam_load_grad(a->grad, a->grad_dtype, i), &a->master[i], &a->exp_avg[i],
+                            &a->exp_avg_sq[i]);
+        adam_store_param(a->param, a->param_dtype, i, a->master[i]);
     }
 }
 
@@ -89,7 +58,7 @@ void adam_gradstats_ref(const void *grad, strata_dtype dtype, size_t begin, size
     double sum = 0.0;
     bool bad = false;
     for (size_t i = begin; i < end; i++) {
-        float g = load_grad(grad, dtype, i);
+        float g = adam_load_grad(grad, dtype, i);
         bad |= !isfinite(g);
         sum += (double)(g * g);
     }
@@ -106,10 +75,10 @@ void adam_roofline_ref(const adam_arrays *a, size_t begin, size_t end, adam_stor
     volatile float *pm = a->master, *mm = a->exp_avg, *vm = a->exp_avg_sq;
     for (size_t i = begin; i < end; i++) {
         float p = pm[i], m = mm[i], v = vm[i];
-        float g = load_grad(a->grad, a->grad_dtype, i);
+        float g = adam_load_grad(a->grad, a->grad_dtype, i);
         pm[i] = p;
         mm[i] = m;
         vm[i] = v;
-        store_param(a->param, a->param_dtype, i, g == g ? p : g);
+        adam_store_param(a->param, a->param_dtype, i, g == g ? p : g);
     }
 }
