@@ -7,7 +7,10 @@
 # the config below in turn (the host cache off, the defaults, then the optimizer step in backward).
 #
 # usage: benchmarks/scale.sh [--json] [--steps N] [--dir DIR]   (needs ~52 GiB free in DIR; removed at the end)
-#   SCALE_VARIANTS: the variants, one "name|strata section members" per line
+#   SCALE_VARIANTS: the variants, one "name|strata section members|top-level members" per line (the third optional:
+#                   e.g. "gradient_clipping": 1.0)
+#   SCALE_LAYERS:   transformer layers (default 32: 3.05 billion parameters; 16: 1.55 billion, for a disk that cannot
+#                   hold the 3B model's state twice, which step in backward with clipping keeps)
 #   STRATA_BIN: the strata binary (default build/strata)
 set -euo pipefail
 
@@ -19,7 +22,8 @@ mkdir -p "$dir"
 out=$(mktemp -d)
 trap 'rm -rf "$out" "$dir"' EXIT INT TERM
 free_gib=$(df -B1G --output=avail "$dir" | tail -1 | tr -d ' ')
-[ "$free_gib" -ge 53 ] || { echo "scale.sh: $dir has $free_gib GiB free; the run needs about 53 GiB" >&2; exit 2; }
+need_gib=$(((53 * ${SCALE_LAYERS:-32} + 31) / 32)) # strata itself refuses a variant that needs more (clipping in backward)
+[ "$free_gib" -ge "$need_gib" ] || { echo "scale.sh: $dir has $free_gib GiB free; the run needs about $need_gib GiB" >&2; exit 2; }
 
 # Each variant is "name|strata section members": the same run under each, one after the other, so every figure has
 # the engine without its newer features beside it (the host cache off reads every fetch and step from NVMe, as
@@ -27,7 +31,7 @@ free_gib=$(df -B1G --output=avail "$dir" | tail -1 | tr -d ' ')
 variants=${SCALE_VARIANTS:-'host cache off|"host_cache": false
 default config|
 step in backward|"step_in_backward": true'}
-model=(--layers 32 --hidden 2816 --heads 32 --vocab 256 --context 64 --seq 32 --batch 1)
+model=(--layers "${SCALE_LAYERS:-32}" --hidden 2816 --heads 32 --vocab 256 --context 64 --seq 32 --batch 1)
 budgets=(--device-budget 2GiB --host-budget 8GiB)
 
 bench_machine
@@ -38,17 +42,17 @@ echo "config:  {\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 500000
 echo "nvme:    $dir ($(df -T "$dir" | awk 'NR==2{print $2}'), $free_gib GiB free)"
 
 fail=0
-while IFS='|' read -r name members; do
+while IFS='|' read -r name members top; do
     [ -n "$name" ] || continue
     rm -rf "${dir:?}"/* 2>/dev/null || true
     cat >"$out/config.json" <<JSON
-{"zero_optimization": {"stage": 3, "sub_group_size": 50000000},
+{"zero_optimization": {"stage": 3, "sub_group_size": 50000000},${top:+ $top,}
  "strata": {"swap_checksum": true${members:+, $members}}}
 JSON
     cmd=("$bin" train "${model[@]}" --dtype bf16 --offload nvme --nvme-dir "$dir" "${budgets[@]}" --config "$out/config.json"
         --steps "$steps" --warmup "$steps" --lr 3e-5 --seed 5 --threads "$(nproc)" --log-jsonl "$out/log.jsonl")
     echo
-    echo "== variant: $name (strata: {\"swap_checksum\": true${members:+, $members}})"
+    echo "== variant: $name (strata: {\"swap_checksum\": true${members:+, $members}}${top:+; $top})"
     t0=$(date +%s.%N)
     rc=0
     /usr/bin/time -v -o "$out/time.txt" "${cmd[@]}" >"$out/train.out" 2>&1 || rc=$?
@@ -64,11 +68,12 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 rss = int(sys.argv[2]) * 1024
 params_m, t0, t1, want_json, name = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), sys.argv[6] == "1", sys.argv[7]
 wrong = sum(not math.isfinite(r["loss"]) for r in rows)
-print(f"{'step':>4} {'loss':>8} {'seconds':>9} {'stall s':>8} {'optimizer s':>11} {'NVMe read GB':>12} {'NVMe write GB':>13} {'cache read GB':>13} {'#wrong':>6}")
+print(f"{'step':>4} {'loss':>8} {'seconds':>9} {'stall s':>8} {'optimizer s':>11} {'NVMe read GB':>12} {'NVMe write GB':>13} {'cache read GB':>13} {'redone':>6} {'#wrong':>6}")
 for r in rows:
     print(f"{r['step']:>4} {r['loss']:8.4f} {r['step_s']:9.1f} {r['stall_s']:8.1f} {r['optimizer_s']:11.1f} "
           f"{r['nvme_to_host_bytes'] / 1e9:12.2f} {r['host_to_nvme_bytes'] / 1e9:13.2f} "
-          f"{r.get('host_cache_read_bytes', 0) / 1e9:13.2f} {int(not math.isfinite(r['loss'])):>6}")
+          f"{r.get('host_cache_read_bytes', 0) / 1e9:13.2f} {'yes' if r.get('redone') else 'no':>6} "
+          f"{int(not math.isfinite(r['loss'])):>6}")
 per_step = sum(r["step_s"] for r in rows) / len(rows)
 io = sum(r["nvme_to_host_bytes"] + r["host_to_nvme_bytes"] for r in rows) / len(rows)
 print(f"{name}: parameters {params_m / 1000:.2f} billion; peak RSS {rss / 2**30:.2f} GiB (host budget 8 GiB + device "

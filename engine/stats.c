@@ -30,6 +30,9 @@ STRATA_API strata_status strata_stats_get_sized(strata_engine *e, strata_stats *
     residency_stats(e->res, &out->fetches, &out->prefetch_hits, &out->stall_ns);
     out->adam_ns = atomic_load(&e->ctr.adam_ns);
     out->step_io_wait_ns = atomic_load(&e->ctr.step_io_wait_ns);
+    out->steps_redone = atomic_load(&e->ctr.steps_redone);
+    out->redo_ns = atomic_load(&e->ctr.redo_ns);
+    out->redo_nvme_bytes = atomic_load(&e->ctr.redo_nvme_bytes);
     out->nvme_to_host_bytes = atomic_load(&e->tiers.ctr.nvme_read_bytes);
     out->host_to_device_bytes = atomic_load(&e->ctr.host_to_device);
     out->device_to_host_bytes = atomic_load(&e->ctr.device_to_host);

@@ -760,6 +760,10 @@ typedef struct strata_stats {
      * "0,2,4-6", "..." when longer; "" when unbound): strata_engine_adam_cores, for a report. */
     int adam_threads;
     char adam_cores[124];
+    /* strata.step_in_backward with gradient_clipping: the updates run during backward as if clipping will not
+     * trigger; a step where it did is redone at strata_step from the kept state (every update again, clipped).
+     * The steps redone, the time the redos took and the NVMe bytes they moved (reads and writes). */
+    uint64_t steps_redone, redo_ns, redo_nvme_bytes;
 } strata_stats;
 
 /* Fills out with the counters since the engine was created. strata_stats only ever grows at its end: a caller

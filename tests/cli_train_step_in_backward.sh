@@ -2,7 +2,8 @@
 # `strata train` with {"strata": {"step_in_backward": true}}: the GPT model (its embeddings handed over twice a step,
 # at the tied head and in backward) ends with weights bit-identical to the ordinary step's and the same losses, with
 # everything in host memory (fp32 and bf16) and with parameters, optimizer state and the gradient store on NVMe,
-# where a step writes 4 bytes per parameter less to the drive (the store is never written); --grad-accum 2 and fp16
+# where a step writes 4 bytes per parameter less to the drive (the store is never written), and on NVMe with gradient
+# clipping (the updates speculate; a step where it triggers is redone, counted in the log); --grad-accum 2 and fp16
 # are refused with their messages; --step-in-backward sets the key.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
@@ -16,6 +17,8 @@ printf '{}' >"$scratch/ordinary.json"
 printf '{"strata": {"step_in_backward": true}}' >"$scratch/sib.json"
 printf '{"strata": {"host_cache": false, "gradients_on_nvme": true}}' >"$scratch/ordinary-nvme.json"
 printf '{"strata": {"host_cache": false, "gradients_on_nvme": true, "step_in_backward": true}}' >"$scratch/sib-nvme.json"
+printf '{"gradient_clipping": %s}' "${STRATA_TEST_CLIP:-1.0}" >"$scratch/ordinary-clip.json"
+printf '{"gradient_clipping": %s, "strata": {"step_in_backward": true}}' "${STRATA_TEST_CLIP:-1.0}" >"$scratch/sib-clip.json"
 common=(train --model tiny --steps 4 --batch 2 --seq 32 --seed "$seed" --threads 2 --device host --quiet)
 
 check "grad-accum 2" 1 "the module's gradients were already handed over in this step and its update has started" -- \
@@ -29,7 +32,8 @@ check "the flag with fp16" 1 "strata.step_in_backward = true with fp16.enabled =
 
 mkdir -p "$scratch/nvme-ordinary" "$scratch/nvme-sib"
 # NAME SUFFIX FLAGS...
-places=("fp32 '' --dtype fp32" "bf16 '' --dtype bf16" "nvme -nvme --dtype bf16 --offload nvme --nvme-dir $scratch/nvme-MODE")
+places=("fp32 '' --dtype fp32" "bf16 '' --dtype bf16" "nvme -nvme --dtype bf16 --offload nvme --nvme-dir $scratch/nvme-MODE"
+        "clip -clip --dtype bf16 --offload nvme --nvme-dir $scratch/nvme-MODE")
 for place in "${places[@]}"; do
     eval "set -- $place"
     name=$1 suffix=$2
@@ -53,6 +57,12 @@ print(f"{name}: weights {'bit-identical' if raw['ordinary'] == raw['sib'] else '
       f"{wr['sib']} B (ordinary vs step in backward)")
 assert len(raw["sib"]) > 0 and raw["ordinary"] == raw["sib"], "weights differ"
 assert loss["ordinary"] == loss["sib"], "losses differ"
+if name == "clip":
+    redone = [l["redone"] for l in log["sib"]]
+    summary = open(f"{base}-sib.txt").read()
+    print(f"clip: steps redone {redone}; summary: {[l for l in summary.splitlines() if 'redone' in l]}")
+    assert f"redone      {sum(redone)} of {len(redone)} steps" in summary, "the summary's redone line"
+    assert all(not l["redone"] for l in log["ordinary"]), "the ordinary step logged a redo"
 if name == "nvme":
     params = len(raw["sib"]) // 4
     # The store is padded per module: at least 4 bytes per parameter less.

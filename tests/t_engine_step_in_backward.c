@@ -1,7 +1,8 @@
 /*
  * Step in backward (strata.step_in_backward): each module's update runs during backward from its hand-over's
  * staging, and must give bit for bit what the ordinary step gives from the fp32 gradient store, in every placement
- * and dtype where both apply, over several steps of fresh random data. The store is never written (NVMe writes of
+ * and dtype where both apply, over several steps of fresh random data, also with gradient clipping that triggers
+ * (every step redone) and that does not. The store is never written (NVMe writes of
  * a run with the store on NVMe shrink by exactly the store's bytes). The combinations it refuses and the misuse of
  * its calls each give their message.
  */
@@ -42,8 +43,16 @@ static void compare(const char *label, const synth_opts *o, strata_config c, str
     c.step_in_backward = false;
     T_OK(synth_train(o, &c, &ref, &nref, NULL, &s0));
     c.step_in_backward = true;
-    T_OK(synth_train(o, &c, &w, &n, NULL, &s1));
+    double sib_norms[16];
+    synth_opts sib = *o;
+    if (o->grad_norms)
+        sib.grad_norms = sib_norms;
+    T_OK(synth_train(&sib, &c, &w, &n, NULL, &s1));
+    for (int s = 0; o->grad_norms && s < o->steps; s++)
+        T_CHECK(memcmp(&o->grad_norms[s], &sib_norms[s], sizeof sib_norms[s]) == 0, "%s: step %d's gradient norm "
+                "%.17g in backward, %.17g by the ordinary step", label, s, sib_norms[s], o->grad_norms[s]);
     synth_opts untrained = *o;
+    untrained.grad_norms = NULL;
     untrained.steps = 0;
     T_OK(synth_train(&untrained, &c, &init, &ninit, NULL, NULL));
     if (!ref || !w || !init)
@@ -68,7 +77,38 @@ out:
     free(init);
 }
 
-static void run_placements(strata_dtype dtype)
+/* Clipping in every placement: the updates in backward speculate that it will not trigger, and a step where it
+ * does is redone, clipped (or, once the norm so far makes it certain, the rest wait for strata_step). */
+typedef enum clip_mode {
+    CLIP_OFF,
+    CLIP_NEVER,   /* a threshold above every norm */
+    CLIP_CERTAIN, /* below the first module's norm: certain from the first hand-over, nothing speculates */
+    CLIP_MID,     /* between the steps' norms (found by a probe run): some steps redone, after most modules ran */
+} clip_mode;
+
+static const char *clip_mode_name[] = {"no clipping", "clipping that never triggers", "clipping certain at once",
+                                       "clipping between the steps' norms"};
+
+/* A threshold between the smallest and the largest norm of an unclipped run of o (same data). */
+static double probe_clip(const synth_opts *o, strata_config c)
+{
+    double norms[16] = {0}, lo = 1e300, hi = 0;
+    synth_opts p = *o;
+    p.grad_norms = norms;
+    c.gradient_clipping = 1e30;
+    c.step_in_backward = false;
+    float *w = NULL;
+    size_t n = 0;
+    T_OK(synth_train(&p, &c, &w, &n, NULL, NULL));
+    free(w);
+    for (int s = 0; s < o->steps; s++) {
+        lo = norms[s] < lo ? norms[s] : lo;
+        hi = norms[s] > hi ? norms[s] : hi;
+    }
+    return (lo + hi) / 2;
+}
+
+static void run_placements(strata_dtype dtype, clip_mode mode)
 {
     for (size_t p = 0; p < synth_placement_count; p++) {
         synth_opts o;
@@ -77,9 +117,27 @@ static void run_placements(strata_dtype dtype)
         o.steps = 4;
         strata_config c = synth_config(dtype);
         synth_placements[p].apply(&c, nvme_dir);
-        char label[160];
-        snprintf(label, sizeof label, "%s / %s", strata_dtype_name(dtype), synth_placements[p].name);
-        compare(label, &o, c, NULL, NULL);
+        double clips[] = {0, 1e12, 1e-6, 0};
+        c.gradient_clipping = mode == CLIP_MID ? probe_clip(&o, c) : clips[mode];
+        char label[200];
+        snprintf(label, sizeof label, "%s / %s / %s (%g)", strata_dtype_name(dtype), synth_placements[p].name,
+                 clip_mode_name[mode], c.gradient_clipping);
+        double norms[4];
+        o.grad_norms = norms;
+        strata_stats s0 = {0}, s1 = {0};
+        compare(label, &o, c, &s0, &s1);
+        uint64_t redone = 0;
+        for (int s = 0; mode != CLIP_OFF && s < o.steps; s++)
+            redone += norms[s] > c.gradient_clipping;
+        printf("%s: %llu of %d steps redone (%llu by the ordinary step's norms), %.3f s and %llu NVMe bytes in "
+               "redos\n", label, (unsigned long long)s1.steps_redone, o.steps, (unsigned long long)redone,
+               s1.redo_ns * 1e-9, (unsigned long long)s1.redo_nvme_bytes);
+        T_CHECK(s1.steps_redone == redone, "%s: %llu steps redone, %llu expected", label,
+                (unsigned long long)s1.steps_redone, (unsigned long long)redone);
+        T_CHECK(mode != CLIP_MID || (redone > 0 && redone < (uint64_t)o.steps), "%s: %llu of %d steps clipped; the "
+                "threshold was to clip some", label, (unsigned long long)redone, o.steps);
+        T_CHECK(s0.steps_redone == 0, "%s: the ordinary step counted %llu redone steps", label,
+                (unsigned long long)s0.steps_redone);
     }
 }
 
@@ -191,7 +249,7 @@ static void write_grads(strata_engine *e, const synth_opts *o, int l, int step, 
  * is followed by a second use of layer 0 before backward, layer 0 is handed over twice per step. The first
  * hand-over is summed (fp32) and the update starts at the second: bit-identical to the ordinary step's store.
  * Without a declared order (step 1 records it) the first hand-over is the last, and the second is refused. */
-static void tied(strata_dtype dtype)
+static void tied(strata_dtype dtype, double clip)
 {
     synth_opts o;
     synth_defaults(&o, t_rand_u64());
@@ -210,6 +268,7 @@ static void tied(strata_dtype dtype)
     for (int mode = 0; mode < 3 && w[0] && w[1]; mode++) {
         strata_config c = synth_config(dtype);
         c.step_in_backward = mode != 0;
+        c.gradient_clipping = clip;
         strata_engine *e = NULL;
         T_OK(synth_engine(&o, &c, &e));
         if (!e)
@@ -253,9 +312,10 @@ static void tied(strata_dtype dtype)
         strata_engine_destroy(e);
     }
     size_t first, diffs = synth_count_diff(w[0], w[1], n, &first);
-    printf("tied %s: %zu of %zu weights differ from the ordinary step\n", strata_dtype_name(dtype), diffs, n);
-    T_CHECK(diffs == 0, "tied %s: %zu of %zu weights differ; first at %zu: %.9g vs %.9g", strata_dtype_name(dtype),
-            diffs, n, first, first < n ? (double)w[0][first] : 0.0, first < n ? (double)w[1][first] : 0.0);
+    printf("tied %s, clipping %g: %zu of %zu weights differ from the ordinary step\n", strata_dtype_name(dtype), clip,
+           diffs, n);
+    T_CHECK(diffs == 0, "tied %s, clipping %g: %zu of %zu weights differ; first at %zu: %.9g vs %.9g",
+            strata_dtype_name(dtype), clip, diffs, n, first, first < n ? (double)w[0][first] : 0.0, first < n ? (double)w[1][first] : 0.0);
     free(w[0]);
     free(w[1]);
 }
@@ -312,8 +372,6 @@ static void refused(const char *label, strata_config c, const char *key_text)
 static void refusals(void)
 {
     strata_config c = synth_config(STRATA_DTYPE_FP32);
-    c.gradient_clipping = 1.0;
-    refused("clipping", c, "gradient_clipping = 1: clipping scales every update by the global gradient norm");
     c = synth_config(STRATA_DTYPE_FP16);
     refused("fp16", c, "fp16.enabled = true: an fp16 step is skipped when any gradient overflowed");
     c = synth_config(STRATA_DTYPE_FP32);
@@ -387,12 +445,17 @@ int main(void)
     misuse();
     refusals();
     no_gradients();
-    tied(STRATA_DTYPE_FP32);
-    tied(STRATA_DTYPE_BF16);
+    tied(STRATA_DTYPE_FP32, 0);
+    tied(STRATA_DTYPE_BF16, 0);
+    tied(STRATA_DTYPE_BF16, 1e-3); /* triggers: the tied module's redo reads its fp32 sum */
     checkpoint();
     store_never_written();
     optimizer_state_cached();
-    run_placements(STRATA_DTYPE_FP32);
-    run_placements(STRATA_DTYPE_BF16);
+    run_placements(STRATA_DTYPE_FP32, CLIP_OFF);
+    run_placements(STRATA_DTYPE_BF16, CLIP_OFF);
+    run_placements(STRATA_DTYPE_FP32, CLIP_MID);
+    run_placements(STRATA_DTYPE_BF16, CLIP_MID);
+    run_placements(STRATA_DTYPE_BF16, CLIP_CERTAIN);
+    run_placements(STRATA_DTYPE_BF16, CLIP_NEVER);
     return t_done();
 }

@@ -115,7 +115,8 @@ static void log_step(train_report *r, int64_t step, double loss, double lr, doub
             "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,\"host_to_nvme_bytes\":%llu,"
             "\"rank\":%d,\"world_size\":%d,\"comm_bytes\":%llu,\"device_peak_bytes\":%zu,"
             "\"host_peak_bytes\":%zu,\"nvme_peak_bytes\":%zu,\"fetches\":%llu,\"host_cache_read_bytes\":%llu,"
-            "\"act_offload_bytes\":%llu,\"act_restore_bytes\":%llu,\"act_stall_s\":%.6f}\n",
+            "\"act_offload_bytes\":%llu,\"act_restore_bytes\":%llu,\"act_stall_s\":%.6f,\"redone\":%s,"
+            "\"redo_s\":%.6f,\"redo_nvme_bytes\":%llu}\n",
             (long long)step + 1, loss, lr, tokens_per_s, tokens_per_s * r->flops_per_token / 1e12,
             step_wall_s, ns_s(now->stall_ns - prev->stall_ns), ns_s(now->step_ns - prev->step_ns),
             res->skipped ? "true" : "false", res->loss_scale,
@@ -128,7 +129,8 @@ static void log_step(train_report *r, int64_t step, double loss, double lr, doub
             (unsigned long long)(now->host_cache_read_bytes - prev->host_cache_read_bytes),
             (unsigned long long)(now->act_offload_bytes - prev->act_offload_bytes),
             (unsigned long long)(now->act_restore_bytes - prev->act_restore_bytes),
-            ns_s(now->act_stall_ns - prev->act_stall_ns));
+            ns_s(now->act_stall_ns - prev->act_stall_ns), now->steps_redone > prev->steps_redone ? "true" : "false",
+            ns_s(now->redo_ns - prev->redo_ns), (unsigned long long)(now->redo_nvme_bytes - prev->redo_nvme_bytes));
     /* Unbuffered, the write fails in fprintf itself, which leaves errno saying why. */
     int e = written < 0 ? (errno ? errno : EIO) : stream_flush_errno(r->jsonl);
     if (e) {
@@ -234,6 +236,13 @@ static void summary_traffic(const train_report *r, int64_t steps)
                report_bytes((double)(b->act_restore_bytes - a->act_restore_bytes), y, sizeof y),
                report_bytes((double)b->act_kept_peak_bytes, z, sizeof z),
                report_bytes((double)b->act_device_peak_bytes, w, sizeof w), ns_s(b->act_stall_ns - a->act_stall_ns));
+    if (r->speculating) {
+        uint64_t redone = b->steps_redone - a->steps_redone;
+        printf("  redone      %llu of %lld steps (%.0f%%): gradient clipping triggered after the updates in backward, "
+               "which ran again clipped in %.2f s moving %s of NVMe\n", (unsigned long long)redone, (long long)steps,
+               steps > 0 ? 100.0 * (double)redone / (double)steps : 0.0, ns_s(b->redo_ns - a->redo_ns),
+               report_bytes((double)(b->redo_nvme_bytes - a->redo_nvme_bytes), x, sizeof x));
+    }
     uint64_t fetches = b->fetches - a->fetches;
     printf("  fetches     %llu (%.1f per step), %llu found resident or in flight\n", (unsigned long long)fetches,
            steps > 0 ? (double)fetches / (double)steps : 0.0, (unsigned long long)(b->prefetch_hits - a->prefetch_hits));

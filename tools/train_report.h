@@ -20,6 +20,7 @@ typedef struct train_report {
     double last_print_s;                 /* wall_s at the last progress line */
     strata_stats start, now;             /* stats at the first step of this run, and the latest */
     bool tty, quiet;
+    bool speculating;                    /* step in backward with clipping: the summary counts the redone steps */
     int64_t print_every;
     FILE *jsonl;                         /* the --log-jsonl stream (the caller's), or NULL */
     const char *jsonl_path;

@@ -289,6 +289,7 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
     report_begin(&rep, start, o->steps, (int64_t)ntok * o->grad_accum * stats.world_size, &stats,
                  o->quiet || !train_msg_root(), r->jsonl, r->jsonl_path);
     rep.flops_per_token = gpt_flops_per_token(&o->dims, o->seq);
+    rep.speculating = cfg->step_in_backward && cfg->gradient_clipping > 0;
     int64_t s = start, last_saved = -1;
     int rc = 0;
     for (; s < o->steps && !stop_signal && rc == 0; s++) {

@@ -123,6 +123,11 @@ void plan_compute(const plan_input *in, plan *p)
     add(p, in->delayed ? "parameters (2 copies: delayed update)" : "parameters", in->param_tier,
         np * in->param_bytes * nparam, false);
     add(p, "master weights + Adam moments (fp32)", in->opt_tier, no * 12, false);
+    if (in->speculate) {
+        add(p, "master weights + Adam moments: the copy a clipped step in backward rolls back to", in->opt_tier,
+            no * 12, false);
+        add(p, "gradients kept for a redo (clipped step in backward)", in->opt_tier, no * in->param_bytes, false);
+    }
     /* The device share's state (unless it is the device-tier arrays), its gradients, and a parameter scratch unless
      * the step writes parameters straight into device-tier ones (not a rank's host shard of them: np != no). */
     size_t share_elem = (in->opt_tier == STRATA_TIER_DEVICE ? 4 : 16) +
@@ -180,7 +185,8 @@ void plan_compute(const plan_input *in, plan *p)
     part[2] = grad_nvme ? in->largest_module_numel * 4 : 0;
     size_t pstage = in->param_tier != STRATA_TIER_HOST ? sg * in->param_bytes : 0;
     size_t slot = (in->opt_tier == STRATA_TIER_NVME ? 12 * sg : 0) + (grad_nvme ? 4 * sg : 0);
-    part[3] = in->step_in_backward ? slot + pstage : STEP_SLOTS * slot + 2 * pstage;
+    size_t kept = in->speculate && in->opt_tier == STRATA_TIER_NVME ? sg * in->param_bytes : 0;
+    part[3] = in->step_in_backward ? slot + pstage + kept : STEP_SLOTS * slot + 2 * pstage;
     add(p, "pinned: NVMe fetch staging", STRATA_TIER_HOST, part[0], true);
     add(p, "pinned: gradient staging", STRATA_TIER_HOST, part[1], true);
     add(p, "pinned: gradient accumulation (NVMe)", STRATA_TIER_HOST, part[2], true);
@@ -203,7 +209,8 @@ void plan_host_cache(const strata_config *cfg, const plan_input *in, size_t host
     size_t max_params = cfg->param_max_in_cpu > SIZE_MAX / (in->param_bytes * copies)
                             ? SIZE_MAX : cfg->param_max_in_cpu * in->param_bytes * copies;
     p->cache_param_bytes = MIN(MIN(p->nvme_param_bytes, max_params), left);
-    p->cache_opt_bytes = MIN(p->nvme_opt_bytes, left - p->cache_param_bytes);
+    /* A speculating step in backward's copies of the optimizer state trade places every step: not cached. */
+    p->cache_opt_bytes = in->speculate ? 0 : MIN(p->nvme_opt_bytes, left - p->cache_param_bytes);
     if (p->cache_param_bytes)
         add(p, "host cache of NVMe parameters", STRATA_TIER_HOST, p->cache_param_bytes, false);
     if (p->cache_opt_bytes)

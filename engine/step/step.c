@@ -11,7 +11,8 @@
  *     pinned staging buffer whose finished tiles are copied to the device while later tiles compute
  *     (device tier), or which is written to NVMe after the sub-group (NVMe tier).
  * Gradient clipping and the fp16 overflow check need the global gradient norm first: a read-only
- * pre-pass over the same sub-groups, so the sum is the same whatever the placement.
+ * pre-pass, module by module in pieces of a sub-group's size, so the sum is the same whatever the placement and
+ * whether the update runs here or in backward.
  * With offload_optimizer.ratio < 1 the last sub-groups are the device's (twin_flow.h): their update is queued on
  * the device before the CPU walks its own, with the same constants, and waited for after.
  */
@@ -314,25 +315,49 @@ static strata_status release_buffers(step_ctx *c)
     return first;
 }
 
-/* The global gradient statistics, sub-group by sub-group (the same sum for every placement). */
+/* The global gradient statistics, module by module in id order, each module's as the sum of its pieces' in order
+ * (step_module_gradstats: the pieces a step in backward updates a module in, so that it computes the same sum from
+ * its staging). Modules without gradients add nothing. */
 static strata_status grad_stats(step_ctx *c, double *sumsq, bool *nonfinite)
 {
     strata_engine *e = c->e;
+    reg_view v = e->views.opt;
     *sumsq = 0;
     *nonfinite = false;
-    for (size_t k = 0; k < c->nsub; k++) {
-        size_t first = sub_first(c, k), n = sub_count(c, k);
-        const float *g = tarr_host_ptr(c->grads, &e->tiers.env, first);
-        if (c->grad_nvme) {
-            ERR_CHECK(load_grads(c, first, n, c->slot[0].grad, &c->slot[0].rd));
-            ERR_CHECK(io_wait_wait(&c->slot[0].rd));
-            g = c->slot[0].grad;
+    for (size_t i = 0; i < registry_nmodules(e->reg); i++) {
+        const reg_module *m = registry_module(e->reg, (strata_module_id)i);
+        size_t off = registry_view_offset(m, v), n = registry_view_count(m, v);
+        if (!c->touched[i] || !n)
+            continue;
+        adam_gradstats module = {0};
+        for (size_t done = 0; done < n; done += c->sg) {
+            size_t cnt = MIN(c->sg, n - done);
+            const float *g = tarr_host_ptr(c->grads, &e->tiers.env, off + done);
+            if (c->grad_nvme) {
+                ERR_CHECK(load_grads(c, off + done, cnt, c->slot[0].grad, &c->slot[0].rd));
+                ERR_CHECK(io_wait_wait(&c->slot[0].rd));
+                g = c->slot[0].grad;
+            }
+            ERR_CHECK(step_piece_gradstats(e, g, STRATA_DTYPE_FP32, cnt, &module));
         }
-        adam_gradstats gs;
-        ERR_CHECK(adam_run_gradstats(c->sp->adam, g, STRATA_DTYPE_FP32, n, c->sp->threads, &gs));
-        *sumsq += gs.sumsq;
-        *nonfinite |= gs.nonfinite;
+        *sumsq += module.sumsq;
+        *nonfinite |= module.nonfinite;
     }
+    return STRATA_OK;
+}
+
+size_t step_piece_numel(const strata_engine *e)
+{
+    return MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), registry_view_numel(e->reg, e->views.opt));
+}
+
+strata_status step_piece_gradstats(strata_engine *e, const void *grad, strata_dtype dtype, size_t numel,
+                                   adam_gradstats *module)
+{
+    adam_gradstats gs;
+    ERR_CHECK(adam_run_gradstats(e->step->adam, grad, dtype, numel, e->step->threads, &gs));
+    module->sumsq += gs.sumsq;
+    module->nonfinite |= gs.nonfinite;
     return STRATA_OK;
 }
 
@@ -442,7 +467,7 @@ static step_ctx ctx_of(strata_engine *e, int grad_index, int param_out)
         .sp = e->step,
         .grads = ranks_step_grads(e, grad_index),
         .touched = grads_touched(e->grads, grad_index),
-        .sg = MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), numel),
+        .sg = step_piece_numel(e),
         .opt_nvme = e->tiers.opt_tier == STRATA_TIER_NVME,
         .grad_nvme = e->tiers.grad_tier == STRATA_TIER_NVME,
         .pout = param_out >= 0 ? ranks_step_params(e, param_out) : NULL,

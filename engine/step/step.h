@@ -52,6 +52,13 @@ void step_forget(step_pipeline *sp);
 /* Runs one Adam job on the CPU (job->team_out is set here), counts its time in the engine's Adam time and
  * traces it on the optimizer track as `what`, labelled with `place` and the threads that ran it. */
 strata_status step_adam_timed(struct strata_engine *e, adam_job *job, const char *what, const char *place);
+/* Elements per piece of the optimizer's work: the sub-group size (aligned), at most this rank's partition. The
+ * ordinary step walks the partition in sub-groups of it; the gradient norm sums each module's pieces of it. */
+size_t step_piece_numel(const struct strata_engine *e);
+/* Adds the gradient statistics of one piece (numel elements of grad in dtype, at most step_piece_numel) to
+ * *module, with the kernels and thread count of the step: the one definition the global norm is summed by. */
+strata_status step_piece_gradstats(struct strata_engine *e, const void *grad, strata_dtype dtype, size_t numel,
+                                   adam_gradstats *module);
 /* Updates applied (or in flight); a checkpoint saves and restores it. */
 int64_t step_count(const step_pipeline *sp);
 void step_set_count(step_pipeline *sp, int64_t count);

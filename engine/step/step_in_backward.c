@@ -1,6 +1,7 @@
 /* Step in backward: module updates during the trainer's backward; see step_in_backward.h. */
 #include "engine/step/step_in_backward.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "engine/grads/grad_handoff.h"
 #include "engine/plan/host_cache.h"
 #include "engine/step/step.h"
+#include "engine/step/step_rollback.h"
 #include "offload/accum.h"
 
 typedef enum mod_state {
@@ -23,6 +25,12 @@ typedef enum mod_state {
     MOD_HANDED,       /* handed over for the last time; the update waits for the module's release */
     MOD_QUEUED,       /* queued for, running or done its update */
 } mod_state;
+
+/* Where a module's gradients are for a redo (speculating only). */
+typedef enum kept_at {
+    KEPT_ARRAY = 0,   /* the rollback's kept array (written by the update) */
+    KEPT_PENDING,     /* its fp32 sum in pending (tied weights) */
+} kept_at;
 
 struct step_in_backward {
     strata_engine *e;
@@ -37,7 +45,17 @@ struct step_in_backward {
     dev_event **released;          /* recorded on compute at the release: the trainer's last read of the params */
     float **pending;               /* fp32 sums of a module handed over more than once (tied weights); kept */
     uint8_t *summed;               /* pending holds this step's earlier hand-overs */
+    uint8_t *kept_at;              /* kept_at, for a redo */
+    adam_gradstats *stats;         /* this step's gradient statistics of each module (speculating) */
     size_t nmods;
+
+    /* gradient_clipping: the updates speculate that clipping will not trigger (step_rollback.h) */
+    bool speculate;
+    bool certain;                  /* this step's norm so far already exceeds the clipping threshold: the updates
+                                      wait for strata_step (their gradients are kept) instead of speculating */
+    double partial;                /* the sum of squares of the modules handed over so far (the worker's) */
+    step_rollback rb;
+    void *gbuf;                    /* pinned: one piece of kept gradients read back from NVMe for a redo */
 
     /* the begun step */
     bool open;
@@ -65,22 +83,20 @@ struct step_in_backward {
 strata_status step_in_backward_check_config(const strata_engine *e)
 {
     const strata_config *c = &e->cfg;
-    if (c->gradient_clipping > 0)
-        return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with gradient_clipping = %g: clipping scales "
-                       "every update by the global gradient norm, which is known only at the end of backward, after "
-                       "the updates have run; set gradient_clipping to 0 or strata.step_in_backward to false",
-                       c->gradient_clipping);
     if (c->param_dtype == STRATA_DTYPE_FP16)
         return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with fp16.enabled = true: an fp16 step is "
                        "skipped when any gradient overflowed, which is known only at the end of backward, after the "
-                       "updates have run; use bf16 or fp32, or set strata.step_in_backward to false");
+                       "updates have run, and undoing them would need the parameters rebuilt from the kept master "
+                       "weights, which step in backward does not do yet; use bf16 or fp32, or set "
+                       "strata.step_in_backward to false");
     if (c->delayed_update)
         return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with strata.delayed_update = true: both "
                        "overlap the optimizer with the trainer, in two ways that exclude each other; turn one off");
     if (e->world > 1)
-        return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with %d ranks: the ranks' gradients are "
-                       "reduced before an update, which step in backward does not do yet; it runs with one rank only",
-                       e->world);
+        return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with %d ranks: a module's update needs its "
+                       "gradients summed over the ranks first (a collective per module during backward, on a thread "
+                       "other than the trainer's), which step in backward does not do yet; it runs with one rank "
+                       "only", e->world);
     if (c->offload_optimizer_ratio < 1.0)
         return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with zero_optimization.offload_optimizer."
                        "ratio = %g: step in backward runs every update on the CPU; set the ratio to 1 or "
@@ -90,51 +106,86 @@ strata_status step_in_backward_check_config(const strata_engine *e)
 
 /* ---------------------------------------------------------------- one module's update */
 
-/* Updates module id from grad (grad_dtype; NULL: zeros) in pieces of s->chunk elements: master/m/v in place (or
- * read into and written back from pinned buffers on NVMe), the new parameters into their home. Runs on the
- * worker, or on the trainer's thread at strata_step for modules without gradients. */
-static strata_status update_module(step_in_backward *s, strata_module_id id, const void *grad, strata_dtype grad_dtype)
+/* Where an update takes a module's gradients from. */
+typedef struct grad_src {
+    const void *mem;    /* the module's gradients in memory (its staging, or the fp32 sum of tied weights) */
+    strata_dtype dtype;
+    bool from_kept;     /* a redo: from the rollback's kept array (parameter dtype) instead */
+    bool keep;          /* speculating: written to the kept array as the update reads them */
+} grad_src;
+
+static const grad_src NO_GRADS = {.dtype = STRATA_DTYPE_FP32}; /* zeros */
+
+/* Points a at the gradients of one piece [first, first + cnt) of a module (done elements into it). */
+static strata_status piece_grads(step_in_backward *s, const grad_src *g, size_t first, size_t done, size_t cnt,
+                                 adam_arrays *a)
+{
+    engine_tiers *t = &s->e->tiers;
+    a->grad_dtype = g->dtype;
+    if (g->from_kept) {
+        a->grad = s->rb.kept.tier == STRATA_TIER_NVME ? s->gbuf : tarr_host_ptr(&s->rb.kept, &t->env, first);
+        if (s->rb.kept.tier == STRATA_TIER_NVME)
+            ERR_CHECK(tarr_read_sync(&s->rb.kept, &t->env, first, cnt, s->gbuf));
+    } else {
+        a->grad = g->mem ? (const void *)((const char *)g->mem + done * strata_dtype_bytes(g->dtype)) : s->zeros;
+    }
+    return STRATA_OK;
+}
+
+/* Updates module id from its gradients g with consts, in pieces of s->chunk elements: master/m/v in place (or read
+ * into and written back from pinned buffers on NVMe), the new parameters into their home. When speculating, the
+ * updates read the front copy of master/m/v and write the back one. Runs on the worker, or on the trainer's thread
+ * at strata_step for modules without gradients and for a redo. */
+static strata_status update_module(step_in_backward *s, strata_module_id id, const grad_src *g,
+                                   const adam_consts *consts)
 {
     strata_engine *e = s->e;
     engine_tiers *t = &e->tiers;
     const reg_module *m = registry_module(e->reg, id);
     tier_array *pout = &t->param[t->param_front];
     bool opt_nvme = t->opt_tier == STRATA_TIER_NVME;
-    size_t gbytes = strata_dtype_bytes(grad_dtype), pb = t->param_bytes;
+    size_t pb = t->param_bytes;
     size_t off = registry_view_offset(m, e->views.opt), n = registry_view_count(m, e->views.opt);
+    tier_array *src[ROLLBACK_ARRAYS], *dst[ROLLBACK_ARRAYS];
+    for (int i = 0; i < ROLLBACK_ARRAYS; i++) {
+        src[i] = rollback_front(t, i);
+        dst[i] = s->speculate ? &s->rb.back[i] : src[i];
+    }
+    float *slot[ROLLBACK_ARRAYS] = {s->master, s->m, s->v};
     /* The device copy the trainer read must be done with before the new parameters land where it lies. */
     if (pout->tier == STRATA_TIER_DEVICE)
         ERR_CHECK(dev_stream_wait_event(e->upd, s->released[id]));
     for (size_t done = 0; done < n;) {
         size_t cnt = MIN(s->chunk, n - done), first = off + done;
-        adam_arrays a = {.grad = grad ? (const void *)((const char *)grad + done * gbytes) : (const void *)s->zeros,
-                         .grad_dtype = grad ? grad_dtype : STRATA_DTYPE_FP32,
-                         .param_dtype = e->cfg.param_dtype, .stream_param = true};
+        adam_arrays a = {.param_dtype = e->cfg.param_dtype, .stream_param = true};
+        ERR_CHECK(piece_grads(s, g, first, done, cnt, &a));
+        float **state[ROLLBACK_ARRAYS] = {&a.master, &a.exp_avg, &a.exp_avg_sq};
         if (opt_nvme) {
             io_wait w;
             io_wait_init(&w);
             uint64_t t0 = now_ns();
-            strata_status st = tarr_read(&t->master, &t->env, first, cnt, s->master, &w);
-            if (st == STRATA_OK)
-                st = tarr_read(&t->exp_avg, &t->env, first, cnt, s->m, &w);
-            if (st == STRATA_OK)
-                st = tarr_read(&t->exp_avg_sq, &t->env, first, cnt, s->v, &w);
+            strata_status st = STRATA_OK;
+            for (int i = 0; i < ROLLBACK_ARRAYS && st == STRATA_OK; i++)
+                st = tarr_read(src[i], &t->env, first, cnt, slot[i], &w);
             strata_status wst = io_wait_wait(&w);
             io_wait_destroy(&w);
             atomic_fetch_add(&e->ctr.step_io_wait_ns, now_ns() - t0);
             trace_event(e->trace, TRACK_NVME, "read master/m/v", m->name, t0, now_ns());
             ERR_CHECK(st != STRATA_OK ? st : wst);
-            a.master = s->master, a.exp_avg = s->m, a.exp_avg_sq = s->v;
+            for (int i = 0; i < ROLLBACK_ARRAYS; i++)
+                *state[i] = slot[i];
         } else {
-            a.master = tarr_host_ptr(&t->master, &t->env, first);
-            a.exp_avg = tarr_host_ptr(&t->exp_avg, &t->env, first);
-            a.exp_avg_sq = tarr_host_ptr(&t->exp_avg_sq, &t->env, first);
+            for (int i = 0; i < ROLLBACK_ARRAYS; i++) {
+                *state[i] = tarr_host_ptr(dst[i], &t->env, first);
+                if (dst[i] != src[i]) /* Adam updates in place: the back copy starts as the front */
+                    memcpy(*state[i], tarr_host_ptr(src[i], &t->env, first), cnt * 4);
+            }
         }
         a.param = pout->tier == STRATA_TIER_HOST ? tarr_host_ptr(pout, &t->env, first) : s->pstage;
-        adam_job job = {.ops = s->adam, .consts = s->consts, .arrays = a, .numel = cnt, .threads = s->threads};
+        adam_job job = {.ops = s->adam, .consts = *consts, .arrays = a, .numel = cnt, .threads = s->threads};
         char place[ENGINE_NAME_BYTES + 64];
         snprintf(place, sizeof place, "%s [%zu, %zu)", m->name, done, done + cnt);
-        ERR_CHECK(step_adam_timed(e, &job, "adam (in backward)", place));
+        ERR_CHECK(step_adam_timed(e, &job, g->from_kept ? "adam (redo: clipped)" : "adam (in backward)", place));
         if (pout->tier == STRATA_TIER_DEVICE) {
             uint64_t t1 = now_ns();
             ERR_CHECK(dev_memcpy_async(e->upd, (char *)pout->mem + first * pb, s->pstage, cnt * pb));
@@ -148,35 +199,82 @@ static strata_status update_module(step_in_backward *s, strata_module_id id, con
             io_wait w;
             io_wait_init(&w);
             uint64_t w0 = now_ns();
-            strata_status st = tarr_write(&t->master, &t->env, first, cnt, s->master, &w);
-            if (st == STRATA_OK)
-                st = tarr_write(&t->exp_avg, &t->env, first, cnt, s->m, &w);
-            if (st == STRATA_OK)
-                st = tarr_write(&t->exp_avg_sq, &t->env, first, cnt, s->v, &w);
+            strata_status st = STRATA_OK;
+            for (int i = 0; i < ROLLBACK_ARRAYS && st == STRATA_OK; i++)
+                st = tarr_write(dst[i], &t->env, first, cnt, slot[i], &w);
+            /* What a redo needs (the fp32 sums of tied weights stay in pending). */
+            if (st == STRATA_OK && g->keep)
+                st = tarr_write(&s->rb.kept, &t->env, first, cnt, a.grad, &w);
             strata_status wst = io_wait_wait(&w);
             io_wait_destroy(&w);
             trace_event(e->trace, TRACK_NVME, "write master/m/v", m->name, w0, now_ns());
             ERR_CHECK(st != STRATA_OK ? st : wst);
+        } else if (g->keep) {
+            memcpy(tarr_host_ptr(&s->rb.kept, &t->env, first), a.grad, cnt * strata_dtype_bytes(g->dtype));
         }
         done += cnt;
     }
     return STRATA_OK;
 }
 
-/* The update of a handed-over module: waits for its copy off the device, updates, gives the staging back. */
+/* Adds the statistics of module id's gradients (grad, grad_dtype), piece by piece as the ordinary step's norm
+ * sums them (step_piece_gradstats), to s->stats[id]. */
+static strata_status module_stats(step_in_backward *s, strata_module_id id, const void *grad, strata_dtype grad_dtype)
+{
+    strata_engine *e = s->e;
+    size_t n = registry_view_count(registry_module(e->reg, id), e->views.opt), gb = strata_dtype_bytes(grad_dtype);
+    for (size_t done = 0; done < n; done += s->chunk)
+        ERR_CHECK(step_piece_gradstats(e, (const char *)grad + done * gb, grad_dtype, MIN(s->chunk, n - done),
+                                       &s->stats[id]));
+    return STRATA_OK;
+}
+
+/* Keeps module id's gradients g (its staging) for its update at strata_step, without updating it. */
+static strata_status keep_module(step_in_backward *s, strata_module_id id, const grad_src *g)
+{
+    strata_engine *e = s->e;
+    size_t off = registry_view_offset(registry_module(e->reg, id), e->views.opt);
+    size_t n = registry_view_count(registry_module(e->reg, id), e->views.opt), gb = strata_dtype_bytes(g->dtype);
+    if (s->rb.kept.tier == STRATA_TIER_NVME)
+        return tarr_write_sync(&s->rb.kept, &e->tiers.env, off, n, g->mem);
+    memcpy(tarr_host_ptr(&s->rb.kept, &e->tiers.env, off), g->mem, n * gb);
+    return STRATA_OK;
+}
+
+/* Whether clipping is certain to trigger this step: the sum of squares so far is a lower bound of the step's (all
+ * terms are >= 0; the margin covers the rounding of another summation order). */
+static bool clipping_certain(const step_in_backward *s)
+{
+    const strata_config *c = &s->e->cfg;
+    double unscale = c->gradient_reduction == STRATA_REDUCE_MEAN ? s->e->world : 1;
+    return sqrt(s->partial) / unscale > c->gradient_clipping * (1 + 1e-9);
+}
+
+/* The update of a handed-over module: waits for its copy off the device, updates, gives the staging back.
+ * Speculating, it counts the gradients' statistics first; once they make clipping certain, the module's update
+ * waits for strata_step instead (its gradients kept), where it runs once, clipped, instead of twice. */
 static strata_status update_handed(step_in_backward *s, strata_module_id id)
 {
     strata_engine *e = s->e;
+    grad_src g = {.mem = s->staging[id], .dtype = e->cfg.param_dtype, .keep = s->speculate};
     strata_status st = dev_event_sync(s->copied[id]);
     if (st == STRATA_OK && s->summed[id]) {
         /* The earlier hand-overs were summed on the d2h stream, before this one's copy: the fp32 sum the ordinary
          * step's store would hold, in the same order. */
         const reg_module *m = registry_module(e->reg, id);
         accum_add(s->pending[id], s->staging[id], e->cfg.param_dtype, m->numel, false);
-        st = update_module(s, id, s->pending[id], STRATA_DTYPE_FP32);
-    } else if (st == STRATA_OK) {
-        st = update_module(s, id, s->staging[id], e->cfg.param_dtype);
+        g = (grad_src){.mem = s->pending[id], .dtype = STRATA_DTYPE_FP32};
     }
+    s->kept_at[id] = g.keep ? KEPT_ARRAY : KEPT_PENDING;
+    if (st == STRATA_OK && s->speculate) {
+        st = module_stats(s, id, g.mem, g.dtype);
+        s->partial += s->stats[id].sumsq;
+        s->certain = s->certain || clipping_certain(s);
+    }
+    if (st == STRATA_OK && s->certain)
+        st = g.keep ? keep_module(s, id, &g) : STRATA_OK; /* the fp32 sums of tied weights stay in pending */
+    else if (st == STRATA_OK)
+        st = update_module(s, id, &g, &s->consts);
     pool_release(e->tiers.pool, s->staging[id]);
     s->staging[id] = NULL;
     if (st != STRATA_OK)
@@ -236,7 +334,8 @@ strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->idle, NULL);
     s->threads = e->cfg.cpu_threads ? e->cfg.cpu_threads : adam_default_threads();
-    s->chunk = MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), numel);
+    s->chunk = step_piece_numel(e);
+    s->speculate = e->cfg.gradient_clipping > 0;
     s->state = calloc(n, 1);
     s->staging = calloc(n, sizeof *s->staging);
     s->copied = calloc(n, sizeof *s->copied);
@@ -244,7 +343,10 @@ strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
     s->queue = calloc(n, sizeof *s->queue);
     s->pending = calloc(n, sizeof *s->pending);
     s->summed = calloc(n, 1);
+    s->kept_at = calloc(n, 1);
+    s->stats = calloc(n, sizeof *s->stats);
     if (!s->state || !s->staging || !s->copied || !s->released || !s->queue || !s->pending || !s->summed ||
+        !s->kept_at || !s->stats ||
         posix_memalign((void **)&s->zeros, 4096, s->chunk * 4) != 0) {
         s->zeros = NULL;
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for step in backward");
@@ -264,6 +366,12 @@ strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
     if (e->tiers.param_tier != STRATA_TIER_HOST)
         ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, s->chunk * e->tiers.param_bytes,
                                "step in backward: parameter staging", &s->pstage));
+    if (s->speculate) {
+        ERR_CHECK(rollback_create(&s->rb, &e->tiers, numel));
+        if (s->rb.kept.tier == STRATA_TIER_NVME)
+            ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, s->chunk * e->tiers.param_bytes,
+                                   "step in backward: kept gradients read back for a redo", &s->gbuf));
+    }
     if (pthread_create(&s->thread, NULL, worker, s) != 0)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: cannot start the step-in-backward thread");
     s->started = true;
@@ -297,7 +405,9 @@ void step_in_backward_destroy(strata_engine *e, step_in_backward *s)
         pool_release(e->tiers.pool, s->m);
         pool_release(e->tiers.pool, s->v);
         pool_release(e->tiers.pool, s->pstage);
+        pool_release(e->tiers.pool, s->gbuf);
     }
+    rollback_destroy(&s->rb, &e->tiers);
     err_latch_destroy(&s->failed);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->work);
@@ -310,6 +420,8 @@ void step_in_backward_destroy(strata_engine *e, step_in_backward *s)
     free(s->queue);
     free(s->pending);
     free(s->summed);
+    free(s->kept_at);
+    free(s->stats);
     free(s);
 }
 
@@ -442,9 +554,71 @@ strata_status step_in_backward_begin(step_in_backward *s, double lr)
     return STRATA_OK;
 }
 
-strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *args)
+/* The clipping decision of a speculating step, made as the ordinary step makes it (step.c, step_run): the global
+ * norm from the modules' statistics summed in id order; *consts gets the step's constants with the clip factor. */
+static bool clip_decision(step_in_backward *s, adam_consts *consts, double *grad_norm)
+{
+    strata_engine *e = s->e;
+    double unscale = e->cfg.gradient_reduction == STRATA_REDUCE_MEAN ? e->world : 1, grad_scale = 1.0 / unscale;
+    double sumsq = 0;
+    for (size_t i = 0; i < s->nmods; i++)
+        sumsq += s->stats[i].sumsq;
+    *grad_norm = sqrt(sumsq) / unscale;
+    bool clipped = *grad_norm > e->cfg.gradient_clipping;
+    if (clipped)
+        grad_scale *= e->cfg.gradient_clipping / (*grad_norm + 1e-6);
+    strata_adam_hparams hp = cfg_adam_hparams(&e->cfg, s->lr);
+    adam_consts_init(consts, &hp, s->step, grad_scale);
+    return clipped;
+}
+
+/* Clipping triggered: every update that ran in backward runs again from the front copy with the clipped
+ * gradients (the kept ones, or the fp32 sums of tied weights), on this thread, and so do those that waited for it
+ * (certain). Counted as a redone step. */
+static strata_status redo_updates(step_in_backward *s, const adam_consts *consts)
+{
+    strata_engine *e = s->e;
+    uint64_t t0 = now_ns(), bytes0 = atomic_load(&e->tiers.ctr.nvme_read_bytes) +
+                                     atomic_load(&e->tiers.ctr.nvme_write_bytes);
+    strata_status st = STRATA_OK;
+    for (size_t i = 0; st == STRATA_OK && i < s->nmods; i++) {
+        if (s->state[i] != MOD_QUEUED)
+            continue;
+        grad_src g = s->kept_at[i] == KEPT_PENDING ? (grad_src){.mem = s->pending[i], .dtype = STRATA_DTYPE_FP32}
+                                                   : (grad_src){.from_kept = true, .dtype = e->cfg.param_dtype};
+        st = update_module(s, (strata_module_id)i, &g, consts);
+        if (st != STRATA_OK)
+            st = err_set(st, "strata_step: gradient clipping triggered and the redo of module \"%s\"'s update "
+                         "failed: %s", registry_module(e->reg, (strata_module_id)i)->name, err_last());
+    }
+    uint64_t t1 = now_ns();
+    atomic_fetch_add(&e->ctr.steps_redone, 1);
+    atomic_fetch_add(&e->ctr.redo_ns, t1 - t0);
+    atomic_fetch_add(&e->ctr.redo_nvme_bytes, atomic_load(&e->tiers.ctr.nvme_read_bytes) +
+                                              atomic_load(&e->tiers.ctr.nvme_write_bytes) - bytes0);
+    trace_event(e->trace, TRACK_OPTIMIZER, "redo (clipping triggered)", NULL, t0, t1);
+    return st;
+}
+
+/* Speculating, once every update of backward is done: the modules handed over but never for the last time count
+ * too; clipping decided; the updates redone when it triggered. *consts: the step's constants from here on. */
+static strata_status settle_speculation(step_in_backward *s, adam_consts *consts, double *grad_norm)
+{
+    for (size_t i = 0; i < s->nmods; i++)
+        if (s->state[i] == MOD_PARTIAL)
+            ERR_CHECK(module_stats(s, (strata_module_id)i, s->pending[i], STRATA_DTYPE_FP32));
+    /* Modules held back because clipping was certain are updated here even if (against the bound) it is not. */
+    if (!clip_decision(s, consts, grad_norm) && !s->certain)
+        return STRATA_OK;
+    LOG_INFO(LOG_ADAM, "step %lld: gradient norm %g > gradient_clipping %g: the updates made in backward are redone "
+             "clipped", (long long)s->step, *grad_norm, s->e->cfg.gradient_clipping);
+    return redo_updates(s, consts);
+}
+
+strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *args, double *grad_norm)
 {
     step_in_backward *s = e->in_backward;
+    *grad_norm = -1;
     if (!s->open)
         return err_set(STRATA_ESTATE, "strata_step: strata.step_in_backward is on and the step was not begun: call "
                        "strata_step_begin(engine, args) before the backward of every step");
@@ -454,12 +628,16 @@ strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *
                        "NULL args) to strata_step", args->lr, s->lr);
     fix_step(s);
     strata_status st = wait_updates(s);
+    adam_consts consts = s->consts;
+    if (st == STRATA_OK && s->speculate)
+        st = settle_speculation(s, &consts, grad_norm);
     /* Modules that got no gradients are updated with zero gradients, as the ordinary step updates them. */
     for (size_t i = 0; st == STRATA_OK && i < s->nmods; i++) {
+        grad_src partial = {.mem = s->pending[i], .dtype = STRATA_DTYPE_FP32};
         if (s->state[i] == MOD_PARTIAL) /* the order promised another hand-over that never came */
-            st = update_module(s, (strata_module_id)i, s->pending[i], STRATA_DTYPE_FP32);
+            st = update_module(s, (strata_module_id)i, &partial, &consts);
         else if (s->state[i] == MOD_NO_GRADS)
-            st = update_module(s, (strata_module_id)i, NULL, STRATA_DTYPE_FP32);
+            st = update_module(s, (strata_module_id)i, &NO_GRADS, &consts);
         else
             continue;
         if (st != STRATA_OK)
@@ -468,11 +646,16 @@ strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *
     }
     memset(s->state, 0, s->nmods);
     memset(s->summed, 0, s->nmods);
+    memset(s->stats, 0, s->nmods * sizeof *s->stats);
+    s->partial = 0;
+    s->certain = false;
     s->open = false;
     if (st != STRATA_OK) {
         host_cache_forget(e); /* a mirror may hold a write the drive did not take */
         return st;
     }
+    if (s->speculate)
+        rollback_commit(&s->rb, &e->tiers);
     step_set_count(e->step, s->step);
     return STRATA_OK;
 }

@@ -19,8 +19,11 @@
  * after which the fetch order (declared, or recorded by an earlier step) fetches the module again is summed in
  * fp32 into a buffer of the module's own, as the ordinary step's store would sum it, and the update starts from
  * the sum at the last one. Without a valid order every hand-over is the last, and a second one is refused.
- * What needs the whole backward first is refused at finalize (step_in_backward_check_config): gradient clipping
- * and the fp16 overflow check (a global norm), the delayed update, several ranks and a partial optimizer offload.
+ * With gradient clipping the updates speculate that it will not trigger (step_rollback.h): they write a second copy
+ * of the optimizer state and keep their gradients, and strata_step, once the global norm is known (summed as the
+ * ordinary step sums it: each module's statistics over its pieces, in module order), commits or redoes them.
+ * Refused at finalize (step_in_backward_check_config): fp16 (an overflowed step would have to be undone, parameters
+ * included), the delayed update, several ranks and a partial optimizer offload.
  */
 #ifndef STRATA_ENGINE_STEP_IN_BACKWARD_H
 #define STRATA_ENGINE_STEP_IN_BACKWARD_H
@@ -44,8 +47,9 @@ void step_in_backward_destroy(struct strata_engine *e, step_in_backward *s);
 strata_status step_in_backward_begin(step_in_backward *s, double lr);
 /* The trainer released id: a hand-over waiting for it is queued for its update. */
 strata_status step_in_backward_released(struct strata_engine *e, strata_module_id id);
-/* strata_step's part: checks args against the begun step, waits for the updates, updates the modules without
- * gradients, counts the step. The step is over (begun again by the next strata_step_begin) even on failure. */
-strata_status step_in_backward_finish(struct strata_engine *e, const strata_step_args *args);
+/* strata_step's part: checks args against the begun step, waits for the updates, with gradient clipping decides it
+ * (*grad_norm: the norm, else -1) and redoes the updates when it triggers, updates the modules without gradients,
+ * counts the step. The step is over (begun again by the next strata_step_begin) even on failure. */
+strata_status step_in_backward_finish(struct strata_engine *e, const strata_step_args *args, double *grad_norm);
 
 #endif

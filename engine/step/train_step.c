@@ -141,7 +141,8 @@ static strata_status step_updated_in_backward(strata_engine *e, const strata_ste
     step_driver *d = e->driver;
     uint64_t t0 = now_ns();
     ERR_CHECK(grads_drain(e));
-    strata_status st = step_in_backward_finish(e, args);
+    strata_step_result r = {.grad_norm = -1};
+    strata_status st = step_in_backward_finish(e, args, &r.grad_norm);
     if (st != STRATA_OK) {
         residency_invalidate_all(e);
         return st;
@@ -150,7 +151,6 @@ static strata_status step_updated_in_backward(strata_engine *e, const strata_ste
     fetch_order_step_boundary(e->order);
     d->iterations++;
     grads_consumed(e->grads, grads_front(e->grads));
-    strata_step_result r = {.grad_norm = -1};
     ERR_CHECK(publish_update(e, &r, e->tiers.param_front));
     r.step = step_count(e->step);
     r.loss_scale = d->loss_scale;

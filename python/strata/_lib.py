@@ -113,7 +113,8 @@ class Stats(ctypes.Structure):
         [("host_cache_hits", ctypes.c_uint64), ("host_cache_read_bytes", ctypes.c_uint64), ("host_cache_bytes", c_size)] + \
         [(name, ctypes.c_uint64) for name in ("act_pushes", "act_offload_bytes", "act_restore_bytes", "act_stall_ns")] + \
         [(name, c_size) for name in ("act_kept_peak_bytes", "act_device_peak_bytes")] + \
-        [("adam_threads", c_int), ("adam_cores", ctypes.c_char * 124)]
+        [("adam_threads", c_int), ("adam_cores", ctypes.c_char * 124)] + \
+        [(name, ctypes.c_uint64) for name in ("steps_redone", "redo_ns", "redo_nvme_bytes")]
 
 
 class CheckpointInfo(ctypes.Structure):

@@ -439,7 +439,10 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
                 CHECK(strata_release(e, mod[l]));
             }
         }
-        CHECK(strata_step(e, &args, NULL));
+        strata_step_result res;
+        CHECK(strata_step(e, &args, &res));
+        if (o->grad_norms)
+            o->grad_norms[s - o->first_step] = res.grad_norm;
         if (o->save_dir && s + 1 == o->save_after)
             CHECK(strata_save(e, o->save_dir));
         if (losses)

@@ -30,6 +30,7 @@ typedef struct synth_opts {
     const char *save_dir;             /* strata_save here after step index save_after - 1 ... */
     int save_after;                   /* ... i.e. once save_after steps (counted from 0) are done */
     double *final_loss_scale;         /* when not NULL: receives strata_loss_scale() after the last step */
+    double *grad_norms;               /* when not NULL: receives each step's strata_step_result.grad_norm */
     /* Ranks (world 1 when comm is NULL): the engine is one rank of comm's world, and this rank's micro-batch
      * mb of a step is the global micro-batch mb * world + rank, so N ranks with k micro-batches each see
      * the batches one rank sees with N * k. */

@@ -1,0 +1,40 @@
+/* The back copy of the optimizer state and the kept gradients of a speculating step in backward; see
+ * step_rollback.h. */
+#include "engine/step/step_rollback.h"
+
+#include <string.h>
+
+tier_array *rollback_front(engine_tiers *t, int i)
+{
+    tier_array *front[ROLLBACK_ARRAYS] = {&t->master, &t->exp_avg, &t->exp_avg_sq};
+    return front[i];
+}
+
+strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel)
+{
+    static const char *what[ROLLBACK_ARRAYS] = {
+        "master weights (the copy a clipped step in backward rolls back to)",
+        "Adam exp_avg (the copy a clipped step in backward rolls back to)",
+        "Adam exp_avg_sq (the copy a clipped step in backward rolls back to)",
+    };
+    for (int i = 0; i < ROLLBACK_ARRAYS; i++)
+        ERR_CHECK(tarr_alloc(&r->back[i], &t->env, t->opt_tier, numel, rollback_front(t, i)->elem_bytes, what[i]));
+    return tarr_alloc(&r->kept, &t->env, t->opt_tier, numel, t->param_bytes,
+                      "gradients kept for a redo (a clipped step in backward)");
+}
+
+void rollback_destroy(step_rollback *r, engine_tiers *t)
+{
+    for (int i = 0; i < ROLLBACK_ARRAYS; i++)
+        tarr_free(&r->back[i], &t->env);
+    tarr_free(&r->kept, &t->env);
+}
+
+void rollback_commit(step_rollback *r, engine_tiers *t)
+{
+    for (int i = 0; i < ROLLBACK_ARRAYS; i++) {
+        tier_array *front = rollback_front(t, i), was = *front;
+        *front = r->back[i];
+        r->back[i] = was;
+    }
+}

@@ -1,0 +1,36 @@
+/*
+ * What lets a step in backward speculate (strata.step_in_backward with gradient_clipping): each module's update
+ * runs during backward as if clipping will not trigger, because the global gradient norm that decides it is
+ * known only when backward ends. To make a wrong guess undoable without a word of difference from the ordinary
+ * step, the updates write a second copy of master, exp_avg and exp_avg_sq (the back copy) and keep each module's
+ * gradients; strata_step then either commits the back copy (the copies trade places: no byte moves) or, when
+ * clipping triggers, redoes every update from the front copy with the clipped gradients.
+ *
+ * The price: the optimizer state twice in its tier (12 B per element more: NVMe space, or host memory) and the
+ * gradients once more (parameter dtype; written as each module is updated, read only by a redo). A redo costs
+ * what an ordinary step's optimizer pass costs; stats count the redone steps, their seconds and NVMe bytes.
+ * Private to the step in backward (step_in_backward.c).
+ */
+#ifndef STRATA_ENGINE_STEP_ROLLBACK_H
+#define STRATA_ENGINE_STEP_ROLLBACK_H
+
+#include "engine/tiers.h"
+#include "strata.h"
+
+typedef struct step_rollback {
+    tier_array back[3]; /* master, exp_avg, exp_avg_sq as this step's updates write them */
+    tier_array kept;    /* the gradients the updates ran with, in the parameter dtype, for a redo */
+} step_rollback;
+
+/* The optimizer state's arrays in tiers order: master, exp_avg, exp_avg_sq (front: t's; back: r's). */
+#define ROLLBACK_ARRAYS 3
+tier_array *rollback_front(engine_tiers *t, int i);
+
+/* Allocates the back copy and the kept gradients (numel elements each) in the optimizer state's tier. */
+strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel);
+void rollback_destroy(step_rollback *r, engine_tiers *t);
+
+/* The step's updates are final: the back copy becomes the optimizer state (the front), the front the next back. */
+void rollback_commit(step_rollback *r, engine_tiers *t);
+
+#endif
