@@ -3,7 +3,8 @@
 # at the tied head and in backward) ends with weights bit-identical to the ordinary step's and the same losses, with
 # everything in host memory (fp32 and bf16) and with parameters, optimizer state and the gradient store on NVMe,
 # where a step writes 4 bytes per parameter less to the drive (the store is never written), and on NVMe with gradient
-# clipping (the updates speculate; a step where it triggers is redone, counted in the log); --grad-accum 2 and fp16
+# clipping (the updates speculate; a step where it triggers is redone, counted in the log), and with 2 ranks at stage 3;
+# --grad-accum 2 and fp16
 # are refused with their messages; --step-in-backward sets the key.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
@@ -69,5 +70,24 @@ if name == "nvme":
     assert wr["ordinary"] - wr["sib"] >= 4 * params, f"NVMe writes {wr['ordinary']} vs {wr['sib']}: the store's are left"
 EOF
 done
+
+# 2 ranks at stage 3 with clipping (the embeddings, tied to the head, reduce-scattered at both hand-overs and their
+# parts summed): the same weights as the ordinary step of the same 2 ranks. Skipped without MPI.
+if cli_mpi_strata "${common[@]}" --steps 1; then
+    for mode in ordinary sib; do
+        timeout 120 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --offload host --config "$scratch/$mode-clip.json" \
+            --dump-weights "$scratch/ranks-$mode.bin" --log-jsonl "$scratch/ranks-$mode.jsonl" >"$scratch/ranks-$mode.txt" \
+            2>&1 || { fail "2 ranks, $mode: exit $?"; cat "$scratch/ranks-$mode.txt"; }
+    done
+    if cmp -s "$scratch/ranks-ordinary.bin" "$scratch/ranks-sib.bin" && [ -s "$scratch/ranks-sib.bin" ]; then
+        echo "2 ranks, stage 3, clipping: weights bit-identical; redone per step:" \
+            "$(python3 -c 'import json,sys; print([json.loads(l)["redone"] for l in open(sys.argv[1])])' "$scratch/ranks-sib.jsonl")"
+        ok
+    else
+        fail "2 ranks, stage 3, clipping: step in backward's weights differ from the ordinary step's"
+    fi
+else
+    echo "2 ranks: skipped (no mpirun, or strata built without MPI)"
+fi
 
 cli_done cli_train_step_in_backward

@@ -119,6 +119,8 @@ void plan_compute(const plan_input *in, plan *p)
     plan_class_numel(in, &np, &ng, &no);
     /* The optimizer walks only this rank's slice, so its sub-groups are cut from that. */
     size_t sg = MIN(in->sub_group_numel, no);
+    /* A speculating step in backward keeps the gradients its updates took: with ranks, the reduced fp32 parts. */
+    size_t kept_bytes = in->world_size > 1 ? 4 : in->param_bytes;
 
     add(p, in->delayed ? "parameters (2 copies: delayed update)" : "parameters", in->param_tier,
         np * in->param_bytes * nparam, false);
@@ -126,7 +128,7 @@ void plan_compute(const plan_input *in, plan *p)
     if (in->speculate) {
         add(p, "master weights + Adam moments: the copy a clipped step in backward rolls back to", in->opt_tier,
             no * 12, false);
-        add(p, "gradients kept for a redo (clipped step in backward)", in->opt_tier, no * in->param_bytes, false);
+        add(p, "gradients kept for a redo (clipped step in backward)", in->opt_tier, no * kept_bytes, false);
     }
     /* The device share's state (unless it is the device-tier arrays), its gradients, and a parameter scratch unless
      * the step writes parameters straight into device-tier ones (not a rank's host shard of them: np != no). */
@@ -185,7 +187,7 @@ void plan_compute(const plan_input *in, plan *p)
     part[2] = grad_nvme ? in->largest_module_numel * 4 : 0;
     size_t pstage = in->param_tier != STRATA_TIER_HOST ? sg * in->param_bytes : 0;
     size_t slot = (in->opt_tier == STRATA_TIER_NVME ? 12 * sg : 0) + (grad_nvme ? 4 * sg : 0);
-    size_t kept = in->speculate && in->opt_tier == STRATA_TIER_NVME ? sg * in->param_bytes : 0;
+    size_t kept = in->speculate && in->opt_tier == STRATA_TIER_NVME ? sg * kept_bytes : 0;
     part[3] = in->step_in_backward ? slot + pstage + kept : STEP_SLOTS * slot + 2 * pstage;
     add(p, "pinned: NVMe fetch staging", STRATA_TIER_HOST, part[0], true);
     add(p, "pinned: gradient staging", STRATA_TIER_HOST, part[1], true);

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/grads/grad_handoff.h"
 #include "engine/plan/host_cache.h"
+#include "engine/ranks/ranks.h"
 #include "engine/step/step.h"
 #include "engine/step/step_rollback.h"
 #include "offload/accum.h"
@@ -43,7 +44,12 @@ struct step_in_backward {
     void **staging;                /* the hand-over's pinned gradients, until its update is done */
     dev_event **copied;            /* recorded on d2h after the copy into staging */
     dev_event **released;          /* recorded on compute at the release: the trainer's last read of the params */
-    float **pending;               /* fp32 sums of a module handed over more than once (tied weights); kept */
+    float **pending;               /* fp32 sums of a module handed over more than once (tied weights; with ranks,
+                                      of this rank's reduced parts); kept */
+    /* ranks > 1: the hand-over's gradients, widened to fp32 (full) and reduce-scattered into this rank's part on the
+     * comm's thread; the worker waits for the reduce-scatter (comm_wait) and updates from the part */
+    float **full, **part;
+    comm_req **req;
     uint8_t *summed;               /* pending holds this step's earlier hand-overs */
     uint8_t *kept_at;              /* kept_at, for a redo */
     adam_gradstats *stats;         /* this step's gradient statistics of each module (speculating) */
@@ -51,6 +57,7 @@ struct step_in_backward {
 
     /* gradient_clipping: the updates speculate that clipping will not trigger (step_rollback.h) */
     bool speculate;
+    strata_dtype kept_dtype;       /* of the gradients an update takes: the parameter dtype, or fp32 parts (ranks) */
     bool certain;                  /* this step's norm so far already exceeds the clipping threshold: the updates
                                       wait for strata_step (their gradients are kept) instead of speculating */
     double partial;                /* the sum of squares of the modules handed over so far (the worker's) */
@@ -92,16 +99,24 @@ strata_status step_in_backward_check_config(const strata_engine *e)
     if (c->delayed_update)
         return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with strata.delayed_update = true: both "
                        "overlap the optimizer with the trainer, in two ways that exclude each other; turn one off");
-    if (e->world > 1)
-        return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with %d ranks: a module's update needs its "
-                       "gradients summed over the ranks first (a collective per module during backward, on a thread "
-                       "other than the trainer's), which step in backward does not do yet; it runs with one rank "
-                       "only", e->world);
+    if (e->world > 1 && c->zero_stage < 2)
+        return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with %d ranks at zero_optimization.stage = %d: "
+                       "with several ranks a module's update takes this rank's part of the gradients the ranks "
+                       "reduce-scatter as they are handed over, which stages 2 and 3 do (stages 0 and 1 reduce the "
+                       "whole gradient store at the step, and step in backward has none); set zero_optimization.stage "
+                       "to 2 or 3, or strata.step_in_backward to false", e->world, c->zero_stage);
     if (c->offload_optimizer_ratio < 1.0)
         return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with zero_optimization.offload_optimizer."
                        "ratio = %g: step in backward runs every update on the CPU; set the ratio to 1 or "
                        "strata.step_in_backward to false", c->offload_optimizer_ratio);
     return STRATA_OK;
+}
+
+/* What divides the gradients the updates take: the world size for strata.gradient_reduction = mean, else 1 (no loss
+ * scale: fp16 is refused), as in the ordinary step. */
+static double grad_unscale(const strata_engine *e)
+{
+    return e->cfg.gradient_reduction == STRATA_REDUCE_MEAN ? e->world : 1;
 }
 
 /* ---------------------------------------------------------------- one module's update */
@@ -142,7 +157,7 @@ static strata_status update_module(step_in_backward *s, strata_module_id id, con
     strata_engine *e = s->e;
     engine_tiers *t = &e->tiers;
     const reg_module *m = registry_module(e->reg, id);
-    tier_array *pout = &t->param[t->param_front];
+    tier_array *pout = ranks_step_params(e, t->param_front); /* this rank's shard at stages 1 and 2 */
     bool opt_nvme = t->opt_tier == STRATA_TIER_NVME;
     size_t pb = t->param_bytes;
     size_t off = registry_view_offset(m, e->views.opt), n = registry_view_count(m, e->views.opt);
@@ -242,12 +257,28 @@ static strata_status keep_module(step_in_backward *s, strata_module_id id, const
 }
 
 /* Whether clipping is certain to trigger this step: the sum of squares so far is a lower bound of the step's (all
- * terms are >= 0; the margin covers the rounding of another summation order). */
+ * terms are >= 0, this rank's are part of the world's; the margin covers the rounding of another summation
+ * order). */
 static bool clipping_certain(const step_in_backward *s)
 {
-    const strata_config *c = &s->e->cfg;
-    double unscale = c->gradient_reduction == STRATA_REDUCE_MEAN ? s->e->world : 1;
-    return sqrt(s->partial) / unscale > c->gradient_clipping * (1 + 1e-9);
+    return sqrt(s->partial) / grad_unscale(s->e) > s->e->cfg.gradient_clipping * (1 + 1e-9);
+}
+
+/* The elements of module id's gradients an update takes: the whole module, or with ranks this rank's part. */
+static size_t grad_numel(const step_in_backward *s, strata_module_id id)
+{
+    const reg_module *m = registry_module(s->e->reg, id);
+    return s->e->world > 1 ? m->shard_numel : m->numel;
+}
+
+/* Ranks: waits for module id's reduce-scatter (this rank's part in s->part[id]) and frees its fp32 input. */
+static strata_status wait_reduced(step_in_backward *s, strata_module_id id)
+{
+    strata_status st = comm_wait(s->req[id]);
+    s->req[id] = NULL;
+    free(s->full[id]);
+    s->full[id] = NULL;
+    return st;
 }
 
 /* The update of a handed-over module: waits for its copy off the device, updates, gives the staging back.
@@ -258,11 +289,14 @@ static strata_status update_handed(step_in_backward *s, strata_module_id id)
     strata_engine *e = s->e;
     grad_src g = {.mem = s->staging[id], .dtype = e->cfg.param_dtype, .keep = s->speculate};
     strata_status st = dev_event_sync(s->copied[id]);
+    if (st == STRATA_OK && e->world > 1) {
+        st = wait_reduced(s, id);
+        g.mem = s->part[id], g.dtype = STRATA_DTYPE_FP32;
+    }
     if (st == STRATA_OK && s->summed[id]) {
-        /* The earlier hand-overs were summed on the d2h stream, before this one's copy: the fp32 sum the ordinary
-         * step's store would hold, in the same order. */
-        const reg_module *m = registry_module(e->reg, id);
-        accum_add(s->pending[id], s->staging[id], e->cfg.param_dtype, m->numel, false);
+        /* The earlier hand-overs were summed before this one (on the d2h stream; with ranks, their parts): the fp32
+         * sum the ordinary step's store would hold, in the same order. */
+        accum_add(s->pending[id], g.mem, g.dtype, grad_numel(s, id), false);
         g = (grad_src){.mem = s->pending[id], .dtype = STRATA_DTYPE_FP32};
     }
     s->kept_at[id] = g.keep ? KEPT_ARRAY : KEPT_PENDING;
@@ -277,6 +311,8 @@ static strata_status update_handed(step_in_backward *s, strata_module_id id)
         st = update_module(s, id, &g, &s->consts);
     pool_release(e->tiers.pool, s->staging[id]);
     s->staging[id] = NULL;
+    free(s->part[id]);
+    s->part[id] = NULL;
     if (st != STRATA_OK)
         return err_set(st, "step in backward: the update of module \"%s\": %s", registry_module(e->reg, id)->name,
                        err_last());
@@ -302,6 +338,8 @@ static void *worker(void *arg)
         /* After a failure the step is lost anyway: give the staging back without updating. */
         strata_status st = STRATA_OK;
         if (failed) {
+            if (s->req[id])
+                wait_reduced(s, id); /* its buffers are the comm's until it is done */
             pool_release(s->e->tiers.pool, s->staging[id]);
             s->staging[id] = NULL;
         } else {
@@ -336,6 +374,7 @@ strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
     s->threads = e->cfg.cpu_threads ? e->cfg.cpu_threads : adam_default_threads();
     s->chunk = step_piece_numel(e);
     s->speculate = e->cfg.gradient_clipping > 0;
+    s->kept_dtype = e->world > 1 ? STRATA_DTYPE_FP32 : e->cfg.param_dtype;
     s->state = calloc(n, 1);
     s->staging = calloc(n, sizeof *s->staging);
     s->copied = calloc(n, sizeof *s->copied);
@@ -345,8 +384,11 @@ strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
     s->summed = calloc(n, 1);
     s->kept_at = calloc(n, 1);
     s->stats = calloc(n, sizeof *s->stats);
+    s->full = calloc(n, sizeof *s->full);
+    s->part = calloc(n, sizeof *s->part);
+    s->req = calloc(n, sizeof *s->req);
     if (!s->state || !s->staging || !s->copied || !s->released || !s->queue || !s->pending || !s->summed ||
-        !s->kept_at || !s->stats ||
+        !s->kept_at || !s->stats || !s->full || !s->part || !s->req ||
         posix_memalign((void **)&s->zeros, 4096, s->chunk * 4) != 0) {
         s->zeros = NULL;
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for step in backward");
@@ -367,9 +409,9 @@ strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
         ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, s->chunk * e->tiers.param_bytes,
                                "step in backward: parameter staging", &s->pstage));
     if (s->speculate) {
-        ERR_CHECK(rollback_create(&s->rb, &e->tiers, numel));
+        ERR_CHECK(rollback_create(&s->rb, &e->tiers, numel, strata_dtype_bytes(s->kept_dtype)));
         if (s->rb.kept.tier == STRATA_TIER_NVME)
-            ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, s->chunk * e->tiers.param_bytes,
+            ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, s->chunk * strata_dtype_bytes(s->kept_dtype),
                                    "step in backward: kept gradients read back for a redo", &s->gbuf));
     }
     if (pthread_create(&s->thread, NULL, worker, s) != 0)
@@ -392,6 +434,10 @@ void step_in_backward_destroy(strata_engine *e, step_in_backward *s)
         pthread_join(s->thread, NULL);
     }
     for (size_t i = 0; i < s->nmods; i++) {
+        if (s->req[i]) /* reduce-scattered, never released: its buffers are the comm's until it is done */
+            wait_reduced(s, (strata_module_id)i);
+        free(s->full[i]);
+        free(s->part[i]);
         if (s->staging[i]) { /* handed over, never released: wait for its copy before the buffer goes */
             dev_event_sync(s->copied[i]);
             pool_release(e->tiers.pool, s->staging[i]);
@@ -422,6 +468,9 @@ void step_in_backward_destroy(strata_engine *e, step_in_backward *s)
     free(s->summed);
     free(s->kept_at);
     free(s->stats);
+    free(s->full);
+    free(s->part);
+    free(s->req);
     free(s);
 }
 
@@ -433,7 +482,8 @@ static void fix_step(step_in_backward *s)
         return;
     s->step = step_count(s->e->step) + 1;
     strata_adam_hparams hp = cfg_adam_hparams(&s->e->cfg, s->lr);
-    adam_consts_init(&s->consts, &hp, s->step, 1.0); /* no loss scale: fp16 is refused */
+    /* No loss scale (fp16 is refused); the mean over the ranks as the ordinary step takes it. */
+    adam_consts_init(&s->consts, &hp, s->step, 1.0 / grad_unscale(s->e));
     s->fixed = true;
 }
 
@@ -478,30 +528,74 @@ static strata_status sum_hand_over(void *arg)
     return STRATA_OK;
 }
 
+/* One rank: the hand-over is added into the module's fp32 sum on the d2h stream, after its copy. */
+static strata_status queue_sum(step_in_backward *s, strata_module_id id, void *staging)
+{
+    sum_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return err_set(STRATA_ENOMEM, "strata_grads_ready(\"%s\"): out of memory",
+                       registry_module(s->e->reg, id)->name);
+    *j = (sum_job){.e = s->e, .id = id, .staging = staging, .first = !s->summed[id]};
+    strata_status st = dev_host_fn(s->e->d2h, sum_hand_over, j);
+    if (st != STRATA_OK)
+        free(j); /* never queued: the staging is still the caller's */
+    return st;
+}
+
+/* Ranks: widens the hand-over's gradients (in staging, copied) to fp32 and starts their reduce-scatter into a part
+ * of its own (the worker waits for it); a hand-over that is not the module's last is reduced at once and its part
+ * summed into the module's pending sum (summed as the ordinary step's store sums the parts). The staging is given
+ * back here only for the latter. */
+static strata_status reduce_hand_over(step_in_backward *s, strata_module_id id, void *staging, bool last)
+{
+    strata_engine *e = s->e;
+    const reg_module *m = registry_module(e->reg, id);
+    ERR_CHECK(dev_stream_sync(e->d2h)); /* the copy into the staging */
+    if (posix_memalign((void **)&s->full[id], 4096, m->numel * 4) != 0 ||
+        posix_memalign((void **)&s->part[id], 4096, m->shard_numel * 4) != 0) {
+        free(s->full[id]);
+        s->full[id] = NULL;
+        return err_set(STRATA_ENOMEM, "strata_grads_ready(\"%s\"): out of memory for its reduce-scatter (%zu fp32 "
+                       "elements)", m->name, m->numel);
+    }
+    accum_add(s->full[id], staging, e->cfg.param_dtype, m->numel, true);
+    if (last)
+        return ranks_start_reduce(e, m, s->full[id], s->part[id], &s->req[id]);
+    strata_status st = ranks_reduce_module(e, m, s->full[id], s->part[id]);
+    if (st == STRATA_OK)
+        accum_add(s->pending[id], s->part[id], STRATA_DTYPE_FP32, m->shard_numel, !s->summed[id]);
+    free(s->full[id]);
+    free(s->part[id]);
+    s->full[id] = s->part[id] = NULL;
+    if (st == STRATA_OK)
+        pool_release(e->tiers.pool, staging);
+    return st;
+}
+
 /* Takes a hand-over (grad_handoff_ops.take): the staging receives id's gradients on the d2h stream, queued just
- * before; it goes back to the pool once it is summed or the update is done. */
+ * before; it goes back to the pool once it is summed or the update is done. With ranks they are reduce-scattered
+ * first. */
 static strata_status take_hand_over(grad_handoff *h, strata_engine *e, const grad_staged *g)
 {
     step_in_backward *s = e->in_backward;
     strata_module_id id = g->id;
     void *staging = g->staging;
     fix_step(s);
-    if (fetch_order_step_fetches_again(e->order, id)) {
+    bool last = !fetch_order_step_fetches_again(e->order, id);
+    if (!last) {
         const reg_module *m = registry_module(e->reg, id);
-        sum_job *j = calloc(1, sizeof *j);
-        if (!s->pending[id] && posix_memalign((void **)&s->pending[id], 4096, m->numel * 4) != 0)
+        size_t n = grad_numel(s, id);
+        if (!s->pending[id] && posix_memalign((void **)&s->pending[id], 4096, n * 4) != 0)
             s->pending[id] = NULL;
-        if (!j || !s->pending[id]) {
-            free(j);
+        if (!s->pending[id])
             return err_set(STRATA_ENOMEM, "strata_grads_ready(\"%s\"): out of memory for the sum of its hand-overs "
-                           "(%zu fp32 elements)", m->name, m->numel);
-        }
-        *j = (sum_job){.e = e, .id = id, .staging = staging, .first = !s->summed[id]};
-        strata_status st = dev_host_fn(e->d2h, sum_hand_over, j);
-        if (st != STRATA_OK) {
-            free(j); /* never queued: the staging is still the caller's */
-            return st;
-        }
+                           "(%zu fp32 elements)", m->name, n);
+    }
+    if (e->world > 1)
+        ERR_CHECK(reduce_hand_over(s, id, staging, last));
+    if (!last) {
+        if (e->world == 1)
+            ERR_CHECK(queue_sum(s, id, staging));
         s->summed[id] = 1;
         s->state[id] = MOD_PARTIAL;
         return STRATA_OK;
@@ -543,6 +637,11 @@ static strata_status reclaim_staging(grad_handoff *h, strata_engine *e)
     return wait_updates(e->in_backward);
 }
 
+double step_in_backward_lr(const step_in_backward *s)
+{
+    return s->lr;
+}
+
 strata_status step_in_backward_begin(step_in_backward *s, double lr)
 {
     if (s->open)
@@ -556,20 +655,22 @@ strata_status step_in_backward_begin(step_in_backward *s, double lr)
 
 /* The clipping decision of a speculating step, made as the ordinary step makes it (step.c, step_run): the global
  * norm from the modules' statistics summed in id order; *consts gets the step's constants with the clip factor. */
-static bool clip_decision(step_in_backward *s, adam_consts *consts, double *grad_norm)
+static strata_status clip_decision(step_in_backward *s, adam_consts *consts, double *grad_norm, bool *clipped)
 {
     strata_engine *e = s->e;
-    double unscale = e->cfg.gradient_reduction == STRATA_REDUCE_MEAN ? e->world : 1, grad_scale = 1.0 / unscale;
+    double unscale = grad_unscale(e), grad_scale = 1.0 / unscale;
     double sumsq = 0;
+    bool nonfinite = false;
     for (size_t i = 0; i < s->nmods; i++)
         sumsq += s->stats[i].sumsq;
+    ERR_CHECK(ranks_sum_gradstats(e, &sumsq, &nonfinite)); /* this rank's parts: the world's sum */
     *grad_norm = sqrt(sumsq) / unscale;
-    bool clipped = *grad_norm > e->cfg.gradient_clipping;
-    if (clipped)
+    *clipped = *grad_norm > e->cfg.gradient_clipping;
+    if (*clipped)
         grad_scale *= e->cfg.gradient_clipping / (*grad_norm + 1e-6);
     strata_adam_hparams hp = cfg_adam_hparams(&e->cfg, s->lr);
     adam_consts_init(consts, &hp, s->step, grad_scale);
-    return clipped;
+    return STRATA_OK;
 }
 
 /* Clipping triggered: every update that ran in backward runs again from the front copy with the clipped
@@ -585,7 +686,7 @@ static strata_status redo_updates(step_in_backward *s, const adam_consts *consts
         if (s->state[i] != MOD_QUEUED)
             continue;
         grad_src g = s->kept_at[i] == KEPT_PENDING ? (grad_src){.mem = s->pending[i], .dtype = STRATA_DTYPE_FP32}
-                                                   : (grad_src){.from_kept = true, .dtype = e->cfg.param_dtype};
+                                                   : (grad_src){.from_kept = true, .dtype = s->kept_dtype};
         st = update_module(s, (strata_module_id)i, &g, consts);
         if (st != STRATA_OK)
             st = err_set(st, "strata_step: gradient clipping triggered and the redo of module \"%s\"'s update "
@@ -607,8 +708,10 @@ static strata_status settle_speculation(step_in_backward *s, adam_consts *consts
     for (size_t i = 0; i < s->nmods; i++)
         if (s->state[i] == MOD_PARTIAL)
             ERR_CHECK(module_stats(s, (strata_module_id)i, s->pending[i], STRATA_DTYPE_FP32));
+    bool clipped;
+    ERR_CHECK(clip_decision(s, consts, grad_norm, &clipped));
     /* Modules held back because clipping was certain are updated here even if (against the bound) it is not. */
-    if (!clip_decision(s, consts, grad_norm) && !s->certain)
+    if (!clipped && !s->certain)
         return STRATA_OK;
     LOG_INFO(LOG_ADAM, "step %lld: gradient norm %g > gradient_clipping %g: the updates made in backward are redone "
              "clipped", (long long)s->step, *grad_norm, s->e->cfg.gradient_clipping);

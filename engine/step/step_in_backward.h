@@ -22,8 +22,11 @@
  * With gradient clipping the updates speculate that it will not trigger (step_rollback.h): they write a second copy
  * of the optimizer state and keep their gradients, and strata_step, once the global norm is known (summed as the
  * ordinary step sums it: each module's statistics over its pieces, in module order), commits or redoes them.
+ * With several ranks (stages 2 and 3) each hand-over's gradients are reduce-scattered on the comm's thread, started
+ * by the trainer's in its order, and the update takes this rank's part (the worker waits for it).
  * Refused at finalize (step_in_backward_check_config): fp16 (an overflowed step would have to be undone, parameters
- * included), the delayed update, several ranks and a partial optimizer offload.
+ * included), the delayed update, several ranks at stages 0 and 1 (they reduce the whole gradient store at the step)
+ * and a partial optimizer offload.
  */
 #ifndef STRATA_ENGINE_STEP_IN_BACKWARD_H
 #define STRATA_ENGINE_STEP_IN_BACKWARD_H
@@ -45,6 +48,8 @@ void step_in_backward_destroy(struct strata_engine *e, step_in_backward *s);
 
 /* strata_step_begin's part: the step is open, with learning rate lr; STRATA_ESTATE when one is open already. */
 strata_status step_in_backward_begin(step_in_backward *s, double lr);
+/* The lr the begun step's updates run with. */
+double step_in_backward_lr(const step_in_backward *s);
 /* The trainer released id: a hand-over waiting for it is queued for its update. */
 strata_status step_in_backward_released(struct strata_engine *e, strata_module_id id);
 /* strata_step's part: checks args against the begun step, waits for the updates, with gradient clipping decides it

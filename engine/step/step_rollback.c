@@ -10,7 +10,7 @@ tier_array *rollback_front(engine_tiers *t, int i)
     return front[i];
 }
 
-strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel)
+strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel, size_t kept_bytes)
 {
     static const char *what[ROLLBACK_ARRAYS] = {
         "master weights (the copy a clipped step in backward rolls back to)",
@@ -19,7 +19,7 @@ strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel)
     };
     for (int i = 0; i < ROLLBACK_ARRAYS; i++)
         ERR_CHECK(tarr_alloc(&r->back[i], &t->env, t->opt_tier, numel, rollback_front(t, i)->elem_bytes, what[i]));
-    return tarr_alloc(&r->kept, &t->env, t->opt_tier, numel, t->param_bytes,
+    return tarr_alloc(&r->kept, &t->env, t->opt_tier, numel, kept_bytes,
                       "gradients kept for a redo (a clipped step in backward)");
 }
 

@@ -7,7 +7,8 @@
  * clipping triggers, redoes every update from the front copy with the clipped gradients.
  *
  * The price: the optimizer state twice in its tier (12 B per element more: NVMe space, or host memory) and the
- * gradients once more (parameter dtype; written as each module is updated, read only by a redo). A redo costs
+ * gradients once more (parameter dtype, or with ranks the fp32 reduced parts; written as each module is updated,
+ * read only by a redo). A redo costs
  * what an ordinary step's optimizer pass costs; stats count the redone steps, their seconds and NVMe bytes.
  * Private to the step in backward (step_in_backward.c).
  */
@@ -19,15 +20,16 @@
 
 typedef struct step_rollback {
     tier_array back[3]; /* master, exp_avg, exp_avg_sq as this step's updates write them */
-    tier_array kept;    /* the gradients the updates ran with, in the parameter dtype, for a redo */
+    tier_array kept;    /* the gradients the updates ran with (the parameter dtype; fp32 with ranks), for a redo */
 } step_rollback;
 
 /* The optimizer state's arrays in tiers order: master, exp_avg, exp_avg_sq (front: t's; back: r's). */
 #define ROLLBACK_ARRAYS 3
 tier_array *rollback_front(engine_tiers *t, int i);
 
-/* Allocates the back copy and the kept gradients (numel elements each) in the optimizer state's tier. */
-strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel);
+/* Allocates the back copy and the kept gradients (numel elements each, kept_bytes per gradient) in the optimizer
+ * state's tier. */
+strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel, size_t kept_bytes);
 void rollback_destroy(step_rollback *r, engine_tiers *t);
 
 /* The step's updates are final: the back copy becomes the optimizer state (the front), the front the next back. */

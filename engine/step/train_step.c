@@ -142,7 +142,11 @@ static strata_status step_updated_in_backward(strata_engine *e, const strata_ste
     uint64_t t0 = now_ns();
     ERR_CHECK(grads_drain(e));
     strata_step_result r = {.grad_norm = -1};
-    strata_status st = step_in_backward_finish(e, args, &r.grad_norm);
+    /* Every rank runs this step with the same lr and step number (the gradients were reduced as handed over). */
+    strata_status st = ranks_exchange_grads(e, grads_front(e->grads), step_in_backward_lr(e->in_backward),
+                                            (uint64_t)d->iterations + 1);
+    if (st == STRATA_OK)
+        st = step_in_backward_finish(e, args, &r.grad_norm);
     if (st != STRATA_OK) {
         residency_invalidate_all(e);
         return st;

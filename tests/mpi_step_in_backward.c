@@ -1,0 +1,138 @@
+/*
+ * Step in backward across ranks (stages 2 and 3): each module's gradients are reduce-scattered as they are handed
+ * over and its update takes this rank's part, during backward. N ranks end with the weights, and report the
+ * gradient norms, of the same N ranks' ordinary step, bit for bit: without clipping, with clipping that is certain
+ * from the first hand-over, and with a threshold between the steps' norms (some steps redone), in host memory and
+ * on NVMe. Every rank holds what rank 0 holds. Stages 0 and 1 are refused with the stage named (STRATA_ECONFIG, or
+ * STRATA_ECOMM with the refusing rank's message on the others).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "synth.h"
+#include "testlib.h"
+#include "world.h"
+
+static t_world world;
+static const char *mine; /* this rank's scratch directory (NVMe swap files) */
+
+enum { STEPS = 4 };
+
+static void model(synth_opts *o)
+{
+    synth_defaults(o, world.seed);
+    const int widths[] = {128, 256, 256, 128};
+    memcpy(o->width, widths, sizeof widths);
+    o->layers = 3;
+    o->steps = STEPS;
+    o->micro_batches = 1; /* step in backward: gradient accumulation 1 */
+    o->comm = world.comm;
+}
+
+static bool train(const char *what, const synth_opts *o, const strata_config *cfg, float **w, size_t *n,
+                  strata_stats *stats)
+{
+    *w = NULL;
+    strata_status st = synth_train(o, cfg, w, n, NULL, stats);
+    T_CHECK(st == STRATA_OK, "%s: training failed: %s: %s", what, strata_status_name(st), strata_last_error(NULL));
+    if (st == STRATA_OK)
+        t_world_agree(world.comm, what, *w, *n);
+    return st == STRATA_OK;
+}
+
+/* A threshold halfway between the smallest and the largest norm of an unclipped ordinary run (same data). */
+static double probe_clip(const synth_opts *o, strata_config c)
+{
+    double norms[STEPS] = {0}, lo = 1e300, hi = 0;
+    synth_opts p = *o;
+    p.grad_norms = norms;
+    c.gradient_clipping = 1e30;
+    float *w;
+    size_t n;
+    if (train("probe", &p, &c, &w, &n, NULL))
+        free(w);
+    for (int s = 0; s < STEPS; s++) {
+        lo = norms[s] < lo ? norms[s] : lo;
+        hi = norms[s] > hi ? norms[s] : hi;
+    }
+    return (lo + hi) / 2;
+}
+
+static void run_case(int stage, const synth_placement *pl, int clip_mode)
+{
+    synth_opts o;
+    model(&o);
+    strata_config cfg = synth_config(STRATA_DTYPE_BF16);
+    pl->apply(&cfg, mine);
+    cfg.zero_stage = stage;
+    cfg.cpu_threads = 1;
+    cfg.sub_group_size = 4096;
+    cfg.gradient_clipping = clip_mode == 0 ? 0 : clip_mode == 1 ? 1e-6 : probe_clip(&o, cfg);
+    char what[256];
+    snprintf(what, sizeof what, "stage %d, %s, clipping %g, %d ranks", stage, pl->name, cfg.gradient_clipping,
+             world.size);
+    double norms[2][STEPS];
+    float *w[2] = {NULL, NULL};
+    size_t n[2] = {0, 0};
+    strata_stats stats[2] = {{0}};
+    for (int sib = 0; sib < 2; sib++) {
+        cfg.step_in_backward = sib;
+        o.grad_norms = norms[sib];
+        if (!train(what, &o, &cfg, &w[sib], &n[sib], &stats[sib]))
+            goto out;
+    }
+    T_EQ_INT(n[1], n[0]);
+    size_t first, diffs = synth_count_diff(w[0], w[1], MIN(n[0], n[1]), &first);
+    T_CHECK(diffs == 0, "%s: %zu of %zu weights differ from the ordinary step's; first at %zu: %.9g vs %.9g", what,
+            diffs, n[0], first, first < n[0] ? (double)w[0][first] : 0.0, first < n[1] ? (double)w[1][first] : 0.0);
+    uint64_t clipped = 0;
+    for (int s = 0; s < STEPS; s++) {
+        T_CHECK(memcmp(&norms[0][s], &norms[1][s], sizeof norms[0][s]) == 0, "%s: step %d's norm %.17g in "
+                "backward, %.17g by the ordinary step", what, s, norms[1][s], norms[0][s]);
+        clipped += cfg.gradient_clipping > 0 && norms[0][s] > cfg.gradient_clipping;
+    }
+    T_CHECK(stats[1].steps_redone == clipped, "%s: %llu steps redone, %llu clipped", what,
+            (unsigned long long)stats[1].steps_redone, (unsigned long long)clipped);
+    if (world.rank == 0)
+        printf("%s: %zu weights bit-identical to the ordinary step; %llu of %d steps redone (clipped)\n", what, n[0],
+               (unsigned long long)stats[1].steps_redone, STEPS);
+out:
+    free(w[0]);
+    free(w[1]);
+}
+
+static void refused(int stage)
+{
+    synth_opts o;
+    model(&o);
+    strata_config cfg = synth_config(STRATA_DTYPE_BF16);
+    cfg.zero_stage = stage;
+    cfg.step_in_backward = true;
+    strata_engine *e = NULL;
+    strata_status st = synth_engine(&o, &cfg, &e);
+    /* The rank that refuses says why; the others fail with its message (finalize's outcome is agreed). */
+    T_CHECK(st == STRATA_ECONFIG || st == STRATA_ECOMM, "stage %d: finalize gave %s", stage, strata_status_name(st));
+    T_CONTAINS(strata_last_error(NULL), "strata.step_in_backward = true with");
+    T_CONTAINS(strata_last_error(NULL), "set zero_optimization.stage to 2 or 3");
+    if (world.rank == 0)
+        printf("stage %d refused: %s\n", stage, strata_last_error(NULL));
+    strata_engine_destroy(e);
+}
+
+int main(void)
+{
+    world = t_world_open();
+    mine = t_world_scratch(world.comm, "mpi_step_in_backward", NULL, 0);
+    refused(0);
+    refused(1);
+    for (int clip = 0; clip < 3; clip++) {
+        run_case(2, &synth_placements[1], clip); /* the optimizer on the host */
+        run_case(3, &synth_placements[2], clip); /* parameters and optimizer on the host */
+        run_case(3, &synth_placements[3], clip); /* on NVMe */
+    }
+    t_scratch_cleanup();
+    strata_comm_destroy(world.comm);
+    return t_done();
+}
