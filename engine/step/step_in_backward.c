@@ -17,7 +17,7 @@
 #include "engine/plan/host_cache.h"
 #include "engine/ranks/ranks.h"
 #include "engine/step/step.h"
-#include "engine/step/step_rollback.h"
+#include "engine/step/module_update.h"
 #include "offload/accum.h"
 
 typedef enum mod_state {
@@ -35,9 +35,7 @@ typedef enum kept_at {
 
 struct step_in_backward {
     strata_engine *e;
-    const adam_ops *adam;
-    int threads;
-    size_t chunk;                  /* elements per update piece: the optimizer sub-group (what POOL_STEP holds) */
+    module_updater up;             /* runs each module's update, in pieces */
 
     /* per module */
     uint8_t *state;                /* mod_state */
@@ -56,13 +54,9 @@ struct step_in_backward {
     size_t nmods;
 
     /* gradient_clipping: the updates speculate that clipping will not trigger (step_rollback.h) */
-    bool speculate;
-    strata_dtype kept_dtype;       /* of the gradients an update takes: the parameter dtype, or fp32 parts (ranks) */
     bool certain;                  /* this step's norm so far already exceeds the clipping threshold: the updates
                                       wait for strata_step (their gradients are kept) instead of speculating */
     double partial;                /* the sum of squares of the modules handed over so far (the worker's) */
-    step_rollback rb;
-    void *gbuf;                    /* pinned: one piece of kept gradients read back from NVMe for a redo */
 
     /* the begun step */
     bool open;
@@ -71,11 +65,6 @@ struct step_in_backward {
                                       strata_step_begin and backward changes the step count) */
     int64_t step;                  /* the update's step count (bias correction) */
     adam_consts consts;
-
-    /* NVMe buffers (POOL_STEP, the step pipeline's slice, which this mode never uses otherwise) */
-    float *master, *m, *v;
-    void *pstage;                  /* updated parameters on their way to a device or NVMe home */
-    float *zeros;                  /* fp32 zero gradients of one chunk, for modules without gradients */
 
     /* the worker */
     pthread_t thread;
@@ -121,140 +110,7 @@ static double grad_unscale(const strata_engine *e)
 
 /* ---------------------------------------------------------------- one module's update */
 
-/* Where an update takes a module's gradients from. */
-typedef struct grad_src {
-    const void *mem;    /* the module's gradients in memory (its staging, or the fp32 sum of tied weights) */
-    strata_dtype dtype;
-    bool from_kept;     /* a redo: from the rollback's kept array (parameter dtype) instead */
-    bool keep;          /* speculating: written to the kept array as the update reads them */
-} grad_src;
-
 static const grad_src NO_GRADS = {.dtype = STRATA_DTYPE_FP32}; /* zeros */
-
-/* Points a at the gradients of one piece [first, first + cnt) of a module (done elements into it). */
-static strata_status piece_grads(step_in_backward *s, const grad_src *g, size_t first, size_t done, size_t cnt,
-                                 adam_arrays *a)
-{
-    engine_tiers *t = &s->e->tiers;
-    a->grad_dtype = g->dtype;
-    if (g->from_kept) {
-        a->grad = s->rb.kept.tier == STRATA_TIER_NVME ? s->gbuf : tarr_host_ptr(&s->rb.kept, &t->env, first);
-        if (s->rb.kept.tier == STRATA_TIER_NVME)
-            ERR_CHECK(tarr_read_sync(&s->rb.kept, &t->env, first, cnt, s->gbuf));
-    } else {
-        a->grad = g->mem ? (const void *)((const char *)g->mem + done * strata_dtype_bytes(g->dtype)) : s->zeros;
-    }
-    return STRATA_OK;
-}
-
-/* Updates module id from its gradients g with consts, in pieces of s->chunk elements: master/m/v in place (or read
- * into and written back from pinned buffers on NVMe), the new parameters into their home. When speculating, the
- * updates read the front copy of master/m/v and write the back one. Runs on the worker, or on the trainer's thread
- * at strata_step for modules without gradients and for a redo. */
-static strata_status update_module(step_in_backward *s, strata_module_id id, const grad_src *g,
-                                   const adam_consts *consts)
-{
-    strata_engine *e = s->e;
-    engine_tiers *t = &e->tiers;
-    const reg_module *m = registry_module(e->reg, id);
-    tier_array *pout = ranks_step_params(e, t->param_front); /* this rank's shard at stages 1 and 2 */
-    bool opt_nvme = t->opt_tier == STRATA_TIER_NVME;
-    size_t pb = t->param_bytes;
-    size_t off = registry_view_offset(m, e->views.opt), n = registry_view_count(m, e->views.opt);
-    tier_array *src[ROLLBACK_ARRAYS], *dst[ROLLBACK_ARRAYS];
-    for (int i = 0; i < ROLLBACK_ARRAYS; i++) {
-        src[i] = rollback_front(t, i);
-        dst[i] = s->speculate ? &s->rb.back[i] : src[i];
-    }
-    float *slot[ROLLBACK_ARRAYS] = {s->master, s->m, s->v};
-    /* The device copy the trainer read must be done with before the new parameters land where it lies. */
-    if (pout->tier == STRATA_TIER_DEVICE)
-        ERR_CHECK(dev_stream_wait_event(e->upd, s->released[id]));
-    for (size_t done = 0; done < n;) {
-        size_t cnt = MIN(s->chunk, n - done), first = off + done;
-        adam_arrays a = {.param_dtype = e->cfg.param_dtype, .stream_param = true};
-        ERR_CHECK(piece_grads(s, g, first, done, cnt, &a));
-        float **state[ROLLBACK_ARRAYS] = {&a.master, &a.exp_avg, &a.exp_avg_sq};
-        if (opt_nvme) {
-            io_wait w;
-            io_wait_init(&w);
-            uint64_t t0 = now_ns();
-            strata_status st = STRATA_OK;
-            for (int i = 0; i < ROLLBACK_ARRAYS && st == STRATA_OK; i++)
-                st = tarr_read(src[i], &t->env, first, cnt, slot[i], &w);
-            strata_status wst = io_wait_wait(&w);
-            io_wait_destroy(&w);
-            atomic_fetch_add(&e->ctr.step_io_wait_ns, now_ns() - t0);
-            trace_event(e->trace, TRACK_NVME, "read master/m/v", m->name, t0, now_ns());
-            ERR_CHECK(st != STRATA_OK ? st : wst);
-            for (int i = 0; i < ROLLBACK_ARRAYS; i++)
-                *state[i] = slot[i];
-        } else {
-            for (int i = 0; i < ROLLBACK_ARRAYS; i++) {
-                *state[i] = tarr_host_ptr(dst[i], &t->env, first);
-                if (dst[i] != src[i]) /* Adam updates in place: the back copy starts as the front */
-                    memcpy(*state[i], tarr_host_ptr(src[i], &t->env, first), cnt * 4);
-            }
-        }
-        a.param = pout->tier == STRATA_TIER_HOST ? tarr_host_ptr(pout, &t->env, first) : s->pstage;
-        adam_job job = {.ops = s->adam, .consts = *consts, .arrays = a, .numel = cnt, .threads = s->threads};
-        char place[ENGINE_NAME_BYTES + 64];
-        snprintf(place, sizeof place, "%s [%zu, %zu)", m->name, done, done + cnt);
-        ERR_CHECK(step_adam_timed(e, &job, g->from_kept ? "adam (redo: clipped)" : "adam (in backward)", place));
-        if (pout->tier == STRATA_TIER_DEVICE) {
-            uint64_t t1 = now_ns();
-            ERR_CHECK(dev_memcpy_async(e->upd, (char *)pout->mem + first * pb, s->pstage, cnt * pb));
-            ERR_CHECK(dev_stream_sync(e->upd)); /* pstage is used again by the next piece */
-            atomic_fetch_add(&e->ctr.host_to_device, cnt * pb);
-            trace_event(e->trace, TRACK_UPDATE, "parameters", m->name, t1, now_ns());
-        } else if (pout->tier == STRATA_TIER_NVME) {
-            ERR_CHECK(tarr_write_sync(pout, &t->env, first, cnt, s->pstage));
-        }
-        if (opt_nvme) {
-            io_wait w;
-            io_wait_init(&w);
-            uint64_t w0 = now_ns();
-            strata_status st = STRATA_OK;
-            for (int i = 0; i < ROLLBACK_ARRAYS && st == STRATA_OK; i++)
-                st = tarr_write(dst[i], &t->env, first, cnt, slot[i], &w);
-            /* What a redo needs (the fp32 sums of tied weights stay in pending). */
-            if (st == STRATA_OK && g->keep)
-                st = tarr_write(&s->rb.kept, &t->env, first, cnt, a.grad, &w);
-            strata_status wst = io_wait_wait(&w);
-            io_wait_destroy(&w);
-            trace_event(e->trace, TRACK_NVME, "write master/m/v", m->name, w0, now_ns());
-            ERR_CHECK(st != STRATA_OK ? st : wst);
-        } else if (g->keep) {
-            memcpy(tarr_host_ptr(&s->rb.kept, &t->env, first), a.grad, cnt * strata_dtype_bytes(g->dtype));
-        }
-        done += cnt;
-    }
-    return STRATA_OK;
-}
-
-/* Adds the statistics of module id's gradients (grad, grad_dtype), piece by piece as the ordinary step's norm
- * sums them (step_piece_gradstats), to s->stats[id]. */
-static strata_status module_stats(step_in_backward *s, strata_module_id id, const void *grad, strata_dtype grad_dtype)
-{
-    strata_engine *e = s->e;
-    size_t n = registry_view_count(registry_module(e->reg, id), e->views.opt), gb = strata_dtype_bytes(grad_dtype);
-    for (size_t done = 0; done < n; done += s->chunk)
-        ERR_CHECK(step_piece_gradstats(e, (const char *)grad + done * gb, grad_dtype, MIN(s->chunk, n - done),
-                                       &s->stats[id]));
-    return STRATA_OK;
-}
-
-/* Keeps module id's gradients g (its staging) for its update at strata_step, without updating it. */
-static strata_status keep_module(step_in_backward *s, strata_module_id id, const grad_src *g)
-{
-    strata_engine *e = s->e;
-    size_t off = registry_view_offset(registry_module(e->reg, id), e->views.opt);
-    size_t n = registry_view_count(registry_module(e->reg, id), e->views.opt), gb = strata_dtype_bytes(g->dtype);
-    if (s->rb.kept.tier == STRATA_TIER_NVME)
-        return tarr_write_sync(&s->rb.kept, &e->tiers.env, off, n, g->mem);
-    memcpy(tarr_host_ptr(&s->rb.kept, &e->tiers.env, off), g->mem, n * gb);
-    return STRATA_OK;
-}
 
 /* Whether clipping is certain to trigger this step: the sum of squares so far is a lower bound of the step's (all
  * terms are >= 0, this rank's are part of the world's; the margin covers the rounding of another summation
@@ -287,7 +143,7 @@ static strata_status wait_reduced(step_in_backward *s, strata_module_id id)
 static strata_status update_handed(step_in_backward *s, strata_module_id id)
 {
     strata_engine *e = s->e;
-    grad_src g = {.mem = s->staging[id], .dtype = e->cfg.param_dtype, .keep = s->speculate};
+    grad_src g = {.mem = s->staging[id], .dtype = e->cfg.param_dtype, .keep = s->up.speculate};
     strata_status st = dev_event_sync(s->copied[id]);
     if (st == STRATA_OK && e->world > 1) {
         st = wait_reduced(s, id);
@@ -300,15 +156,15 @@ static strata_status update_handed(step_in_backward *s, strata_module_id id)
         g = (grad_src){.mem = s->pending[id], .dtype = STRATA_DTYPE_FP32};
     }
     s->kept_at[id] = g.keep ? KEPT_ARRAY : KEPT_PENDING;
-    if (st == STRATA_OK && s->speculate) {
-        st = module_stats(s, id, g.mem, g.dtype);
+    if (st == STRATA_OK && s->up.speculate) {
+        st = updater_stats(&s->up, id, g.mem, g.dtype, &s->stats[id]);
         s->partial += s->stats[id].sumsq;
         s->certain = s->certain || clipping_certain(s);
     }
     if (st == STRATA_OK && s->certain)
-        st = g.keep ? keep_module(s, id, &g) : STRATA_OK; /* the fp32 sums of tied weights stay in pending */
+        st = g.keep ? updater_keep(&s->up, id, &g) : STRATA_OK; /* the fp32 sums of tied weights stay in pending */
     else if (st == STRATA_OK)
-        st = update_module(s, id, &g, &s->consts);
+        st = updater_run(&s->up, id, &g, &s->consts, s->released[id]);
     pool_release(e->tiers.pool, s->staging[id]);
     s->staging[id] = NULL;
     free(s->part[id]);
@@ -361,7 +217,7 @@ static void *worker(void *arg)
 
 strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
 {
-    size_t n = registry_nmodules(e->reg), numel = registry_view_numel(e->reg, e->views.opt);
+    size_t n = registry_nmodules(e->reg);
     step_in_backward *s = calloc(1, sizeof *s);
     if (!s)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for step in backward");
@@ -371,10 +227,6 @@ strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->idle, NULL);
-    s->threads = e->cfg.cpu_threads ? e->cfg.cpu_threads : adam_default_threads();
-    s->chunk = step_piece_numel(e);
-    s->speculate = e->cfg.gradient_clipping > 0;
-    s->kept_dtype = e->world > 1 ? STRATA_DTYPE_FP32 : e->cfg.param_dtype;
     s->state = calloc(n, 1);
     s->staging = calloc(n, sizeof *s->staging);
     s->copied = calloc(n, sizeof *s->copied);
@@ -388,32 +240,13 @@ strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
     s->part = calloc(n, sizeof *s->part);
     s->req = calloc(n, sizeof *s->req);
     if (!s->state || !s->staging || !s->copied || !s->released || !s->queue || !s->pending || !s->summed ||
-        !s->kept_at || !s->stats || !s->full || !s->part || !s->req ||
-        posix_memalign((void **)&s->zeros, 4096, s->chunk * 4) != 0) {
-        s->zeros = NULL;
+        !s->kept_at || !s->stats || !s->full || !s->part || !s->req)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for step in backward");
-    }
-    memset(s->zeros, 0, s->chunk * 4);
     for (; s->nmods < n; s->nmods++) {
         ERR_CHECK(dev_event_create(e->dev, &s->copied[s->nmods]));
         ERR_CHECK(dev_event_create(e->dev, &s->released[s->nmods]));
     }
-    ERR_CHECK(adam_ops_default(&s->adam));
-    size_t bytes = s->chunk * 4;
-    if (e->tiers.opt_tier == STRATA_TIER_NVME) {
-        ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, bytes, "step in backward: master weights", (void **)&s->master));
-        ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, bytes, "step in backward: exp_avg", (void **)&s->m));
-        ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, bytes, "step in backward: exp_avg_sq", (void **)&s->v));
-    }
-    if (e->tiers.param_tier != STRATA_TIER_HOST)
-        ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, s->chunk * e->tiers.param_bytes,
-                               "step in backward: parameter staging", &s->pstage));
-    if (s->speculate) {
-        ERR_CHECK(rollback_create(&s->rb, &e->tiers, numel, strata_dtype_bytes(s->kept_dtype)));
-        if (s->rb.kept.tier == STRATA_TIER_NVME)
-            ERR_CHECK(pool_acquire(e->tiers.pool, POOL_STEP, s->chunk * strata_dtype_bytes(s->kept_dtype),
-                                   "step in backward: kept gradients read back for a redo", &s->gbuf));
-    }
+    ERR_CHECK(updater_create(&s->up, e));
     if (pthread_create(&s->thread, NULL, worker, s) != 0)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: cannot start the step-in-backward thread");
     s->started = true;
@@ -446,19 +279,11 @@ void step_in_backward_destroy(strata_engine *e, step_in_backward *s)
         dev_event_destroy(s->released[i]);
         free(s->pending[i]);
     }
-    if (e->tiers.pool) {
-        pool_release(e->tiers.pool, s->master);
-        pool_release(e->tiers.pool, s->m);
-        pool_release(e->tiers.pool, s->v);
-        pool_release(e->tiers.pool, s->pstage);
-        pool_release(e->tiers.pool, s->gbuf);
-    }
-    rollback_destroy(&s->rb, &e->tiers);
+    updater_destroy(&s->up);
     err_latch_destroy(&s->failed);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->idle);
-    free(s->zeros);
     free(s->state);
     free(s->staging);
     free(s->copied);
@@ -686,8 +511,8 @@ static strata_status redo_updates(step_in_backward *s, const adam_consts *consts
         if (s->state[i] != MOD_QUEUED)
             continue;
         grad_src g = s->kept_at[i] == KEPT_PENDING ? (grad_src){.mem = s->pending[i], .dtype = STRATA_DTYPE_FP32}
-                                                   : (grad_src){.from_kept = true, .dtype = s->kept_dtype};
-        st = update_module(s, (strata_module_id)i, &g, consts);
+                                                   : (grad_src){.from_kept = true, .dtype = s->up.kept_dtype};
+        st = updater_run(&s->up, (strata_module_id)i, &g, consts, s->released[i]);
         if (st != STRATA_OK)
             st = err_set(st, "strata_step: gradient clipping triggered and the redo of module \"%s\"'s update "
                          "failed: %s", registry_module(e->reg, (strata_module_id)i)->name, err_last());
@@ -707,7 +532,8 @@ static strata_status settle_speculation(step_in_backward *s, adam_consts *consts
 {
     for (size_t i = 0; i < s->nmods; i++)
         if (s->state[i] == MOD_PARTIAL)
-            ERR_CHECK(module_stats(s, (strata_module_id)i, s->pending[i], STRATA_DTYPE_FP32));
+            ERR_CHECK(updater_stats(&s->up, (strata_module_id)i, s->pending[i], STRATA_DTYPE_FP32,
+                                    &s->stats[i]));
     bool clipped;
     ERR_CHECK(clip_decision(s, consts, grad_norm, &clipped));
     /* Modules held back because clipping was certain are updated here even if (against the bound) it is not. */
@@ -732,15 +558,15 @@ strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *
     fix_step(s);
     strata_status st = wait_updates(s);
     adam_consts consts = s->consts;
-    if (st == STRATA_OK && s->speculate)
+    if (st == STRATA_OK && s->up.speculate)
         st = settle_speculation(s, &consts, grad_norm);
     /* Modules that got no gradients are updated with zero gradients, as the ordinary step updates them. */
     for (size_t i = 0; st == STRATA_OK && i < s->nmods; i++) {
         grad_src partial = {.mem = s->pending[i], .dtype = STRATA_DTYPE_FP32};
         if (s->state[i] == MOD_PARTIAL) /* the order promised another hand-over that never came */
-            st = update_module(s, (strata_module_id)i, &partial, &consts);
+            st = updater_run(&s->up, (strata_module_id)i, &partial, &consts, s->released[i]);
         else if (s->state[i] == MOD_NO_GRADS)
-            st = update_module(s, (strata_module_id)i, &NO_GRADS, &consts);
+            st = updater_run(&s->up, (strata_module_id)i, &NO_GRADS, &consts, s->released[i]);
         else
             continue;
         if (st != STRATA_OK)
@@ -757,8 +583,8 @@ strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *
         host_cache_forget(e); /* a mirror may hold a write the drive did not take */
         return st;
     }
-    if (s->speculate)
-        rollback_commit(&s->rb, &e->tiers);
+    if (s->up.speculate)
+        rollback_commit(&s->up.rb, &e->tiers);
     step_set_count(e->step, s->step);
     return STRATA_OK;
 }

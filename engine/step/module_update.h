@@ -1,0 +1,58 @@
+/*
+ * One module's optimizer update for the step in backward (step_in_backward.h), in pieces of step_piece_numel
+ * elements: each piece's master weights and moments read from NVMe into pinned buffers (or updated in host memory),
+ * Adam, the new parameters sent to their home. Speculating (gradient clipping, step_rollback.h) it reads the front
+ * copy of the optimizer state, writes the back one and keeps the gradients it took; a redo takes the kept ones.
+ * Private to the step in backward.
+ */
+#ifndef STRATA_ENGINE_MODULE_UPDATE_H
+#define STRATA_ENGINE_MODULE_UPDATE_H
+
+#include <stdbool.h>
+
+#include "cpu_adam/driver.h"
+#include "engine/registry.h"
+#include "engine/step/step_rollback.h"
+#include "strata.h"
+
+struct strata_engine;
+
+typedef struct module_updater {
+    struct strata_engine *e;
+    const adam_ops *adam;
+    int threads;
+    size_t chunk;                  /* elements per piece: the optimizer sub-group (what POOL_STEP holds) */
+    bool speculate;                /* gradient_clipping: the back copy is written, the gradients kept */
+    strata_dtype kept_dtype;       /* of the gradients an update takes: the parameter dtype, or fp32 parts (ranks) */
+    step_rollback rb;
+    /* pinned (POOL_STEP, the step pipeline's slice, which the step in backward never uses otherwise) */
+    float *master, *m, *v;         /* one piece of the optimizer state, when it is on NVMe */
+    void *pstage;                  /* updated parameters on their way to a device or NVMe home */
+    void *gbuf;                    /* one piece of kept gradients read back from NVMe for a redo */
+    float *zeros;                  /* fp32 zero gradients of one piece, for modules without gradients */
+} module_updater;
+
+/* Where an update takes a module's gradients from. */
+typedef struct grad_src {
+    const void *mem;    /* the module's gradients in memory (its staging, a reduced part, or the fp32 sum of tied
+                           weights); NULL with from_kept false: zeros */
+    strata_dtype dtype;
+    bool from_kept;     /* a redo: from the kept array (kept_dtype) instead */
+    bool keep;          /* speculating: written to the kept array as the update reads them */
+} grad_src;
+
+strata_status updater_create(module_updater *u, struct strata_engine *e);
+void updater_destroy(module_updater *u);
+
+/* Updates module id from g with consts. released (or NULL): the trainer's last read of the module's device copy,
+ * which new parameters on the device wait for. Any one thread at a time. */
+strata_status updater_run(module_updater *u, strata_module_id id, const grad_src *g, const adam_consts *consts,
+                          dev_event *released);
+/* Adds the statistics of module id's gradients (grad in dtype), piece by piece as the ordinary step's norm sums
+ * them (step_piece_gradstats), to *out. */
+strata_status updater_stats(module_updater *u, strata_module_id id, const void *grad, strata_dtype dtype,
+                            adam_gradstats *out);
+/* Keeps module id's gradients g (g->mem, kept_dtype) for an update at strata_step, without updating it. */
+strata_status updater_keep(module_updater *u, strata_module_id id, const grad_src *g);
+
+#endif
