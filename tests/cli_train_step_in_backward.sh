@@ -4,7 +4,8 @@
 # everything in host memory (fp32 and bf16) and with parameters, optimizer state and the gradient store on NVMe,
 # where a step writes 4 bytes per parameter less to the drive (the store is never written), and on NVMe with gradient
 # clipping (the updates speculate; a step where it triggers is redone, counted in the log), and with 2 ranks at stage 3;
-# --grad-accum 2 and fp16
+# fp16 (a step whose gradients overflow is skipped, the updates made in backward undone); --grad-accum 2 and the delayed
+# update
 # are refused with their messages; --step-in-backward sets the key.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
@@ -24,16 +25,14 @@ common=(train --model tiny --steps 4 --batch 2 --seq 32 --seed "$seed" --threads
 
 check "grad-accum 2" 1 "the module's gradients were already handed over in this step and its update has started" -- \
     "$bin" "${common[@]}" --grad-accum 2 --config "$scratch/sib.json"
-check "fp16" 1 "strata.step_in_backward = true with fp16.enabled = true" -- \
-    "$bin" "${common[@]}" --dtype fp16 --config "$scratch/sib.json"
 # --step-in-backward is the key's flag: the header says so, and the key's refusals hold for it.
 check "the flag" 0 "delayed update off; step in backward" -- "$bin" "${common[@]}" --step-in-backward --steps 1
-check "the flag with fp16" 1 "strata.step_in_backward = true with fp16.enabled = true" -- \
-    "$bin" "${common[@]}" --dtype fp16 --step-in-backward
+check "the flag with the delayed update" 1 "strata.step_in_backward = true with strata.delayed_update = true" -- \
+    "$bin" "${common[@]}" --delayed-update --step-in-backward
 
 mkdir -p "$scratch/nvme-ordinary" "$scratch/nvme-sib"
 # NAME SUFFIX FLAGS...
-places=("fp32 '' --dtype fp32" "bf16 '' --dtype bf16" "nvme -nvme --dtype bf16 --offload nvme --nvme-dir $scratch/nvme-MODE"
+places=("fp32 '' --dtype fp32" "bf16 '' --dtype bf16" "fp16 '' --dtype fp16" "nvme -nvme --dtype bf16 --offload nvme --nvme-dir $scratch/nvme-MODE"
         "clip -clip --dtype bf16 --offload nvme --nvme-dir $scratch/nvme-MODE")
 for place in "${places[@]}"; do
     eval "set -- $place"

@@ -3,9 +3,10 @@
  * over and its update takes this rank's part, during backward. N ranks end with the weights, and report the
  * gradient norms, of the same N ranks' ordinary step, bit for bit: without clipping, with clipping that is certain
  * from the first hand-over, and with a threshold between the steps' norms (some steps redone), in host memory and
- * on NVMe. Every rank holds what rank 0 holds. Stages 0 and 1 are refused with the stage named (STRATA_ECONFIG, or
+ * on NVMe; in fp16 with a loss scale that overflows the first steps (skipped alike). Every rank holds what rank 0 holds. Stages 0 and 1 are refused with the stage named (STRATA_ECONFIG, or
  * STRATA_ECOMM with the refusing rank's message on the others).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,25 +55,30 @@ static double probe_clip(const synth_opts *o, strata_config c)
     if (train("probe", &p, &c, &w, &n, NULL))
         free(w);
     for (int s = 0; s < STEPS; s++) {
+        if (!isfinite(norms[s]))
+            continue; /* fp16 overflow */
         lo = norms[s] < lo ? norms[s] : lo;
         hi = norms[s] > hi ? norms[s] : hi;
     }
     return (lo + hi) / 2;
 }
 
-static void run_case(int stage, const synth_placement *pl, int clip_mode)
+static void run_case(int stage, const synth_placement *pl, int clip_mode, strata_dtype dtype)
 {
     synth_opts o;
     model(&o);
-    strata_config cfg = synth_config(STRATA_DTYPE_BF16);
+    strata_config cfg = synth_config(dtype);
+    /* fp16: a loss scale that overflows the first steps' gradients (skipped on every rank alike), then halves. */
+    cfg.initial_scale_power = 18;
+    cfg.hysteresis = 1;
     pl->apply(&cfg, mine);
     cfg.zero_stage = stage;
     cfg.cpu_threads = 1;
     cfg.sub_group_size = 4096;
     cfg.gradient_clipping = clip_mode == 0 ? 0 : clip_mode == 1 ? 1e-6 : probe_clip(&o, cfg);
     char what[256];
-    snprintf(what, sizeof what, "stage %d, %s, clipping %g, %d ranks", stage, pl->name, cfg.gradient_clipping,
-             world.size);
+    snprintf(what, sizeof what, "%s, stage %d, %s, clipping %g, %d ranks", strata_dtype_name(dtype), stage, pl->name,
+             cfg.gradient_clipping, world.size);
     double norms[2][STEPS];
     float *w[2] = {NULL, NULL};
     size_t n[2] = {0, 0};
@@ -91,13 +97,16 @@ static void run_case(int stage, const synth_placement *pl, int clip_mode)
     for (int s = 0; s < STEPS; s++) {
         T_CHECK(memcmp(&norms[0][s], &norms[1][s], sizeof norms[0][s]) == 0, "%s: step %d's norm %.17g in "
                 "backward, %.17g by the ordinary step", what, s, norms[1][s], norms[0][s]);
-        clipped += cfg.gradient_clipping > 0 && norms[0][s] > cfg.gradient_clipping;
+        clipped += cfg.gradient_clipping > 0 && isfinite(norms[0][s]) && norms[0][s] > cfg.gradient_clipping;
     }
     T_CHECK(stats[1].steps_redone == clipped, "%s: %llu steps redone, %llu clipped", what,
             (unsigned long long)stats[1].steps_redone, (unsigned long long)clipped);
+    T_CHECK(stats[1].skipped_steps == stats[0].skipped_steps, "%s: %llu steps skipped, the ordinary step %llu", what,
+            (unsigned long long)stats[1].skipped_steps, (unsigned long long)stats[0].skipped_steps);
     if (world.rank == 0)
-        printf("%s: %zu weights bit-identical to the ordinary step; %llu of %d steps redone (clipped)\n", what, n[0],
-               (unsigned long long)stats[1].steps_redone, STEPS);
+        printf("%s: %zu weights bit-identical to the ordinary step; %llu of %d steps redone (clipped), %llu skipped\n",
+               what, n[0], (unsigned long long)stats[1].steps_redone, STEPS,
+               (unsigned long long)stats[1].skipped_steps);
 out:
     free(w[0]);
     free(w[1]);
@@ -128,10 +137,12 @@ int main(void)
     refused(0);
     refused(1);
     for (int clip = 0; clip < 3; clip++) {
-        run_case(2, &synth_placements[1], clip); /* the optimizer on the host */
-        run_case(3, &synth_placements[2], clip); /* parameters and optimizer on the host */
-        run_case(3, &synth_placements[3], clip); /* on NVMe */
+        run_case(2, &synth_placements[1], clip, STRATA_DTYPE_BF16); /* the optimizer on the host */
+        run_case(3, &synth_placements[2], clip, STRATA_DTYPE_BF16); /* parameters and optimizer on the host */
+        run_case(3, &synth_placements[3], clip, STRATA_DTYPE_BF16); /* on NVMe */
     }
+    run_case(3, &synth_placements[3], 2, STRATA_DTYPE_FP16); /* overflows skip steps, the rest some clipped */
+    run_case(2, &synth_placements[1], 0, STRATA_DTYPE_FP16);
     t_scratch_cleanup();
     strata_comm_destroy(world.comm);
     return t_done();

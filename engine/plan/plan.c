@@ -126,9 +126,10 @@ void plan_compute(const plan_input *in, plan *p)
         np * in->param_bytes * nparam, false);
     add(p, "master weights + Adam moments (fp32)", in->opt_tier, no * 12, false);
     if (in->speculate) {
-        add(p, "master weights + Adam moments: the copy a clipped step in backward rolls back to", in->opt_tier,
+        add(p, "master weights + Adam moments: the copy a step in backward rolls back to", in->opt_tier,
             no * 12, false);
-        add(p, "gradients kept for a redo (clipped step in backward)", in->opt_tier, no * kept_bytes, false);
+        if (in->keep_grads)
+            add(p, "gradients kept for a redo (clipped step in backward)", in->opt_tier, no * kept_bytes, false);
     }
     /* The device share's state (unless it is the device-tier arrays), its gradients, and a parameter scratch unless
      * the step writes parameters straight into device-tier ones (not a rank's host shard of them: np != no). */
@@ -187,7 +188,7 @@ void plan_compute(const plan_input *in, plan *p)
     part[2] = grad_nvme ? in->largest_module_numel * 4 : 0;
     size_t pstage = in->param_tier != STRATA_TIER_HOST ? sg * in->param_bytes : 0;
     size_t slot = (in->opt_tier == STRATA_TIER_NVME ? 12 * sg : 0) + (grad_nvme ? 4 * sg : 0);
-    size_t kept = in->speculate && in->opt_tier == STRATA_TIER_NVME ? sg * kept_bytes : 0;
+    size_t kept = in->keep_grads && in->opt_tier == STRATA_TIER_NVME ? sg * kept_bytes : 0;
     part[3] = in->step_in_backward ? slot + pstage + kept : STEP_SLOTS * slot + 2 * pstage;
     add(p, "pinned: NVMe fetch staging", STRATA_TIER_HOST, part[0], true);
     add(p, "pinned: gradient staging", STRATA_TIER_HOST, part[1], true);

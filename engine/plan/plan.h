@@ -38,11 +38,11 @@ typedef struct plan_input {
      * the step's pinned buffers are one piece's master weights, moments and parameter staging
      * (engine/step/step_in_backward.c). */
     bool step_in_backward;
-    /* With gradient_clipping too, the updates speculate (engine/step/step_rollback.h): a second copy of master
-     * weights and moments and the gradients kept for a redo (parameter dtype) in the optimizer state's tier, one
-     * piece of kept gradients pinned when that is NVMe, and no host cache of the optimizer state (its copies
-     * trade places every step). */
-    bool speculate;
+    /* With gradient clipping or fp16 too, the updates speculate (engine/step/step_rollback.h): a second copy of
+     * master weights and moments in the optimizer state's tier, and no host cache of the optimizer state (its copies
+     * trade places every step); with clipping (keep_grads) also the gradients kept for a redo (parameter dtype, fp32
+     * with ranks) there, and one piece of them pinned when that is NVMe. */
+    bool speculate, keep_grads;
     /* Offloaded activations (strata_act_push): their tier (DEVICE: none), what the trainer keeps at once and the
      * largest one (engine/act_store.h). */
     strata_tier act_tier;

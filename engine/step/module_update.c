@@ -16,7 +16,8 @@ strata_status updater_create(module_updater *u, strata_engine *e)
     u->e = e;
     u->threads = e->cfg.cpu_threads ? e->cfg.cpu_threads : adam_default_threads();
     u->chunk = step_piece_numel(e);
-    u->speculate = e->cfg.gradient_clipping > 0;
+    u->keep_grads = e->cfg.gradient_clipping > 0;
+    u->speculate = u->keep_grads || e->cfg.param_dtype == STRATA_DTYPE_FP16;
     u->kept_dtype = e->world > 1 ? STRATA_DTYPE_FP32 : e->cfg.param_dtype;
     if (posix_memalign((void **)&u->zeros, 4096, u->chunk * 4) != 0) {
         u->zeros = NULL;
@@ -35,7 +36,7 @@ strata_status updater_create(module_updater *u, strata_engine *e)
                                &u->pstage));
     if (!u->speculate)
         return STRATA_OK;
-    size_t kept = strata_dtype_bytes(u->kept_dtype);
+    size_t kept = u->keep_grads ? strata_dtype_bytes(u->kept_dtype) : 0;
     ERR_CHECK(rollback_create(&u->rb, t, registry_view_numel(e->reg, e->views.opt), kept));
     if (u->rb.kept.tier == STRATA_TIER_NVME)
         ERR_CHECK(pool_acquire(t->pool, POOL_STEP, u->chunk * kept,
@@ -184,6 +185,28 @@ strata_status updater_run(module_updater *u, strata_module_id id, const grad_src
         ERR_CHECK(step_adam_timed(e, &job, g->from_kept ? "adam (redo: clipped)" : "adam (in backward)", place));
         ERR_CHECK(piece_params(u, pout, &p));
         ERR_CHECK(piece_write_back(u, g, &p));
+    }
+    return STRATA_OK;
+}
+
+strata_status updater_restore_params(module_updater *u, strata_module_id id)
+{
+    strata_engine *e = u->e;
+    engine_tiers *t = &e->tiers;
+    piece p = {.m = registry_module(e->reg, id)};
+    tier_array *pout = ranks_step_params(e, t->param_front);
+    size_t off = registry_view_offset(p.m, e->views.opt), n = registry_view_count(p.m, e->views.opt);
+    for (p.done = 0; p.done < n; p.done += p.cnt) {
+        p.cnt = MIN(u->chunk, n - p.done);
+        p.first = off + p.done;
+        const float *master = tarr_host_ptr(&t->master, &t->env, p.first);
+        if (t->master.tier == STRATA_TIER_NVME) {
+            ERR_CHECK(tarr_read_sync(&t->master, &t->env, p.first, p.cnt, u->master));
+            master = u->master;
+        }
+        void *param = pout->tier == STRATA_TIER_HOST ? tarr_host_ptr(pout, &t->env, p.first) : u->pstage;
+        ERR_CHECK(strata_convert(param, e->cfg.param_dtype, master, STRATA_DTYPE_FP32, p.cnt));
+        ERR_CHECK(piece_params(u, pout, &p));
     }
     return STRATA_OK;
 }

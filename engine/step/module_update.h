@@ -1,8 +1,9 @@
 /*
  * One module's optimizer update for the step in backward (step_in_backward.h), in pieces of step_piece_numel
  * elements: each piece's master weights and moments read from NVMe into pinned buffers (or updated in host memory),
- * Adam, the new parameters sent to their home. Speculating (gradient clipping, step_rollback.h) it reads the front
- * copy of the optimizer state, writes the back one and keeps the gradients it took; a redo takes the kept ones.
+ * Adam, the new parameters sent to their home. Speculating (gradient clipping or fp16, step_rollback.h) it reads
+ * the front copy of the optimizer state and writes the back one; with clipping it keeps the gradients it took, and a
+ * redo takes the kept ones; a skipped fp16 step puts the parameters back.
  * Private to the step in backward.
  */
 #ifndef STRATA_ENGINE_MODULE_UPDATE_H
@@ -22,7 +23,8 @@ typedef struct module_updater {
     const adam_ops *adam;
     int threads;
     size_t chunk;                  /* elements per piece: the optimizer sub-group (what POOL_STEP holds) */
-    bool speculate;                /* gradient_clipping: the back copy is written, the gradients kept */
+    bool speculate;                /* gradient clipping or fp16: the back copy is written */
+    bool keep_grads;               /* gradient clipping: the gradients are kept for a redo */
     strata_dtype kept_dtype;       /* of the gradients an update takes: the parameter dtype, or fp32 parts (ranks) */
     step_rollback rb;
     /* pinned (POOL_STEP, the step pipeline's slice, which the step in backward never uses otherwise) */
@@ -52,6 +54,9 @@ strata_status updater_run(module_updater *u, strata_module_id id, const grad_src
  * them (step_piece_gradstats), to *out. */
 strata_status updater_stats(module_updater *u, strata_module_id id, const void *grad, strata_dtype dtype,
                             adam_gradstats *out);
+/* A skipped fp16 step: the parameters module id's update wrote are put back, rounded from the front master weights
+ * (what every update writes them as, so they are the ones the step before left). */
+strata_status updater_restore_params(module_updater *u, strata_module_id id);
 /* Keeps module id's gradients g (g->mem, kept_dtype) for an update at strata_step, without updating it. */
 strata_status updater_keep(module_updater *u, strata_module_id id, const grad_src *g);
 

@@ -54,13 +54,17 @@ struct step_in_backward {
     size_t nmods;
 
     /* gradient_clipping: the updates speculate that clipping will not trigger (step_rollback.h) */
-    bool certain;                  /* this step's norm so far already exceeds the clipping threshold: the updates
-                                      wait for strata_step (their gradients are kept) instead of speculating */
+    bool certain;                  /* speculating fails this step (an fp16 overflow, or the norm so far already exceeds
+                                      the clipping threshold): the updates wait for strata_step (their gradients
+                                      kept) instead of speculating */
     double partial;                /* the sum of squares of the modules handed over so far (the worker's) */
+    bool overflow;                 /* one of them is not finite (the worker's) */
+    uint8_t *held;                 /* per module: its update waited (certain) */
 
     /* the begun step */
     bool open;
     double lr;
+    double loss_scale;             /* the scale this step's gradients carry (fp16; else 1) */
     bool fixed;                    /* step and consts are set: at the step's first hand-over (a strata_load between
                                       strata_step_begin and backward changes the step count) */
     int64_t step;                  /* the update's step count (bias correction) */
@@ -79,12 +83,6 @@ struct step_in_backward {
 strata_status step_in_backward_check_config(const strata_engine *e)
 {
     const strata_config *c = &e->cfg;
-    if (c->param_dtype == STRATA_DTYPE_FP16)
-        return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with fp16.enabled = true: an fp16 step is "
-                       "skipped when any gradient overflowed, which is known only at the end of backward, after the "
-                       "updates have run, and undoing them would need the parameters rebuilt from the kept master "
-                       "weights, which step in backward does not do yet; use bf16 or fp32, or set "
-                       "strata.step_in_backward to false");
     if (c->delayed_update)
         return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with strata.delayed_update = true: both "
                        "overlap the optimizer with the trainer, in two ways that exclude each other; turn one off");
@@ -101,23 +99,26 @@ strata_status step_in_backward_check_config(const strata_engine *e)
     return STRATA_OK;
 }
 
-/* What divides the gradients the updates take: the world size for strata.gradient_reduction = mean, else 1 (no loss
- * scale: fp16 is refused), as in the ordinary step. */
-static double grad_unscale(const strata_engine *e)
+/* What divides the gradients the updates take, as in the ordinary step: the loss scale they carry, times the world
+ * size for strata.gradient_reduction = mean. */
+static double grad_unscale(const step_in_backward *s)
 {
-    return e->cfg.gradient_reduction == STRATA_REDUCE_MEAN ? e->world : 1;
+    return s->loss_scale * (s->e->cfg.gradient_reduction == STRATA_REDUCE_MEAN ? s->e->world : 1);
 }
 
 /* ---------------------------------------------------------------- one module's update */
 
 static const grad_src NO_GRADS = {.dtype = STRATA_DTYPE_FP32}; /* zeros */
 
-/* Whether clipping is certain to trigger this step: the sum of squares so far is a lower bound of the step's (all
- * terms are >= 0, this rank's are part of the world's; the margin covers the rounding of another summation
- * order). */
-static bool clipping_certain(const step_in_backward *s)
+/* Whether this step's speculation is certain to fail: an fp16 gradient overflowed (the step will be skipped), or
+ * clipping is certain to trigger: the sum of squares so far is a lower bound of the step's (all terms are >= 0,
+ * this rank's are part of the world's; the margin covers the rounding of another summation order). */
+static bool speculation_fails(const step_in_backward *s)
 {
-    return sqrt(s->partial) / grad_unscale(s->e) > s->e->cfg.gradient_clipping * (1 + 1e-9);
+    const strata_config *c = &s->e->cfg;
+    if (s->overflow)
+        return c->param_dtype == STRATA_DTYPE_FP16;
+    return c->gradient_clipping > 0 && sqrt(s->partial) / grad_unscale(s) > c->gradient_clipping * (1 + 1e-9);
 }
 
 /* The elements of module id's gradients an update takes: the whole module, or with ranks this rank's part. */
@@ -139,11 +140,12 @@ static strata_status wait_reduced(step_in_backward *s, strata_module_id id)
 
 /* The update of a handed-over module: waits for its copy off the device, updates, gives the staging back.
  * Speculating, it counts the gradients' statistics first; once they make clipping certain, the module's update
- * waits for strata_step instead (its gradients kept), where it runs once, clipped, instead of twice. */
+ * waits for strata_step instead (its gradients kept), where it runs once, clipped, instead of twice, and once an
+ * fp16 gradient overflowed the step will be skipped: the rest are not updated at all. */
 static strata_status update_handed(step_in_backward *s, strata_module_id id)
 {
     strata_engine *e = s->e;
-    grad_src g = {.mem = s->staging[id], .dtype = e->cfg.param_dtype, .keep = s->up.speculate};
+    grad_src g = {.mem = s->staging[id], .dtype = e->cfg.param_dtype, .keep = s->up.keep_grads};
     strata_status st = dev_event_sync(s->copied[id]);
     if (st == STRATA_OK && e->world > 1) {
         st = wait_reduced(s, id);
@@ -159,8 +161,10 @@ static strata_status update_handed(step_in_backward *s, strata_module_id id)
     if (st == STRATA_OK && s->up.speculate) {
         st = updater_stats(&s->up, id, g.mem, g.dtype, &s->stats[id]);
         s->partial += s->stats[id].sumsq;
-        s->certain = s->certain || clipping_certain(s);
+        s->overflow = s->overflow || s->stats[id].nonfinite;
+        s->certain = s->certain || speculation_fails(s);
     }
+    s->held[id] = s->certain;
     if (st == STRATA_OK && s->certain)
         st = g.keep ? updater_keep(&s->up, id, &g) : STRATA_OK; /* the fp32 sums of tied weights stay in pending */
     else if (st == STRATA_OK)
@@ -235,12 +239,13 @@ strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
     s->pending = calloc(n, sizeof *s->pending);
     s->summed = calloc(n, 1);
     s->kept_at = calloc(n, 1);
+    s->held = calloc(n, 1);
     s->stats = calloc(n, sizeof *s->stats);
     s->full = calloc(n, sizeof *s->full);
     s->part = calloc(n, sizeof *s->part);
     s->req = calloc(n, sizeof *s->req);
     if (!s->state || !s->staging || !s->copied || !s->released || !s->queue || !s->pending || !s->summed ||
-        !s->kept_at || !s->stats || !s->full || !s->part || !s->req)
+        !s->kept_at || !s->held || !s->stats || !s->full || !s->part || !s->req)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for step in backward");
     for (; s->nmods < n; s->nmods++) {
         ERR_CHECK(dev_event_create(e->dev, &s->copied[s->nmods]));
@@ -292,6 +297,7 @@ void step_in_backward_destroy(strata_engine *e, step_in_backward *s)
     free(s->pending);
     free(s->summed);
     free(s->kept_at);
+    free(s->held);
     free(s->stats);
     free(s->full);
     free(s->part);
@@ -307,8 +313,7 @@ static void fix_step(step_in_backward *s)
         return;
     s->step = step_count(s->e->step) + 1;
     strata_adam_hparams hp = cfg_adam_hparams(&s->e->cfg, s->lr);
-    /* No loss scale (fp16 is refused); the mean over the ranks as the ordinary step takes it. */
-    adam_consts_init(&s->consts, &hp, s->step, 1.0 / grad_unscale(s->e));
+    adam_consts_init(&s->consts, &hp, s->step, 1.0 / grad_unscale(s));
     s->fixed = true;
 }
 
@@ -467,30 +472,35 @@ double step_in_backward_lr(const step_in_backward *s)
     return s->lr;
 }
 
-strata_status step_in_backward_begin(step_in_backward *s, double lr)
+strata_status step_in_backward_begin(step_in_backward *s, double lr, double loss_scale)
 {
     if (s->open)
         return err_set(STRATA_ESTATE, "strata_step_begin: a step is already begun; call strata_step to finish it "
                        "before beginning the next");
     s->lr = lr;
+    s->loss_scale = loss_scale;
     s->fixed = false;
     s->open = true;
     return STRATA_OK;
 }
 
-/* The clipping decision of a speculating step, made as the ordinary step makes it (step.c, step_run): the global
- * norm from the modules' statistics summed in id order; *consts gets the step's constants with the clip factor. */
-static strata_status clip_decision(step_in_backward *s, adam_consts *consts, double *grad_norm, bool *clipped)
+/* The decisions of a speculating step, made as the ordinary step makes them (step.c, step_run) from the global
+ * norm, the modules' statistics summed in id order: skipped (an fp16 gradient overflowed) or clipped; *consts gets
+ * the step's constants with the clip factor. */
+static strata_status decide(step_in_backward *s, adam_consts *consts, double *grad_norm, bool *clipped, bool *skipped)
 {
     strata_engine *e = s->e;
-    double unscale = grad_unscale(e), grad_scale = 1.0 / unscale;
+    double unscale = grad_unscale(s), grad_scale = 1.0 / unscale;
     double sumsq = 0;
     bool nonfinite = false;
-    for (size_t i = 0; i < s->nmods; i++)
+    for (size_t i = 0; i < s->nmods; i++) {
         sumsq += s->stats[i].sumsq;
+        nonfinite |= s->stats[i].nonfinite;
+    }
     ERR_CHECK(ranks_sum_gradstats(e, &sumsq, &nonfinite)); /* this rank's parts: the world's sum */
     *grad_norm = sqrt(sumsq) / unscale;
-    *clipped = *grad_norm > e->cfg.gradient_clipping;
+    *skipped = nonfinite && e->cfg.param_dtype == STRATA_DTYPE_FP16;
+    *clipped = !*skipped && e->cfg.gradient_clipping > 0 && *grad_norm > e->cfg.gradient_clipping;
     if (*clipped)
         grad_scale *= e->cfg.gradient_clipping / (*grad_norm + 1e-6);
     strata_adam_hparams hp = cfg_adam_hparams(&e->cfg, s->lr);
@@ -526,16 +536,36 @@ static strata_status redo_updates(step_in_backward *s, const adam_consts *consts
     return st;
 }
 
+/* A skipped fp16 step writes nothing: the parameters the updates in backward wrote are put back. */
+static strata_status undo_params(step_in_backward *s)
+{
+    strata_engine *e = s->e;
+    for (size_t i = 0; i < s->nmods; i++) {
+        if (s->state[i] != MOD_QUEUED || s->held[i])
+            continue;
+        strata_status st = updater_restore_params(&s->up, (strata_module_id)i);
+        if (st != STRATA_OK)
+            return err_set(st, "strata_step: an fp16 gradient overflowed, and putting back the parameters of module "
+                           "\"%s\" failed: %s", registry_module(e->reg, (strata_module_id)i)->name, err_last());
+    }
+    LOG_INFO(LOG_ADAM, "fp16 overflow at loss scale %g: step skipped (the updates made in backward undone)",
+             s->loss_scale);
+    return STRATA_OK;
+}
+
 /* Speculating, once every update of backward is done: the modules handed over but never for the last time count
- * too; clipping decided; the updates redone when it triggered. *consts: the step's constants from here on. */
-static strata_status settle_speculation(step_in_backward *s, adam_consts *consts, double *grad_norm)
+ * too; the step decided; the updates undone when it is skipped, redone when clipping triggered. *consts: the
+ * step's constants from here on. */
+static strata_status settle_speculation(step_in_backward *s, adam_consts *consts, double *grad_norm, bool *skipped)
 {
     for (size_t i = 0; i < s->nmods; i++)
         if (s->state[i] == MOD_PARTIAL)
             ERR_CHECK(updater_stats(&s->up, (strata_module_id)i, s->pending[i], STRATA_DTYPE_FP32,
                                     &s->stats[i]));
     bool clipped;
-    ERR_CHECK(clip_decision(s, consts, grad_norm, &clipped));
+    ERR_CHECK(decide(s, consts, grad_norm, &clipped, skipped));
+    if (*skipped)
+        return undo_params(s);
     /* Modules held back because clipping was certain are updated here even if (against the bound) it is not. */
     if (!clipped && !s->certain)
         return STRATA_OK;
@@ -544,10 +574,12 @@ static strata_status settle_speculation(step_in_backward *s, adam_consts *consts
     return redo_updates(s, consts);
 }
 
-strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *args, double *grad_norm)
+strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *args, double *grad_norm,
+                                      bool *skipped)
 {
     step_in_backward *s = e->in_backward;
     *grad_norm = -1;
+    *skipped = false;
     if (!s->open)
         return err_set(STRATA_ESTATE, "strata_step: strata.step_in_backward is on and the step was not begun: call "
                        "strata_step_begin(engine, args) before the backward of every step");
@@ -559,9 +591,9 @@ strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *
     strata_status st = wait_updates(s);
     adam_consts consts = s->consts;
     if (st == STRATA_OK && s->up.speculate)
-        st = settle_speculation(s, &consts, grad_norm);
+        st = settle_speculation(s, &consts, grad_norm, skipped);
     /* Modules that got no gradients are updated with zero gradients, as the ordinary step updates them. */
-    for (size_t i = 0; st == STRATA_OK && i < s->nmods; i++) {
+    for (size_t i = 0; st == STRATA_OK && !*skipped && i < s->nmods; i++) {
         grad_src partial = {.mem = s->pending[i], .dtype = STRATA_DTYPE_FP32};
         if (s->state[i] == MOD_PARTIAL) /* the order promised another hand-over that never came */
             st = updater_run(&s->up, (strata_module_id)i, &partial, &consts, s->released[i]);
@@ -576,13 +608,16 @@ strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *
     memset(s->state, 0, s->nmods);
     memset(s->summed, 0, s->nmods);
     memset(s->stats, 0, s->nmods * sizeof *s->stats);
+    memset(s->held, 0, s->nmods);
     s->partial = 0;
-    s->certain = false;
+    s->certain = s->overflow = false;
     s->open = false;
     if (st != STRATA_OK) {
         host_cache_forget(e); /* a mirror may hold a write the drive did not take */
         return st;
     }
+    if (*skipped)
+        return STRATA_OK; /* the front copy stays the optimizer state; the step count stands */
     if (s->up.speculate)
         rollback_commit(&s->up.rb, &e->tiers);
     step_set_count(e->step, s->step);

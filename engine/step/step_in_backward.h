@@ -19,14 +19,15 @@
  * after which the fetch order (declared, or recorded by an earlier step) fetches the module again is summed in
  * fp32 into a buffer of the module's own, as the ordinary step's store would sum it, and the update starts from
  * the sum at the last one. Without a valid order every hand-over is the last, and a second one is refused.
- * With gradient clipping the updates speculate that it will not trigger (step_rollback.h): they write a second copy
- * of the optimizer state and keep their gradients, and strata_step, once the global norm is known (summed as the
- * ordinary step sums it: each module's statistics over its pieces, in module order), commits or redoes them.
+ * With gradient clipping or fp16 the updates speculate that clipping will not trigger and no gradient overflows
+ * (step_rollback.h): they write a second copy of the optimizer state (and with clipping keep their gradients), and
+ * strata_step, once the global norm is known (summed as the ordinary step sums it: each module's statistics over
+ * its pieces, in module order), commits them, redoes them clipped, or (an fp16 overflow) skips the step, putting
+ * the parameters they wrote back.
  * With several ranks (stages 2 and 3) each hand-over's gradients are reduce-scattered on the comm's thread, started
  * by the trainer's in its order, and the update takes this rank's part (the worker waits for it).
- * Refused at finalize (step_in_backward_check_config): fp16 (an overflowed step would have to be undone, parameters
- * included), the delayed update, several ranks at stages 0 and 1 (they reduce the whole gradient store at the step)
- * and a partial optimizer offload.
+ * Refused at finalize (step_in_backward_check_config): the delayed update, several ranks at stages 0 and 1 (they
+ * reduce the whole gradient store at the step) and a partial optimizer offload.
  */
 #ifndef STRATA_ENGINE_STEP_IN_BACKWARD_H
 #define STRATA_ENGINE_STEP_IN_BACKWARD_H
@@ -46,8 +47,9 @@ strata_status step_in_backward_create(struct strata_engine *e, step_in_backward 
 /* Waits for the update in flight, stops the thread and gives every buffer back. NULL is a no-op. */
 void step_in_backward_destroy(struct strata_engine *e, step_in_backward *s);
 
-/* strata_step_begin's part: the step is open, with learning rate lr; STRATA_ESTATE when one is open already. */
-strata_status step_in_backward_begin(step_in_backward *s, double lr);
+/* strata_step_begin's part: the step is open, with learning rate lr and the gradients scaled by loss_scale;
+ * STRATA_ESTATE when one is open already. */
+strata_status step_in_backward_begin(step_in_backward *s, double lr, double loss_scale);
 /* The lr the begun step's updates run with. */
 double step_in_backward_lr(const step_in_backward *s);
 /* The trainer released id: a hand-over waiting for it is queued for its update. */
@@ -55,6 +57,7 @@ strata_status step_in_backward_released(struct strata_engine *e, strata_module_i
 /* strata_step's part: checks args against the begun step, waits for the updates, with gradient clipping decides it
  * (*grad_norm: the norm, else -1) and redoes the updates when it triggers, updates the modules without gradients,
  * counts the step. The step is over (begun again by the next strata_step_begin) even on failure. */
-strata_status step_in_backward_finish(struct strata_engine *e, const strata_step_args *args, double *grad_norm);
+strata_status step_in_backward_finish(struct strata_engine *e, const strata_step_args *args, double *grad_norm,
+                                      bool *skipped);
 
 #endif

@@ -13,12 +13,14 @@ tier_array *rollback_front(engine_tiers *t, int i)
 strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel, size_t kept_bytes)
 {
     static const char *what[ROLLBACK_ARRAYS] = {
-        "master weights (the copy a clipped step in backward rolls back to)",
-        "Adam exp_avg (the copy a clipped step in backward rolls back to)",
-        "Adam exp_avg_sq (the copy a clipped step in backward rolls back to)",
+        "master weights (the copy a step in backward rolls back to)",
+        "Adam exp_avg (the copy a step in backward rolls back to)",
+        "Adam exp_avg_sq (the copy a step in backward rolls back to)",
     };
     for (int i = 0; i < ROLLBACK_ARRAYS; i++)
         ERR_CHECK(tarr_alloc(&r->back[i], &t->env, t->opt_tier, numel, rollback_front(t, i)->elem_bytes, what[i]));
+    if (!kept_bytes)
+        return STRATA_OK;
     return tarr_alloc(&r->kept, &t->env, t->opt_tier, numel, kept_bytes,
                       "gradients kept for a redo (a clipped step in backward)");
 }

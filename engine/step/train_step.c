@@ -146,7 +146,7 @@ static strata_status step_updated_in_backward(strata_engine *e, const strata_ste
     strata_status st = ranks_exchange_grads(e, grads_front(e->grads), step_in_backward_lr(e->in_backward),
                                             (uint64_t)d->iterations + 1);
     if (st == STRATA_OK)
-        st = step_in_backward_finish(e, args, &r.grad_norm);
+        st = step_in_backward_finish(e, args, &r.grad_norm, &r.skipped);
     if (st != STRATA_OK) {
         residency_invalidate_all(e);
         return st;
@@ -243,7 +243,8 @@ static strata_status step_begin(strata_engine *e, const strata_step_args *args)
                        "configured optimizer.params.lr)", args->lr);
     if (!e->in_backward)
         return STRATA_OK; /* the ordinary step takes its lr at strata_step */
-    return step_in_backward_begin(e->in_backward, args && args->lr > 0 ? args->lr : e->cfg.lr_exact);
+    return step_in_backward_begin(e->in_backward, args && args->lr > 0 ? args->lr : e->cfg.lr_exact,
+                                  e->driver->loss_scale);
 }
 
 STRATA_API strata_status strata_step_begin(strata_engine *e, const strata_step_args *args)
