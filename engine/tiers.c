@@ -39,6 +39,7 @@ strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev,
     t->env = (tier_env){.dev = dev, .copy_stream = copy_stream, .swap = t->swap,
                         .host_addressable_device = host_addressable_device, .ctr = &t->ctr};
     t->host_tier_bytes = pl->tier_bytes[STRATA_TIER_HOST];
+    t->kept_tier = pl->kept_tier;
     ERR_CHECK(pool_create(dev, t->io, pl->pool_part_bytes, &t->pool));
     size_t n = opt_numel;
     ERR_CHECK(tarr_alloc(&t->master, &t->env, t->opt_tier, n, 4, "master weights"));

@@ -27,6 +27,7 @@ typedef struct engine_tiers {
     bool param_is_master;           /* param[0] is master's memory, not a copy (tiers_open says when) */
     size_t host_tier_bytes;         /* what the plan puts in host memory */
     size_t cache_param_bytes;       /* the plan's host cache for parameters (host_cache.c) */
+    strata_tier kept_tier;          /* the plan's home of a speculating step in backward's kept gradients */
     bool cache_follows_order;       /* its modules were chosen from a valid fetch order */
 } engine_tiers;
 

@@ -128,7 +128,8 @@ void plan_compute(const plan_input *in, plan *p)
     if (in->speculate) {
         add(p, "master weights + Adam moments: the copy a step in backward rolls back to", in->opt_tier,
             no * 12, false);
-        if (in->keep_grads)
+        p->kept_tier = in->opt_tier; /* on NVMe only if the host budget cannot hold them (plan_host_cache) */
+        if (in->keep_grads && in->opt_tier != STRATA_TIER_NVME)
             add(p, "gradients kept for a redo (clipped step in backward)", in->opt_tier, no * kept_bytes, false);
     }
     /* The device share's state (unless it is the device-tier arrays), its gradients, and a parameter scratch unless
@@ -206,16 +207,24 @@ void plan_host_cache(const strata_config *cfg, const plan_input *in, size_t host
     p->nvme_param_bytes = in->param_tier == STRATA_TIER_NVME ? np * in->param_bytes * copies : 0;
     p->nvme_opt_bytes = in->opt_tier == STRATA_TIER_NVME ? no * 12 : 0;
     size_t used = p->tier_bytes[STRATA_TIER_HOST];
-    if (!cfg->host_cache || used >= host_budget)
-        return;
-    size_t left = host_budget - used;
+    size_t left = used < host_budget ? host_budget - used : 0;
     size_t max_params = cfg->param_max_in_cpu > SIZE_MAX / (in->param_bytes * copies)
                             ? SIZE_MAX : cfg->param_max_in_cpu * in->param_bytes * copies;
-    p->cache_param_bytes = MIN(MIN(p->nvme_param_bytes, max_params), left);
-    /* A speculating step in backward's copies of the optimizer state trade places every step: not cached. */
-    p->cache_opt_bytes = in->speculate ? 0 : MIN(p->nvme_opt_bytes, left - p->cache_param_bytes);
+    p->cache_param_bytes = cfg->host_cache ? MIN(MIN(p->nvme_param_bytes, max_params), left) : 0;
+    left -= p->cache_param_bytes;
     if (p->cache_param_bytes)
         add(p, "host cache of NVMe parameters", STRATA_TIER_HOST, p->cache_param_bytes, false);
+    /* A speculating step in backward's kept gradients, when the optimizer state is on NVMe: with the host cache on,
+     * in host memory if the budget holds them once the parameters (read twice a step: the better use of a byte) are
+     * mirrored, which saves their NVMe write every step; else on NVMe. */
+    if (in->keep_grads && in->opt_tier == STRATA_TIER_NVME) {
+        size_t kept = no * (in->world_size > 1 ? 4 : in->param_bytes);
+        p->kept_tier = cfg->host_cache && kept <= left ? STRATA_TIER_HOST : STRATA_TIER_NVME;
+        left -= p->kept_tier == STRATA_TIER_HOST ? kept : 0;
+        add(p, "gradients kept for a redo (clipped step in backward)", p->kept_tier, kept, false);
+    }
+    /* A speculating step in backward's copies of the optimizer state trade places every step: not cached. */
+    p->cache_opt_bytes = cfg->host_cache && !in->speculate ? MIN(p->nvme_opt_bytes, left) : 0;
     if (p->cache_opt_bytes)
         add(p, "host cache of NVMe optimizer state", STRATA_TIER_HOST, p->cache_opt_bytes, false);
 }

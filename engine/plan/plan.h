@@ -41,7 +41,7 @@ typedef struct plan_input {
     /* With gradient clipping or fp16 too, the updates speculate (engine/step/step_rollback.h): a second copy of
      * master weights and moments in the optimizer state's tier, and no host cache of the optimizer state (its copies
      * trade places every step); with clipping (keep_grads) also the gradients kept for a redo (parameter dtype, fp32
-     * with ranks) there, and one piece of them pinned when that is NVMe. */
+     * with ranks) there or in host memory (plan.kept_tier), and one piece of them pinned for a read-back from NVMe. */
     bool speculate, keep_grads;
     /* Offloaded activations (strata_act_push): their tier (DEVICE: none), what the trainer keeps at once and the
      * largest one (engine/act_store.h). */
@@ -67,6 +67,9 @@ typedef struct plan {
      * of the optimizer state, and what there is on NVMe of each. */
     size_t cache_param_bytes, cache_opt_bytes;
     size_t nvme_param_bytes, nvme_opt_bytes;
+    /* Where a speculating step in backward keeps its gradients (keep_grads): with the optimizer state, or host memory
+     * when that is NVMe and the host budget holds them after the parameters' cache (plan_host_cache). */
+    strata_tier kept_tier;
     size_t act_window_bytes;       /* device bytes for restored activations (act_store.c) */
 } plan;
 

@@ -21,7 +21,7 @@ strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel, s
         ERR_CHECK(tarr_alloc(&r->back[i], &t->env, t->opt_tier, numel, rollback_front(t, i)->elem_bytes, what[i]));
     if (!kept_bytes)
         return STRATA_OK;
-    return tarr_alloc(&r->kept, &t->env, t->opt_tier, numel, kept_bytes,
+    return tarr_alloc(&r->kept, &t->env, t->kept_tier, numel, kept_bytes,
                       "gradients kept for a redo (a clipped step in backward)");
 }
 

@@ -27,8 +27,8 @@ typedef struct step_rollback {
 #define ROLLBACK_ARRAYS 3
 tier_array *rollback_front(engine_tiers *t, int i);
 
-/* Allocates the back copy and the kept gradients (numel elements each, kept_bytes per gradient; 0: none, when no redo
- * can come) in the optimizer state's tier. */
+/* Allocates the back copy (in the optimizer state's tier) and the kept gradients (in the plan's kept_tier; kept_bytes
+ * per gradient, 0: none, when no redo can come), numel elements each. */
 strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel, size_t kept_bytes);
 void rollback_destroy(step_rollback *r, engine_tiers *t);
 
