@@ -12,12 +12,16 @@
 
 /* ------------------------------------------------------------------ bf16, stochastic rounding */
 
-AVX2_ALWAYS_INLINE __m256i sr_mix(__m256i x)
+/* moments_sr_mix() on 8 lanes, split into the halves that round m (low, zero-extended) and v (high):
+ * the last xorshift leaves the high half as it is, so v's bits are the shift itself. */
+AVX2_ALWAYS_INLINE void sr_mix(__m256i x, __m256i *for_m, __m256i *for_v)
 {
     x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x85ebca6bu));
     x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 13));
     x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0xc2b2ae35u));
-    return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    __m256i high = _mm256_srli_epi32(x, 16);
+    *for_m = _mm256_and_si256(_mm256_xor_si256(x, high), _mm256_set1_epi32(0xffff));
+    *for_v = high;
 }
 
 /* The hash inputs of elements i .. i+7 (moments_sr_bits: the low half of the index plus its key): a lane
@@ -52,9 +56,8 @@ AVX2_ALWAYS_INLINE void bf16_step8(const adam_consts *c, const adam_arrays *a, c
     avx2_adam_update(c, avx2_load_grad(a->grad, gd, i), &p, &m, &v, l2);
     _mm256_storeu_ps(a->master + i, p);
     avx2_store_param(a->param, pd, i, p, stream);
-    __m256i r = sr_mix(ctr);
-    __m256i rm = _mm256_and_si256(r, _mm256_set1_epi32(0xffff)), rv = _mm256_srli_epi32(r, 16);
-    __m256i m16, v16;
+    __m256i rm, rv, m16, v16;
+    sr_mix(ctr, &rm, &rv);
     /* A NaN in m or v makes p NaN (the update multiplies by m and divides by sqrt(v)): one compare of p
      * finds the rare vector that needs the NaN rule, which costs six instructions per moment. */
     if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)) != 0, 0)) {
