@@ -125,7 +125,9 @@ void adam_step_bf16_avx2(const adam_consts *c, const adam_arrays *a, const adam_
 /* The block being updated: its moments in fp32 (widened first, updated in place, quantized last), and
  * the largest bits of the updated ones with the sign cleared, per lane. Three passes rather than one, so
  * that the slow gathers of widening and narrowing do not share the out-of-order window with the update's
- * long sqrt and division chain. */
+ * long sqrt and division chain (b_adam_moments: widening inside the update pass is 10% slower). The four
+ * gathers per 8 elements bound this step: on a Zen 3 one 8-lane gather alone takes about 70% of the time
+ * the whole fp32 step takes for 8 elements (benchmarks/RESULTS.md, "Compressed moments: kernel speed"). */
 typedef struct q8_block {
     float *m, *v;
     __m256i m_max, v_max;
