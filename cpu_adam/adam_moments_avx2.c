@@ -12,53 +12,62 @@
 
 /* ------------------------------------------------------------------ bf16, stochastic rounding */
 
-AVX2_ALWAYS_INLINE __m256i mix32(__m256i x)
+/* moments_sr_mix() on 8 lanes, split into the halves that round m (low, zero-extended) and v (high):
+ * the last xorshift leaves the high half as it is, so v's bits are the shift itself. */
+AVX2_ALWAYS_INLINE void sr_mix(__m256i x, __m256i *for_m, __m256i *for_v)
 {
-    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
     x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x85ebca6bu));
     x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 13));
     x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0xc2b2ae35u));
-    return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    __m256i high = _mm256_srli_epi32(x, 16);
+    *for_m = _mm256_and_si256(_mm256_xor_si256(x, high), _mm256_set1_epi32(0xffff));
+    *for_v = high;
 }
 
-/* The per-lane keys of elements i .. i+7 (moments_sr_key_hi): a lane whose low half wrapped past 2^32
- * takes the next high half's key. (The same for every vector below the next 2^32
- * boundary.) */
-AVX2_ALWAYS_INLINE __m256i sr_lane_keys(uint32_t key, size_t i)
+/* The hash inputs of elements i .. i+7 (moments_sr_bits: the low half of the index plus its key): a lane
+ * whose low half wrapped past 2^32 takes the next high half's key. Adding 8 gives the next vector's, up
+ * to the next 2^32 boundary. */
+AVX2_ALWAYS_INLINE __m256i sr_counter(uint32_t key, size_t i)
 {
     uint32_t lo = (uint32_t)i, hi = (uint32_t)((uint64_t)i >> 32);
     __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     __m256i bias = _mm256_set1_epi32(INT32_MIN); /* unsigned compare as signed */
     __m256i wrapped = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(lo ^ 0x80000000u)), _mm256_xor_si256(idx, bias));
-    return _mm256_blendv_epi8(_mm256_set1_epi32((int)moments_sr_key_hi(key, hi)),
-                              _mm256_set1_epi32((int)moments_sr_key_hi(key, hi + 1)), wrapped);
+    __m256i keys = _mm256_blendv_epi8(_mm256_set1_epi32((int)moments_sr_key_hi(key, hi)),
+                                      _mm256_set1_epi32((int)moments_sr_key_hi(key, hi + 1)), wrapped);
+    return _mm256_add_epi32(idx, keys);
 }
 
-/* moments_sr_bits() of elements i .. i+7 given their lane keys. */
-AVX2_ALWAYS_INLINE __m256i sr_bits(__m256i lane_keys, size_t i)
-{
-    __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    return mix32(_mm256_xor_si256(idx, lane_keys));
-}
-
+/* One load into both 128-bit halves and one shuffle that puts each value in the high half of its lane: a
+ * zero-extension would need a shift after it. */
 AVX2_ALWAYS_INLINE __m256 load_bf16(const uint16_t *s)
 {
-    __m128i raw = _mm_loadu_si128((const __m128i *)s);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+    __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)s));
+    __m256i to_high = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7, -1, -1, 8, 9, -1, -1,
+                                       10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+    return _mm256_castsi256_ps(_mm256_shuffle_epi8(both, to_high));
 }
 
-/* Arrays at element i, the hash at element hash_i with lane keys `keys` (they differ for a tail run on
- * local copies). */
+/* Arrays at element i, the hash inputs `ctr` (sr_counter). */
 AVX2_ALWAYS_INLINE void bf16_step8(const adam_consts *c, const adam_arrays *a, const adam_bf16_moments *mo, size_t i,
-                                   size_t hash_i, __m256i keys, strata_dtype gd, strata_dtype pd, bool l2, bool stream)
+                                   __m256i ctr, strata_dtype gd, strata_dtype pd, bool l2, bool stream)
 {
     __m256 p = _mm256_loadu_ps(a->master + i), m = load_bf16(mo->m + i), v = load_bf16(mo->v + i);
     avx2_adam_update(c, avx2_load_grad(a->grad, gd, i), &p, &m, &v, l2);
     _mm256_storeu_ps(a->master + i, p);
     avx2_store_param(a->param, pd, i, p, stream);
-    __m256i r = sr_bits(keys, hash_i);
-    __m256i both = avx2_pack16(avx2_bf16_round(m, _mm256_and_si256(r, _mm256_set1_epi32(0xffff))),
-                               avx2_bf16_round(v, _mm256_srli_epi32(r, 16)));
+    __m256i rm, rv, m16, v16;
+    sr_mix(ctr, &rm, &rv);
+    /* A NaN in m or v makes p NaN (the update multiplies by m and divides by sqrt(v)): one compare of p
+     * finds the rare vector that needs the NaN rule, which costs six instructions per moment. */
+    if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)) != 0, 0)) {
+        m16 = avx2_bf16_round(m, rm);
+        v16 = avx2_bf16_round(v, rv);
+    } else {
+        m16 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(m), rm), 16);
+        v16 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(v), rv), 16);
+    }
+    __m256i both = avx2_pack16(m16, v16);
     _mm_storeu_si128((__m128i *)(mo->m + i), _mm256_castsi256_si128(both));
     _mm_storeu_si128((__m128i *)(mo->v + i), _mm256_extracti128_si256(both, 1));
 }
@@ -74,12 +83,12 @@ AVX2_ALWAYS_INLINE void bf16_run(const adam_consts *c_in, const adam_arrays *a_i
     bool stream = a->stream_param && adam_arrays_aligned(a, begin, false);
     size_t i = begin;
     while (i + 8 <= end) {
-        /* The lane keys hold for every vector below the next 2^32 boundary; a vector across it has its own. */
-        __m256i keys = sr_lane_keys(mo->key, i);
+        /* The counter steps by 8 up to the next 2^32 boundary; a vector across it has its own. */
+        __m256i ctr = sr_counter(mo->key, i);
         uint64_t boundary = (((uint64_t)i >> 32) + 1) << 32;
         uint64_t stop = i + 8 > boundary ? i + 8 : (boundary < end ? boundary : end);
-        for (; i + 8 <= stop; i += 8)
-            bf16_step8(c, a, mo, i, i, keys, gd, pd, l2, stream);
+        for (; i + 8 <= stop; i += 8, ctr = _mm256_add_epi32(ctr, _mm256_set1_epi32(8)))
+            bf16_step8(c, a, mo, i, ctr, gd, pd, l2, stream);
     }
     /* Non-temporal stores are weakly ordered: fence them before anyone is told the range is done. */
     if (stream)
@@ -93,7 +102,7 @@ AVX2_ALWAYS_INLINE void bf16_run(const adam_consts *c_in, const adam_arrays *a_i
     avx2_tail t;
     avx2_tail_load(&t, a, i, n);
     adam_bf16_moments tail_mo = {m, v, mo->key};
-    bf16_step8(c, &t.a, &tail_mo, 0, i, sr_lane_keys(mo->key, i), gd, pd, l2, false);
+    bf16_step8(c, &t.a, &tail_mo, 0, sr_counter(mo->key, i), gd, pd, l2, false);
     avx2_tail_store(&t, a, i, n);
     memcpy(mo->m + i, m, n * 2);
     memcpy(mo->v + i, v, n * 2);
@@ -116,7 +125,9 @@ void adam_step_bf16_avx2(const adam_consts *c, const adam_arrays *a, const adam_
 /* The block being updated: its moments in fp32 (widened first, updated in place, quantized last), and
  * the largest bits of the updated ones with the sign cleared, per lane. Three passes rather than one, so
  * that the slow gathers of widening and narrowing do not share the out-of-order window with the update's
- * long sqrt and division chain. */
+ * long sqrt and division chain (b_adam_moments: widening inside the update pass is 10% slower). The four
+ * gathers per 8 elements bound this step: on a Zen 3 one 8-lane gather alone takes about 70% of the time
+ * the whole fp32 step takes for 8 elements (benchmarks/RESULTS.md, "Compressed moments: kernel speed"). */
 typedef struct q8_block {
     float *m, *v;
     __m256i m_max, v_max;

@@ -73,6 +73,48 @@ static void check_map(const moments_q8_map *map, bool is_signed)
     printf("%s map: bucket search = binary search on %zu values, %zu differ\n", name, tried, bad);
 }
 
+/* Chi-square of the top 6 bits of a(i) against those of b(i), over 4096 cells: 4095 +- 91 when independent. */
+static double pair_chi2(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    static size_t cells[4096];
+    memset(cells, 0, sizeof cells);
+    for (size_t i = 0; i < n; i++)
+        cells[(a[i] >> 10) << 6 | b[i] >> 10]++;
+    double want = (double)n / 4096.0, chi2 = 0.0;
+    for (int k = 0; k < 4096; k++)
+        chi2 += ((double)cells[k] - want) * ((double)cells[k] - want) / want;
+    return chi2;
+}
+
+/* The mixer (moments_sr_mix) is weaker than a full finaliser: its roundings of different elements in one
+ * step must still look independent. The halves of neighbours (index distance 1, 2, 8) and the two halves of
+ * one element, as joint distributions: a mixer with one multiply fewer fails the distance-1 pair of low
+ * halves (chi2 ~ 6000). Bound 10 sigma. */
+static void check_sr_neighbours(uint32_t key)
+{
+    size_t n = 1 << 20;
+    uint16_t *lo = malloc((n + 8) * 2), *hi = malloc((n + 8) * 2);
+    for (size_t i = 0; i < n + 8; i++) {
+        uint32_t h = moments_sr_bits(key, i);
+        lo[i] = (uint16_t)h;
+        hi[i] = (uint16_t)(h >> 16);
+    }
+    const size_t dist[] = {1, 2, 8};
+    double worst = pair_chi2(lo, hi, n);
+    for (size_t d = 0; d < 3; d++) {
+        double cl = pair_chi2(lo, lo + dist[d], n), ch = pair_chi2(hi, hi + dist[d], n);
+        worst = fmax(worst, fmax(cl, ch));
+        T_CHECK(cl < 4095 + 10 * 90.5 && ch < 4095 + 10 * 90.5,
+                "hash halves of elements %zu apart look dependent: chi2 %.0f (low) %.0f (high), 4095 +- 91 want",
+                dist[d], cl, ch);
+    }
+    double both = pair_chi2(lo, hi, n);
+    T_CHECK(both < 4095 + 10 * 90.5, "the two hash halves of one element look dependent: chi2 %.0f", both);
+    printf("hash: largest neighbour-pair chi2 %.0f (4095 +- 91 when independent)\n", worst);
+    free(lo);
+    free(hi);
+}
+
 static void check_sr(void)
 {
     size_t biased = 0, outside = 0;
@@ -109,6 +151,7 @@ static void check_sr(void)
             "hash halves not uniform: means %.1f and %.1f, want 32767.5 +- %.1f", lo / (double)n, hi / (double)n,
             6 * sigma);
     T_CHECK(same < 10, "steps 7 and 8 share the bits of %zu elements", same);
+    check_sr_neighbours(key);
     T_CHECK(moments_sr_key(1, 2) != moments_sr_key(1, 3) && moments_sr_key(1, 2) != moments_sr_key(2, 2),
             "keys do not change with seed and step");
     T_CHECK(moments_sr_bits(key, 5) != moments_sr_bits(key, 5 + ((size_t)1 << 32)),
