@@ -40,6 +40,7 @@ static void plan_input_of(const strata_engine *e, plan_input *in)
         .zero_stage = e->cfg.zero_stage,
         .shard_numel = registry_view_numel(e->reg, REG_SHARD),
         .step_in_backward = e->cfg.step_in_backward,
+        .moments = e->cfg.optimizer_moments,
     };
     size_t opt_numel = registry_view_numel(e->reg, e->views.opt);
     in->opt_device_numel = opt_numel - twin_flow_split(opt_numel, MIN(in->sub_group_numel, opt_numel),

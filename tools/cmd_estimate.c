@@ -177,7 +177,8 @@ static plan_input plan_input_of(const estimate_ranks *ranks, const strata_config
     plan_input in = {.param_bytes = strata_dtype_bytes(cfg->param_dtype), .delayed = cfg->delayed_update,
                      .sub_group_numel = align_up(cfg->sub_group_size, PLAN_MODULE_ALIGN),
                      .activation_bytes = cfg->activation_bytes, .world_size = ranks->world_size,
-                     .zero_stage = ranks->zero_stage, .step_in_backward = cfg->step_in_backward};
+                     .zero_stage = ranks->zero_stage, .step_in_backward = cfg->step_in_backward,
+                     .moments = cfg->optimizer_moments};
     plan_windows(cfg, in.param_bytes, &in.prefetch_bytes, &in.max_live_bytes);
     /* Each module is partitioned on its own (a rank owns a slice of every module, so a fetch gathers one
      * module), so this rank's shard is the sum of its module slices; a bare count is cut into equal modules. The
