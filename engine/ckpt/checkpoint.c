@@ -282,13 +282,6 @@ static strata_status prepare(strata_engine *e, const char *dir, strata_step_resu
     if (!dir || !dir[0])
         return err_set(STRATA_EINVAL, "strata_save: dir is NULL or empty");
     ERR_CHECK(ckpt_quiesce(e, "strata_save"));
-    /* Checkpoints hold moments as fp32; 8-bit blocks do not survive that exactly: a block whose largest magnitude is
-     * negative dequantizes it to code[0] x scale, and the signed map's code[0] is not -1, so re-quantizing finds a
-     * smaller scale (tests/t_moments_convert.c). */
-    if (e->tiers.moments == STRATA_MOMENTS_8BIT)
-        return err_set(STRATA_EUNSUPPORTED, "strata_save: strata.optimizer_moments = \"8bit\" cannot be saved exactly "
-                       "yet (checkpoints hold the moments as fp32, and re-quantizing them does not give every block's "
-                       "scale back); train with \"bf16\" or \"fp32\" moments to save checkpoints");
     strata_module_id touched = grads_first_unconsumed(e->grads);
     if (touched != STRATA_INVALID_ID)
         return err_set(STRATA_ESTATE, "strata_save: module \"%s\" has gradients accumulated since the last "

@@ -374,6 +374,11 @@ static strata_status load(strata_engine *e, const char *dir)
         st = twin_flow_load(e, e->twin); /* the loaded state of the optimizer's device share */
     if (st == STRATA_OK)
         apply(e, &lc.m, dir);
+    if (st == STRATA_OK && lc.c.inexact)
+        LOG_WARN(LOG_CKPT, "strata_load(\"%s\"): %zu blocks of 8-bit moments (2048 elements each) were quantized "
+                 "again inexactly: their scale was below FLT_MIN (values under 1.2e-38, which read back as about 0), "
+                 "or the checkpoint's moments were not 8-bit; training goes on from the nearest codes", dir,
+                 lc.c.inexact);
     if (dropped)
         residency_invalidate_all(e); /* device-tier modules point into the front copy */
     for (size_t i = 0; lc.files && i < (size_t)lc.m.world * CKPT_FILE_COUNT; i++)

@@ -91,7 +91,7 @@ const uint8_t *ckpt_widen(ckpt_ctx *c, const ckpt_stream *s, const ckpt_chunk *k
 
 void ckpt_narrow(ckpt_ctx *c, const ckpt_stream *s, const ckpt_chunk *k, uint8_t *dst)
 {
-    moments_narrow(s->form, s->sq, c->wide, k->n, dst, chunk_scales(c, s, k));
+    c->inexact += moments_narrow(s->form, s->sq, c->wide, k->n, dst, chunk_scales(c, s, k));
 }
 
 void ckpt_tensor_name(const strata_engine *e, const reg_param *p, const char *suffix, char *out)

@@ -59,6 +59,7 @@ typedef struct ckpt_ctx {
     uint8_t *buf[2];           /* CKPT_CHUNK_NUMEL * 4 bytes each, 4 KiB-aligned: the tier I/O of one chunk overlaps
                                   the file I/O of the other */
     float *wide;               /* CKPT_CHUNK_NUMEL: a compressed moment chunk as fp32 */
+    size_t inexact;            /* load: 8-bit blocks narrowing could not give back exactly (moments_narrow) */
     io_wait w[2];
 } ckpt_ctx;
 
