@@ -350,19 +350,22 @@ strata_status step_adam_timed(strata_engine *e, adam_job *job, const char *what,
     return st;
 }
 
+uint32_t step_moments_key(int seed, int rank, size_t first, int64_t step)
+{
+    return moments_sr_key((uint64_t)seed ^ ((uint64_t)rank << 32) ^ ((uint64_t)first * 0x9e3779b97f4a7c15u), step);
+}
+
 /* Points the job at the moments m and v of the sub-group from element first (in a slot or the host array) in their
- * form: fp32 in the arrays; bf16 with this step's rounding key, fresh per rank and sub-group too (the kernel draws
- * by the index inside the job), so a resumed run draws what an uninterrupted one does; 8-bit with the block scales,
- * which stay in host memory. */
+ * form: fp32 in the arrays; bf16 with this update's rounding key (step_moments_key: a resumed run draws what an
+ * uninterrupted one does); 8-bit with the block scales, which stay in host memory. */
 static void set_moments(const step_ctx *c, size_t first, void *m, void *v, adam_arrays *a, adam_job *job)
 {
     strata_engine *e = c->e;
     engine_tiers *t = &e->tiers;
     job->moments = t->moments;
     if (t->moments == STRATA_MOMENTS_BF16) {
-        uint64_t stream = (uint64_t)e->cfg.optimizer_moments_seed ^ ((uint64_t)e->rank << 32) ^
-                          ((uint64_t)first * 0x9e3779b97f4a7c15u);
-        job->bf16 = (adam_bf16_moments){m, v, moments_sr_key(stream, c->sp->count + 1)};
+        job->bf16 = (adam_bf16_moments){m, v, step_moments_key(e->cfg.optimizer_moments_seed, e->rank, first,
+                                                               c->sp->count + 1)};
     } else if (t->moments == STRATA_MOMENTS_8BIT) {
         job->q8 = (adam_q8_moments){m, v, tarr_host_ptr(&t->exp_avg_scale, &t->env, first / MOMENTS_Q8_BLOCK),
                                     tarr_host_ptr(&t->exp_avg_sq_scale, &t->env, first / MOMENTS_Q8_BLOCK)};

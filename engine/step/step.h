@@ -52,6 +52,10 @@ void step_forget(step_pipeline *sp);
 /* Runs one Adam job on the CPU (job->team_out is set here), counts its time in the engine's Adam time and
  * traces it on the optimizer track as `what`, labelled with `place` and the threads that ran it. */
 strata_status step_adam_timed(struct strata_engine *e, adam_job *job, const char *what, const char *place);
+/* The rounding key of bf16 moments (strata.optimizer_moments) for the sub-group from element first of rank's
+ * optimizer view at update step (from 1), seed strata.optimizer_moments_seed: fresh per step, rank and sub-group,
+ * since the kernel draws each element's bits by its index inside the sub-group. */
+uint32_t step_moments_key(int seed, int rank, size_t first, int64_t step);
 /* Updates applied (or in flight); a checkpoint saves and restores it. */
 int64_t step_count(const step_pipeline *sp);
 void step_set_count(step_pipeline *sp, int64_t count);
