@@ -298,15 +298,15 @@ static void plan_streams(strata_engine *e, bool has_next, save_plan *pl)
 {
     memset(pl, 0, sizeof *pl);
     int back = 1 - e->tiers.param_front;
-    pl->s[CKPT_FILE_MODEL][0] = (ckpt_stream){.arr = &e->tiers.master, .view = e->views.opt, .suffix = "", .dtype = STRATA_DTYPE_FP32};
+    pl->s[CKPT_FILE_MODEL][0] = ckpt_plain_stream(&e->tiers.master, e->views.opt, "", STRATA_DTYPE_FP32);
     pl->ns[CKPT_FILE_MODEL] = 1;
     ckpt_moment_streams(e, pl->s[CKPT_FILE_OPTIMIZER]);
     pl->ns[CKPT_FILE_OPTIMIZER] = 2;
-    pl->s[CKPT_FILE_PARAMS][0] = (ckpt_stream){.arr = &e->tiers.param[e->tiers.param_front], .view = e->views.param,
-                                               .suffix = "", .dtype = e->cfg.param_dtype};
+    pl->s[CKPT_FILE_PARAMS][0] = ckpt_plain_stream(&e->tiers.param[e->tiers.param_front], e->views.param, "",
+                                                  e->cfg.param_dtype);
     if (has_next)
-        pl->s[CKPT_FILE_PARAMS][1] = (ckpt_stream){.arr = ranks_step_params(e, back), .view = ranks_step_params_view(e),
-                                                   .suffix = ".next", .dtype = e->cfg.param_dtype};
+        pl->s[CKPT_FILE_PARAMS][1] = ckpt_plain_stream(ranks_step_params(e, back), ranks_step_params_view(e), ".next",
+                                                      e->cfg.param_dtype);
     /* fp32 parameters equal the master weights unless an update is pending: no copy needed then. */
     if (e->cfg.param_dtype != STRATA_DTYPE_FP32 || has_next)
         pl->ns[CKPT_FILE_PARAMS] = has_next ? 2 : 1;

@@ -67,15 +67,15 @@ static void plan_work(load_ctx *lc)
     strata_dtype pdt = e->cfg.param_dtype;
     /* fp32 parameters without a params file are the master weights: the model's tensors fill both. */
     lc->work[0] = (load_work){CKPT_FILE_MODEL,
-                              {{.arr = &e->tiers.master, .view = e->views.opt, .suffix = "", .dtype = STRATA_DTYPE_FP32},
-                               {.arr = &e->tiers.param[0], .view = e->views.param, .suffix = "", .dtype = STRATA_DTYPE_FP32}},
+                              {ckpt_plain_stream(&e->tiers.master, e->views.opt, "", STRATA_DTYPE_FP32),
+                               ckpt_plain_stream(&e->tiers.param[0], e->views.param, "", STRATA_DTYPE_FP32)},
                               params_file ? 1 : 2};
     lc->work[1] = (load_work){.kind = CKPT_FILE_OPTIMIZER, .ns = 2};
     ckpt_moment_streams(e, lc->work[1].s);
     /* The pending copy goes where the next strata_step publishes it from (param_front is 0 after a load). */
     lc->work[2] = (load_work){CKPT_FILE_PARAMS,
-                              {{.arr = &e->tiers.param[0], .view = e->views.param, .suffix = "", .dtype = pdt},
-                               {.arr = ranks_step_params(e, 1), .view = ranks_step_params_view(e), .suffix = ".next", .dtype = pdt}},
+                              {ckpt_plain_stream(&e->tiers.param[0], e->views.param, "", pdt),
+                               ckpt_plain_stream(ranks_step_params(e, 1), ranks_step_params_view(e), ".next", pdt)},
                               params_file ? (has_next ? 2 : 1) : 0};
 }
 

@@ -70,9 +70,13 @@ void ckpt_ctx_free(ckpt_ctx *c)
 void ckpt_moment_streams(strata_engine *e, ckpt_stream out[2])
 {
     engine_tiers *t = &e->tiers;
-    out[0] = (ckpt_stream){&t->exp_avg, e->views.opt, ".exp_avg", STRATA_DTYPE_FP32, t->moments, false, &t->exp_avg_scale};
-    out[1] = (ckpt_stream){&t->exp_avg_sq, e->views.opt, ".exp_avg_sq", STRATA_DTYPE_FP32, t->moments, true,
-                           &t->exp_avg_sq_scale};
+    out[0] = ckpt_plain_stream(&t->exp_avg, e->views.opt, ".exp_avg", STRATA_DTYPE_FP32);
+    out[1] = ckpt_plain_stream(&t->exp_avg_sq, e->views.opt, ".exp_avg_sq", STRATA_DTYPE_FP32);
+    for (int i = 0; i < 2; i++) {
+        out[i].form = t->moments;
+        out[i].sq = i == 1;
+        out[i].scale = i ? &t->exp_avg_sq_scale : &t->exp_avg_scale;
+    }
 }
 
 /* The 8-bit block scales of chunk k (which starts on a block: modules and shards do); NULL for the other forms. */

@@ -39,6 +39,12 @@ typedef struct ckpt_stream {
     tier_array *scale;
 } ckpt_stream;
 
+/* A stream whose array holds what the file holds (every one but compressed moments). */
+static inline ckpt_stream ckpt_plain_stream(tier_array *arr, reg_view view, const char *suffix, strata_dtype dtype)
+{
+    return (ckpt_stream){.arr = arr, .view = view, .suffix = suffix, .dtype = dtype};
+}
+
 /* Full-view elements [lo, lo + n) of module mi, which lie at element `at` of a class's array, inside the
  * module's range [span_lo, span_end) being walked. */
 typedef struct ckpt_chunk {
