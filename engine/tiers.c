@@ -118,35 +118,37 @@ static strata_status write_view(engine_tiers *t, tier_array *a, reg_view v, cons
     return tarr_write(a, &t->env, at, hi - lo, (const char *)buf + skip * a->elem_bytes, w);
 }
 
-/* A chunk (whole blocks) of zero moments in their form into m and v, and every block scale the zeros' (chunk is a
- * multiple of MOMENTS_Q8_BLOCK, so every block of the arrays is one such block). */
-static void zero_moments(engine_tiers *t, const float *zeros, size_t chunk, void *m, void *v)
+/* Buffers of chunk (whole blocks) zero moments in their form for m and v, and every block scale the zeros' (chunk is
+ * a multiple of MOMENTS_Q8_BLOCK, so every block of the arrays is one such block). False without memory. */
+static bool zero_moments(engine_tiers *t, size_t chunk, void **m, void **v)
 {
+    static const float zeros[ENGINE_MODULE_ALIGN];
     float scale[2] = {0};
+    size_t bytes = chunk * t->exp_avg.elem_bytes;
+    if (posix_memalign(m, 4096, bytes) || posix_memalign(v, 4096, bytes))
+        return false;
     for (size_t b = 0; b < chunk; b += ENGINE_MODULE_ALIGN) {
-        moments_narrow(t->moments, false, zeros, ENGINE_MODULE_ALIGN, (char *)m + b * t->exp_avg.elem_bytes, scale);
-        moments_narrow(t->moments, true, zeros, ENGINE_MODULE_ALIGN, (char *)v + b * t->exp_avg_sq.elem_bytes, scale);
+        moments_narrow(t->moments, false, zeros, ENGINE_MODULE_ALIGN, (char *)*m + b * t->exp_avg.elem_bytes, scale);
+        moments_narrow(t->moments, true, zeros, ENGINE_MODULE_ALIGN, (char *)*v + b * t->exp_avg_sq.elem_bytes, scale);
     }
     float *ms = tarr_host_ptr(&t->exp_avg_scale, &t->env, 0), *vs = tarr_host_ptr(&t->exp_avg_sq_scale, &t->env, 0);
     for (size_t i = 0; i < t->exp_avg_scale.numel; i++)
         ms[i] = vs[i] = scale[0];
+    return true;
 }
 
 strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype,
                                   const engine_views *views, int rank, uint32_t *module_crc)
 {
     size_t chunk = MIN(INIT_CHUNK_NUMEL, registry_largest_module_numel(reg));
-    float *vals = NULL, *zeros = NULL;
+    float *vals = NULL;
     void *pbuf = NULL, *zero_m = NULL, *zero_v = NULL;
     strata_status st = STRATA_OK;
-    if (posix_memalign((void **)&vals, 4096, chunk * 4) || posix_memalign((void **)&zeros, 4096, chunk * 4) ||
-        posix_memalign(&pbuf, 4096, chunk * t->param_bytes) || posix_memalign(&zero_m, 4096, chunk * 4) ||
-        posix_memalign(&zero_v, 4096, chunk * 4)) {
+    if (posix_memalign((void **)&vals, 4096, chunk * 4) || posix_memalign(&pbuf, 4096, chunk * t->param_bytes) ||
+        !zero_moments(t, chunk, &zero_m, &zero_v)) {
         st = err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the initialisation buffers");
         goto out;
     }
-    memset(zeros, 0, chunk * 4);
-    zero_moments(t, zeros, chunk, zero_m, zero_v);
     io_wait w;
     io_wait_init(&w);
     size_t cursor = 0;
@@ -179,7 +181,6 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
     io_wait_destroy(&w);
 out:
     free(vals);
-    free(zeros);
     free(pbuf);
     free(zero_m);
     free(zero_v);

@@ -44,7 +44,23 @@ static strata_config form_config(strata_moments form, bool delayed)
     return c;
 }
 
-/* Every placement against the host one (placement 1: the optimizer on host). */
+/* The form changes the weights, a little. */
+static void compare_to_fp32(strata_moments form, const float *w, const float *fp32, size_t n, int steps)
+{
+    size_t first, d = synth_count_diff(w, fp32, n, &first);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)w[i] - fp32[i]) * ((double)w[i] - fp32[i]);
+        den += (double)fp32[i] * fp32[i];
+    }
+    printf("%s moments after %d steps: %zu of %zu weights differ from fp32 moments, relative L2 %.3g\n",
+           form == STRATA_MOMENTS_BF16 ? "bf16" : "8bit", steps, d, n, sqrt(num / den));
+    T_CHECK(d > 0, "the moments' form changes nothing: is it applied?");
+    T_CHECK(sqrt(num / den) < 1e-2, "the form moves the weights by %.3g (relative L2) from fp32 moments",
+            sqrt(num / den));
+}
+
+/* Every placement against the first (everything on the device tier). */
 static void placements(strata_moments form, bool delayed, const float *fp32)
 {
     synth_opts o;
@@ -69,19 +85,8 @@ static void placements(strata_moments form, bool delayed, const float *fp32)
             expect_same(what, ref, w, n);
         free(w);
     }
-    if (ref && fp32 && !delayed) {
-        size_t first, d = synth_count_diff(ref, fp32, n_ref, &first);
-        double num = 0, den = 0;
-        for (size_t i = 0; i < n_ref; i++) {
-            num += ((double)ref[i] - fp32[i]) * ((double)ref[i] - fp32[i]);
-            den += (double)fp32[i] * fp32[i];
-        }
-        printf("%s moments after %d steps: %zu of %zu weights differ from fp32 moments, relative L2 %.3g\n",
-               form == STRATA_MOMENTS_BF16 ? "bf16" : "8bit", o.steps, d, n_ref, sqrt(num / den));
-        T_CHECK(d > 0, "the moments' form changes nothing: is it applied?");
-        T_CHECK(sqrt(num / den) < 1e-2, "the form moves the weights by %.3g (relative L2) from fp32 moments",
-                sqrt(num / den));
-    }
+    if (ref && fp32 && !delayed)
+        compare_to_fp32(form, ref, fp32, n_ref, o.steps);
     free(ref);
 }
 

@@ -56,56 +56,73 @@ static void step_oracle(const strata_config *c, strata_moments form, flat *f, in
     }
 }
 
+/* The initial state: synth's initial weights in the layout, zero moments as the engine writes them (what quantizing
+ * zeros gives: the maps' zero codes, scale 0). */
+static void flat_init(const synth_opts *o, strata_moments form, flat *f)
+{
+    layout(o, f);
+    f->master = calloc(f->n, 4);
+    f->grad = calloc(f->n, 4);
+    f->m = calloc(f->n, 2);
+    f->v = calloc(f->n, 2);
+    f->scale_m = calloc(f->n / MOMENTS_Q8_BLOCK + 1, 4);
+    f->scale_v = calloc(f->n / MOMENTS_Q8_BLOCK + 1, 4);
+    if (form == STRATA_MOMENTS_8BIT) {
+        memset(f->m, moments_q8_signed()->zero, f->n);
+        memset(f->v, moments_q8_unsigned()->zero, f->n);
+    }
+    for (int l = 0; l < o->layers; l++) {
+        for (size_t i = 0; i < (size_t)o->width[l + 1] * o->width[l]; i++)
+            f->master[f->w_at[l] + i] = synth_init_value(o->seed, 2 * l, i);
+        for (size_t i = 0; i < (size_t)o->width[l + 1]; i++)
+            f->master[f->b_at[l] + i] = synth_init_value(o->seed, 2 * l + 1, i);
+    }
+}
+
+/* Scratch of the layer math: activations, the two deltas, one layer's gradients. */
+typedef struct layer_scratch {
+    float *act[SYNTH_MAX_LAYERS + 1], *target, *d0, *d1, *tw, *tb;
+} layer_scratch;
+
+/* Step s's gradients, summed over its micro-batches in fp32 as the engine's store sums them, into f->grad. */
+static void gradients(const synth_opts *o, flat *f, layer_scratch *x, int s)
+{
+    int L = o->layers;
+    for (int mb = 0; mb < o->micro_batches; mb++) {
+        synth_batch(o, s, mb, x->act[0], x->target);
+        for (int l = 0; l < L; l++)
+            synth_layer_forward(o, l, f->master + f->w_at[l], f->master + f->b_at[l], x->act[l], x->act[l + 1]);
+        float *dc = x->d0, *dn = x->d1;
+        synth_loss_grad(o, x->act[L], x->target, 1.0f, dc);
+        for (int l = L - 1; l >= 0; l--) {
+            size_t nw = (size_t)o->width[l + 1] * o->width[l], nb = (size_t)o->width[l + 1];
+            synth_layer_backward(o, l, f->master + f->w_at[l], x->act[l], x->act[l + 1], dc, dn, x->tw, x->tb);
+            float *gw = f->grad + f->w_at[l], *gb = f->grad + f->b_at[l];
+            for (size_t i = 0; i < nw; i++)
+                gw[i] = mb == 0 ? x->tw[i] : gw[i] + x->tw[i];
+            for (size_t i = 0; i < nb; i++)
+                gb[i] = mb == 0 ? x->tb[i] : gb[i] + x->tb[i];
+            float *t = dc;
+            dc = dn;
+            dn = t;
+        }
+    }
+}
+
 static float *oracle(const synth_opts *o, const strata_config *c, strata_moments form, size_t *n_out)
 {
     int L = o->layers, B = o->batch;
     flat f;
-    layout(o, &f);
-    f.master = calloc(f.n, 4);
-    f.grad = calloc(f.n, 4);
-    f.m = calloc(f.n, 2);
-    f.v = calloc(f.n, 2);
-    f.scale_m = calloc(f.n / MOMENTS_Q8_BLOCK + 1, 4);
-    f.scale_v = calloc(f.n / MOMENTS_Q8_BLOCK + 1, 4);
-    /* Zero moments as the engine writes them: what quantizing zeros gives. */
-    if (form == STRATA_MOMENTS_8BIT) {
-        memset(f.m, moments_q8_signed()->zero, f.n);
-        memset(f.v, moments_q8_unsigned()->zero, f.n);
-    }
+    flat_init(o, form, &f);
     size_t maxw = 0;
     for (int l = 0; l <= L; l++)
         maxw = (size_t)o->width[l] > maxw ? (size_t)o->width[l] : maxw;
-    for (int l = 0; l < L; l++) {
-        for (size_t i = 0; i < (size_t)o->width[l + 1] * o->width[l]; i++)
-            f.master[f.w_at[l] + i] = synth_init_value(o->seed, 2 * l, i);
-        for (size_t i = 0; i < (size_t)o->width[l + 1]; i++)
-            f.master[f.b_at[l] + i] = synth_init_value(o->seed, 2 * l + 1, i);
-    }
-    float *act[SYNTH_MAX_LAYERS + 1], *target = calloc((size_t)B * o->width[L], 4);
-    float *d0 = calloc((size_t)B * maxw, 4), *d1 = calloc((size_t)B * maxw, 4);
-    float *tw = calloc(maxw * maxw, 4), *tb = calloc(maxw, 4);
+    layer_scratch x = {.target = calloc((size_t)B * o->width[L], 4), .d0 = calloc((size_t)B * maxw, 4),
+                 .d1 = calloc((size_t)B * maxw, 4), .tw = calloc(maxw * maxw, 4), .tb = calloc(maxw, 4)};
     for (int l = 0; l <= L; l++)
-        act[l] = calloc((size_t)B * o->width[l], 4);
+        x.act[l] = calloc((size_t)B * o->width[l], 4);
     for (int s = 0; s < o->steps; s++) {
-        for (int mb = 0; mb < o->micro_batches; mb++) {
-            synth_batch(o, s, mb, act[0], target);
-            for (int l = 0; l < L; l++)
-                synth_layer_forward(o, l, f.master + f.w_at[l], f.master + f.b_at[l], act[l], act[l + 1]);
-            float *dc = d0, *dn = d1;
-            synth_loss_grad(o, act[L], target, 1.0f, dc);
-            for (int l = L - 1; l >= 0; l--) {
-                size_t nw = (size_t)o->width[l + 1] * o->width[l], nb = (size_t)o->width[l + 1];
-                synth_layer_backward(o, l, f.master + f.w_at[l], act[l], act[l + 1], dc, dn, tw, tb);
-                float *gw = f.grad + f.w_at[l], *gb = f.grad + f.b_at[l];
-                for (size_t i = 0; i < nw; i++)
-                    gw[i] = mb == 0 ? tw[i] : gw[i] + tw[i];
-                for (size_t i = 0; i < nb; i++)
-                    gb[i] = mb == 0 ? tb[i] : gb[i] + tb[i];
-                float *t = dc;
-                dc = dn;
-                dn = t;
-            }
-        }
+        gradients(o, &f, &x, s);
         step_oracle(c, form, &f, s + 1);
     }
     size_t total = 0;
@@ -120,8 +137,8 @@ static float *oracle(const synth_opts *o, const strata_config *c, strata_moments
         pos += nw + nb;
     }
     for (int l = 0; l <= L; l++)
-        free(act[l]);
-    void *bufs[] = {f.master, f.grad, f.m, f.v, f.scale_m, f.scale_v, target, d0, d1, tw, tb};
+        free(x.act[l]);
+    void *bufs[] = {f.master, f.grad, f.m, f.v, f.scale_m, f.scale_v, x.target, x.d0, x.d1, x.tw, x.tb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     *n_out = total;
