@@ -9,11 +9,15 @@
  *     rounding bits follow the step count), on the host, NVMe and partly cached NVMe placements;
  *   - a checkpoint of fp32 moments loads into bf16 and 8-bit engines (a conversion) and trains on;
  *   - the device's share of Twin-Flow and the step in backward refuse non-fp32 moments at finalize, naming the key;
- *     an unknown value names the allowed ones.
+ *     an unknown value names the allowed ones;
+ *   - the memory plan counts 12, 8 or 6 bytes of optimizer state an element (in its tier, the host cache's share
+ *     and the optimizer slots), and the 8-bit scales in host memory.
  */
 #include <math.h>
 #include <string.h>
 
+#include "engine/plan/plan.h"
+#include "engine/step/step.h"
 #include "synth.h"
 #include "testlib.h"
 
@@ -176,6 +180,26 @@ static void refusals(void)
     T_EQ_INT(j.optimizer_moments, STRATA_MOMENTS_8BIT);
 }
 
+static void plan_bytes(void)
+{
+    size_t n = (size_t)1 << 22, sg = (size_t)1 << 20;
+    strata_moments forms[] = {STRATA_MOMENTS_FP32, STRATA_MOMENTS_BF16, STRATA_MOMENTS_8BIT};
+    size_t per[] = {12, 8, 6};
+    for (size_t i = 0; i < 3; i++) {
+        plan_input in = {.total_numel = n, .largest_module_numel = 1 << 16, .param_bytes = 2,
+                         .param_tier = STRATA_TIER_HOST, .opt_tier = STRATA_TIER_NVME, .grad_tier = STRATA_TIER_HOST,
+                         .sub_group_numel = sg, .moments = forms[i]};
+        plan p;
+        plan_compute(&in, &p);
+        size_t scales = forms[i] == STRATA_MOMENTS_8BIT ? 2 * 4 * (n / 2048) : 0;
+        T_EQ_INT(p.tier_bytes[STRATA_TIER_NVME], per[i] * n);
+        T_EQ_INT(p.pool_part_bytes[3], STEP_SLOTS * per[i] * sg);
+        T_EQ_INT(p.tier_bytes[STRATA_TIER_HOST], n * 2 + n * 4 + scales + p.pinned_pool_bytes);
+        plan_host_cache(&(strata_config){.host_cache = true, .param_max_in_cpu = 0}, &in, SIZE_MAX, &p);
+        T_EQ_INT(p.cache_opt_bytes, per[i] * n);
+    }
+}
+
 int main(void)
 {
     t_rng_seed();
@@ -197,5 +221,6 @@ int main(void)
     resume(STRATA_MOMENTS_8BIT);
     convert_on_load();
     refusals();
+    plan_bytes();
     return t_done();
 }
