@@ -14,6 +14,8 @@
  * pre-pass over the same sub-groups, so the sum is the same whatever the placement.
  * With offload_optimizer.ratio < 1 the last sub-groups are the device's (twin_flow.h): their update is queued on
  * the device before the CPU walks its own, with the same constants, and waited for after.
+ * The moments are read, updated and written in their storage form (strata.optimizer_moments: set_moments), the
+ * slots sized for it; the 8-bit form's block scales stay in host memory and are updated in place.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +33,8 @@
 #include "engine/step/twin_flow.h"
 
 typedef struct opt_slot {
-    void *master, *m, *v, *grad;   /* pinned, when that state is on NVMe (m, v in the moments' form) */
+    float *master, *grad;          /* pinned, when that state is on NVMe */
+    void *m, *v;                   /* the same, in the moments' form (tiers.moments) */
     io_wait rd, wr;
     uint64_t rd_issue_ns, wr_issue_ns; /* for the trace */
 } opt_slot;
@@ -176,11 +179,11 @@ static void release_slot_buffers(strata_engine *e, step_pipeline *sp)
 {
     for (int i = 0; i < STEP_SLOTS; i++) {
         opt_slot *s = &sp->slot[i];
-        void **bufs[] = {&s->master, &s->m, &s->v, &s->grad};
-        for (int b = 0; b < 4; b++) {
-            pool_release(e->tiers.pool, *bufs[b]);
-            *bufs[b] = NULL;
-        }
+        void *bufs[] = {s->master, s->m, s->v, s->grad};
+        for (int b = 0; b < 4; b++)
+            pool_release(e->tiers.pool, bufs[b]);
+        s->master = s->grad = NULL;
+        s->m = s->v = NULL;
     }
     sp->acquired = false;
 }
@@ -244,14 +247,14 @@ static strata_status acquire_slots(step_ctx *c)
     for (int i = 0; i < STEP_SLOTS && st == STRATA_OK; i++) {
         opt_slot *s = &sp->slot[i];
         if (c->opt_nvme) {
-            st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "optimizer slot", &s->master);
+            st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->master);
             if (st == STRATA_OK)
                 st = pool_acquire(e->tiers.pool, POOL_STEP, moment_bytes, "optimizer slot", &s->m);
             if (st == STRATA_OK)
                 st = pool_acquire(e->tiers.pool, POOL_STEP, moment_bytes, "optimizer slot", &s->v);
         }
         if (c->grad_nvme && st == STRATA_OK)
-            st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "gradient slot", &s->grad);
+            st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "gradient slot", (void **)&s->grad);
     }
     if (st != STRATA_OK) {
         release_slot_buffers(e, sp); /* all or nothing: the next step tries again */
