@@ -8,9 +8,16 @@
 #include "base/error.h"
 #include "base/util.h"
 #include "base/half.h"
+#include "cpu_adam/moments.h"
 #include "cpu_adam/moments_convert.h"
 
 #define INIT_CHUNK_NUMEL ((size_t)1 << 20) /* a multiple of ENGINE_MODULE_ALIGN */
+
+/* Modules, shards and sub-groups start on ENGINE_MODULE_ALIGN elements: for 8-bit moments that is a whole number of
+ * quantization blocks (every kernel call, checkpoint chunk and initial chunk starts on a block) and of 4 KiB pages of
+ * one-byte elements (NVMe transfers stay aligned). */
+_Static_assert(ENGINE_MODULE_ALIGN % MOMENTS_Q8_BLOCK == 0 && ENGINE_MODULE_ALIGN % 4096 == 0,
+               "8-bit moments need module ranges of whole blocks and whole pages");
 
 /* The swap space spans the NVMe paths of every state class placed on NVMe (plan_swap_paths). */
 static strata_status open_nvme(engine_tiers *t, const strata_config *cfg, size_t capacity)
