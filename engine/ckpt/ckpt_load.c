@@ -20,6 +20,7 @@
 #include "base/util.h"
 #include "engine/ckpt/ckpt_files.h"
 #include "engine/ckpt/ckpt_stream.h"
+#include "engine/config/config.h"
 #include "engine/plan/host_cache.h"
 #include "engine/ranks/ranks.h"
 #include "engine/step/step.h"
@@ -374,11 +375,14 @@ static strata_status load(strata_engine *e, const char *dir)
         st = twin_flow_load(e, e->twin); /* the loaded state of the optimizer's device share */
     if (st == STRATA_OK)
         apply(e, &lc.m, dir);
-    if (st == STRATA_OK && lc.c.inexact)
+    if (st == STRATA_OK && lc.m.moments != e->tiers.moments)
+        LOG_INFO(LOG_CKPT, "strata_load(\"%s\"): the checkpoint's moments were trained in %s, this engine keeps them "
+                 "in %s (strata.optimizer_moments): converted", dir, cfg_moments_name(lc.m.moments),
+                 cfg_moments_name(e->tiers.moments));
+    else if (st == STRATA_OK && lc.c.inexact)
         LOG_WARN(LOG_CKPT, "strata_load(\"%s\"): %zu blocks of 8-bit moments (2048 elements each) were quantized "
-                 "again inexactly: their scale was below FLT_MIN (values under 1.2e-38, which read back as about 0), "
-                 "or the checkpoint's moments were not 8-bit; training goes on from the nearest codes", dir,
-                 lc.c.inexact);
+                 "again inexactly: their scale was below FLT_MIN (values under 1.2e-38, which read back as about 0); "
+                 "training goes on from the nearest codes", dir, lc.c.inexact);
     if (dropped)
         residency_invalidate_all(e); /* device-tier modules point into the front copy */
     for (size_t i = 0; lc.files && i < (size_t)lc.m.world * CKPT_FILE_COUNT; i++)
