@@ -13,7 +13,7 @@
  * conversions, base/half.h the scalar rounding spec, dispatch.c the choice of ISA, driver.[ch] the OpenMP
  * team, api.c the public strata_adam_* functions. adam_scalar.h is the scalar element all references share;
  * moments.[ch] the compressed moment forms (bf16 with stochastic rounding, 8-bit block-wise) and
- * adam_moments*.[ch] the steps that keep m and v in them (not yet in the kernel table or the engine).
+ * adam_moments*.[ch] the steps that keep m and v in them (in the kernel table as step_bf16 / step_q8).
  */
 #ifndef STRATA_CPU_ADAM_ADAM_H
 #define STRATA_CPU_ADAM_ADAM_H
@@ -113,10 +113,19 @@ typedef enum adam_isa {
     ADAM_ISA_COUNT,
 } adam_isa;
 
+/* The steps with compressed moments (adam_moments.h), declared there. */
+struct adam_bf16_moments;
+struct adam_q8_moments;
+
 typedef struct adam_ops {
     adam_isa isa;
     const char *name;  /* "ref", "avx2", "avx512" as STRATA_ISA spells them */
     adam_step_fn step;
+    /* The same update with bf16 / 8-bit moments: the best variant this ISA runs (AVX-512 uses the AVX2 one). */
+    void (*step_bf16)(const adam_consts *c, const adam_arrays *a, const struct adam_bf16_moments *mo, size_t begin,
+                      size_t end);
+    void (*step_q8)(const adam_consts *c, const adam_arrays *a, const struct adam_q8_moments *mo, size_t begin,
+                    size_t end);
     adam_gradstats_fn gradstats;
     adam_roofline_fn roofline;
 } adam_ops;

@@ -11,11 +11,16 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cpu_adam/adam.h"
+#include "cpu_adam/adam_moments.h"
 
+/* The compressed-moment steps have no AVX-512 variant: the AVX-512 table uses the AVX2 ones. */
 static const adam_ops table[ADAM_ISA_COUNT] = {
-    [ADAM_ISA_REF] = {ADAM_ISA_REF, "ref", adam_step_ref, adam_gradstats_ref, adam_roofline_ref},
-    [ADAM_ISA_AVX2] = {ADAM_ISA_AVX2, "avx2", adam_step_avx2, adam_gradstats_avx2, adam_roofline_avx2},
-    [ADAM_ISA_AVX512] = {ADAM_ISA_AVX512, "avx512", adam_step_avx512, adam_gradstats_avx512, adam_roofline_avx512},
+    [ADAM_ISA_REF] = {ADAM_ISA_REF, "ref", adam_step_ref, adam_step_bf16_ref, adam_step_q8_ref, adam_gradstats_ref,
+                      adam_roofline_ref},
+    [ADAM_ISA_AVX2] = {ADAM_ISA_AVX2, "avx2", adam_step_avx2, adam_step_bf16_avx2, adam_step_q8_avx2,
+                       adam_gradstats_avx2, adam_roofline_avx2},
+    [ADAM_ISA_AVX512] = {ADAM_ISA_AVX512, "avx512", adam_step_avx512, adam_step_bf16_avx2, adam_step_q8_avx2,
+                         adam_gradstats_avx512, adam_roofline_avx512},
 };
 
 /* The features each ISA's files are compiled for, as __builtin_cpu_supports and /proc/cpuinfo name them

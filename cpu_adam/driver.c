@@ -113,6 +113,12 @@ size_t adam_tile_numel(size_t numel, int threads, size_t requested)
     return MIN(ADAM_TILE_DEFAULT, MAX(per_thread, ADAM_TILE_ALIGN));
 }
 
+size_t adam_job_tile_numel(const adam_job *job)
+{
+    size_t tile = adam_tile_numel(job->numel, job->threads, job->tile_numel);
+    return job->moments == STRATA_MOMENTS_8BIT ? align_up(tile, MOMENTS_Q8_BLOCK) : tile;
+}
+
 /* Binds the calling thread to the core of set at `index` (modulo its size) and saves its old binding in *saved. */
 static void bind_thread(const adam_cores *set, int index, hwloc_bitmap_t *saved)
 {
@@ -159,6 +165,15 @@ typedef struct work {
     padded_stats *partial;
 } work;
 
+static void step_tile(const adam_job *job, size_t begin, size_t end)
+{
+    switch (job->moments) {
+    case STRATA_MOMENTS_BF16: job->ops->step_bf16(&job->consts, &job->arrays, &job->bf16, begin, end); break;
+    case STRATA_MOMENTS_8BIT: job->ops->step_q8(&job->consts, &job->arrays, &job->q8, begin, end); break;
+    default: job->ops->step(&job->consts, &job->arrays, begin, end); break;
+    }
+}
+
 /* Returns the size of the team that ran the tiles. */
 static int run_tiles(const work *w, size_t numel, int threads, size_t tile)
 {
@@ -180,7 +195,7 @@ static int run_tiles(const work *w, size_t numel, int threads, size_t tile)
             const adam_job *job = w->job;
             switch (w->kind) {
             case WORK_STEP:
-                job->ops->step(&job->consts, &job->arrays, begin, end);
+                step_tile(job, begin, end);
                 if (job->on_tile)
                     job->on_tile(begin, end - begin, job->on_tile_user);
                 break;
@@ -202,7 +217,7 @@ strata_status adam_run_step(const adam_job *job)
     if (job->numel == 0)
         return STRATA_OK;
     work w = {.kind = WORK_STEP, .job = job};
-    int team = run_tiles(&w, job->numel, job->threads, adam_tile_numel(job->numel, job->threads, job->tile_numel));
+    int team = run_tiles(&w, job->numel, job->threads, adam_job_tile_numel(job));
     if (job->team_out)
         *job->team_out = team;
     return STRATA_OK;

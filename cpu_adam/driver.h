@@ -16,6 +16,7 @@
 #define STRATA_CPU_ADAM_DRIVER_H
 
 #include "cpu_adam/adam.h"
+#include "cpu_adam/adam_moments.h"
 
 /* Elements: 1024 fp32 = 4 KiB, 1024 bf16 = 2 KiB; a multiple of every kernel's vector width. */
 #define ADAM_TILE_ALIGN ((size_t)1024)
@@ -25,7 +26,11 @@
 typedef struct adam_job {
     const adam_ops *ops;
     adam_consts consts;
-    adam_arrays arrays;
+    adam_arrays arrays;           /* with FP32 moments m and v are arrays.exp_avg / exp_avg_sq, else these are unused */
+    strata_moments moments;       /* the form m and v are stored in */
+    adam_bf16_moments bf16;       /* BF16: m, v over [0, numel) and this step's key (moments_sr_key) */
+    adam_q8_moments q8;           /* 8BIT: m, v over [0, numel), scale b for elements [b * 2048, (b + 1) * 2048);
+                                     tiles then start on block boundaries (ADAM_TILE_ALIGN rounds up to them) */
     size_t numel;
     int threads;                  /* > 0 */
     size_t tile_numel;            /* 0 = default; rounded up to ADAM_TILE_ALIGN */
@@ -58,7 +63,7 @@ const adam_cores *adam_cores_use(const adam_cores *cores);
 /* Writes the set as a list of ranges ("0-7", "0,2,4-6") into buf (truncated with "..."); "" for none. */
 void adam_cores_format(const adam_cores *cores, char *buf, size_t len);
 
-/* One Adam step over job->arrays[0, numel). */
+/* One Adam step over job->arrays[0, numel), m and v in the job's form. */
 strata_status adam_run_step(const adam_job *job);
 
 /* The gradient pre-pass over grad[0, numel) with threads threads. The sum is deterministic for a given
@@ -74,5 +79,7 @@ int adam_default_threads(void);
 
 /* The tile size a job uses (tile_numel rounded, or the default shrunk so every thread gets work). */
 size_t adam_tile_numel(size_t numel, int threads, size_t requested);
+/* The tile size of a job: adam_tile_numel, rounded up to whole blocks for 8-bit moments. */
+size_t adam_job_tile_numel(const adam_job *job);
 
 #endif

@@ -43,6 +43,7 @@ static void plan_input_of(const strata_engine *e, plan_input *in)
         .speculate = e->cfg.step_in_backward &&
                      (e->cfg.gradient_clipping > 0 || e->cfg.param_dtype == STRATA_DTYPE_FP16),
         .keep_grads = e->cfg.step_in_backward && e->cfg.gradient_clipping > 0,
+        .moments = e->cfg.optimizer_moments,
     };
     size_t opt_numel = registry_view_numel(e->reg, e->views.opt);
     in->opt_device_numel = opt_numel - twin_flow_split(opt_numel, MIN(in->sub_group_numel, opt_numel),

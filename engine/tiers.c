@@ -8,8 +8,16 @@
 #include "base/error.h"
 #include "base/util.h"
 #include "base/half.h"
+#include "cpu_adam/moments.h"
+#include "cpu_adam/moments_convert.h"
 
 #define INIT_CHUNK_NUMEL ((size_t)1 << 20) /* a multiple of ENGINE_MODULE_ALIGN */
+
+/* Modules, shards and sub-groups start on ENGINE_MODULE_ALIGN elements: for 8-bit moments that is a whole number of
+ * quantization blocks (every kernel call, checkpoint chunk and initial chunk starts on a block) and of 4 KiB pages of
+ * one-byte elements (NVMe transfers stay aligned). */
+_Static_assert(ENGINE_MODULE_ALIGN % MOMENTS_Q8_BLOCK == 0 && ENGINE_MODULE_ALIGN % 4096 == 0,
+               "8-bit moments need module ranges of whole blocks and whole pages");
 
 /* The swap space spans the NVMe paths of every state class placed on NVMe (plan_swap_paths). */
 static strata_status open_nvme(engine_tiers *t, const strata_config *cfg, size_t capacity)
@@ -51,8 +59,15 @@ strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev,
     if (cfg->delayed_update)
         ERR_CHECK(tarr_alloc(&t->param[1], &t->env, t->param_tier, param_numel, t->param_bytes,
                              "parameters (second copy)"));
-    ERR_CHECK(tarr_alloc(&t->exp_avg, &t->env, t->opt_tier, n, 4, "Adam exp_avg"));
-    ERR_CHECK(tarr_alloc(&t->exp_avg_sq, &t->env, t->opt_tier, n, 4, "Adam exp_avg_sq"));
+    t->moments = cfg->optimizer_moments;
+    size_t mb = moments_elem_bytes(t->moments), scales = moments_scale_count(t->moments, n);
+    ERR_CHECK(tarr_alloc(&t->exp_avg, &t->env, t->opt_tier, n, mb, "Adam exp_avg"));
+    ERR_CHECK(tarr_alloc(&t->exp_avg_sq, &t->env, t->opt_tier, n, mb, "Adam exp_avg_sq"));
+    if (scales) {
+        ERR_CHECK(tarr_alloc(&t->exp_avg_scale, &t->env, STRATA_TIER_HOST, scales, 4, "Adam exp_avg block scales"));
+        ERR_CHECK(tarr_alloc(&t->exp_avg_sq_scale, &t->env, STRATA_TIER_HOST, scales, 4,
+                             "Adam exp_avg_sq block scales"));
+    }
     return STRATA_OK;
 }
 
@@ -111,19 +126,37 @@ static strata_status write_view(engine_tiers *t, tier_array *a, reg_view v, cons
     return tarr_write(a, &t->env, at, hi - lo, (const char *)buf + skip * a->elem_bytes, w);
 }
 
+/* Buffers of chunk (whole blocks) zero moments in their form for m and v, and every block scale the zeros' (chunk is
+ * a multiple of MOMENTS_Q8_BLOCK, so every block of the arrays is one such block). False without memory. */
+static bool zero_moments(engine_tiers *t, size_t chunk, void **m, void **v)
+{
+    static const float zeros[ENGINE_MODULE_ALIGN];
+    float scale[2] = {0};
+    size_t bytes = chunk * t->exp_avg.elem_bytes;
+    if (posix_memalign(m, 4096, bytes) || posix_memalign(v, 4096, bytes))
+        return false;
+    for (size_t b = 0; b < chunk; b += ENGINE_MODULE_ALIGN) {
+        moments_narrow(t->moments, false, zeros, ENGINE_MODULE_ALIGN, (char *)*m + b * t->exp_avg.elem_bytes, scale);
+        moments_narrow(t->moments, true, zeros, ENGINE_MODULE_ALIGN, (char *)*v + b * t->exp_avg_sq.elem_bytes, scale);
+    }
+    float *ms = tarr_host_ptr(&t->exp_avg_scale, &t->env, 0), *vs = tarr_host_ptr(&t->exp_avg_sq_scale, &t->env, 0);
+    for (size_t i = 0; i < t->exp_avg_scale.numel; i++)
+        ms[i] = vs[i] = scale[0];
+    return true;
+}
+
 strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype,
                                   const engine_views *views, int rank, uint32_t *module_crc)
 {
     size_t chunk = MIN(INIT_CHUNK_NUMEL, registry_largest_module_numel(reg));
-    float *vals = NULL, *zeros = NULL;
-    void *pbuf = NULL;
+    float *vals = NULL;
+    void *pbuf = NULL, *zero_m = NULL, *zero_v = NULL;
     strata_status st = STRATA_OK;
-    if (posix_memalign((void **)&vals, 4096, chunk * 4) || posix_memalign((void **)&zeros, 4096, chunk * 4) ||
-        posix_memalign(&pbuf, 4096, chunk * t->param_bytes)) {
+    if (posix_memalign((void **)&vals, 4096, chunk * 4) || posix_memalign(&pbuf, 4096, chunk * t->param_bytes) ||
+        !zero_moments(t, chunk, &zero_m, &zero_v)) {
         st = err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the initialisation buffers");
         goto out;
     }
-    memset(zeros, 0, chunk * 4);
     io_wait w;
     io_wait_init(&w);
     size_t cursor = 0;
@@ -141,7 +174,7 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
                 crc = crc32c(crc, vals, n * sizeof *vals);
             to_param_dtype(vals, pbuf, param_dtype, n);
             tier_array *targets[] = {&t->master, &t->exp_avg, &t->exp_avg_sq, &t->param[0], &t->param[1]};
-            const void *sources[] = {vals, zeros, zeros, pbuf, pbuf};
+            const void *sources[] = {vals, zero_m, zero_v, pbuf, pbuf};
             reg_view in[] = {views->opt, views->opt, views->opt, views->param, views->param};
             for (size_t k = 0; k < ARRAY_LEN(targets) && st == STRATA_OK; k++)
                 st = write_view(t, targets[k], in[k], m, rank, first, n, sources[k], &w);
@@ -156,8 +189,9 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
     io_wait_destroy(&w);
 out:
     free(vals);
-    free(zeros);
     free(pbuf);
+    free(zero_m);
+    free(zero_v);
     return st;
 }
 
@@ -165,7 +199,8 @@ void tiers_close(engine_tiers *t)
 {
     if (t->param_is_master)
         memset(&t->param[0], 0, sizeof t->param[0]);
-    tier_array *arrays[] = {&t->param[0], &t->param[1], &t->master, &t->exp_avg, &t->exp_avg_sq};
+    tier_array *arrays[] = {&t->param[0], &t->param[1], &t->master, &t->exp_avg, &t->exp_avg_sq, &t->exp_avg_scale,
+                            &t->exp_avg_sq_scale};
     for (size_t i = 0; i < ARRAY_LEN(arrays); i++)
         tarr_free(arrays[i], &t->env);
     pool_destroy(t->pool);

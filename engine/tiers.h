@@ -24,6 +24,8 @@ typedef struct engine_tiers {
     tier_array param[2];            /* [front, back] with the delayed update, else param[0] only */
     int param_front;                /* the copy the trainer's fetches read */
     tier_array master, exp_avg, exp_avg_sq;
+    strata_moments moments;         /* the form exp_avg and exp_avg_sq are stored in (strata.optimizer_moments) */
+    tier_array exp_avg_scale, exp_avg_sq_scale; /* 8-bit moments: their fp32 block scales, always in host memory */
     bool param_is_master;           /* param[0] is master's memory, not a copy (tiers_open says when) */
     size_t host_tier_bytes;         /* what the plan puts in host memory */
     size_t cache_param_bytes;       /* the plan's host cache for parameters (host_cache.c) */
@@ -33,7 +35,8 @@ typedef struct engine_tiers {
 
 /* Opens what the plan needs (the swap space over the config's NVMe paths when it places bytes there, the
  * pinned pool) and allocates the parameter arrays of param_numel elements and the optimizer arrays of opt_numel
- * (the sizes of the views the ZeRO stage puts them in). param_bytes and the three tiers must be set. On failure
+ * (the sizes of the views the ZeRO stage puts them in), the moments in cfg's form. param_bytes and the three tiers
+ * must be set. On failure
  * t holds what was opened: tiers_close undoes it.
  * fp32 parameters equal the master weights except while a delayed update is pending: where both live in host
  * memory, one rank holds them whole, nothing updates part of them elsewhere (Twin-Flow, step in backward) and no
@@ -44,7 +47,7 @@ strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev,
                          bool one_rank);
 /* Writes the initial state: each parameter's init callback, chunk by chunk, into the master weights and
  * the parameter copies (converted to param_dtype), each in its view (views: param and opt; rank picks the
- * shards); zero moments. A model larger than RAM never needs to fit in RAM. module_crc (one per module, or NULL)
+ * shards); zero moments (in their form: what narrowing zeros gives). A model larger than RAM never needs to fit in RAM. module_crc (one per module, or NULL)
  * receives the crc32c of each module's initial fp32 values, for the ranks to compare. */
 strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_dtype param_dtype,
                                   const engine_views *views, int rank, uint32_t *module_crc);

@@ -158,6 +158,14 @@ typedef enum strata_switch {
     STRATA_SWITCH_OFF,
 } strata_switch;
 
+/* How Adam's moments (exp_avg m, exp_avg_sq v) are stored in every tier (strata.optimizer_moments); the master
+ * weights stay fp32 in every form. */
+typedef enum strata_moments {
+    STRATA_MOMENTS_FP32 = 0, /* 4 bytes each (the default) */
+    STRATA_MOMENTS_BF16,     /* 2 bytes each, narrowed with stochastic rounding every step */
+    STRATA_MOMENTS_8BIT,     /* 1 byte each plus one fp32 scale per 2048 elements (block-wise, bitsandbytes' maps) */
+} strata_moments;
+
 #define STRATA_MAX_NVME_PATHS 8
 /* A count setting with no cap (param_max_in_cpu): larger than any model, and inside the config's range check. */
 #define STRATA_NO_CAP ((size_t)1 << 62)
@@ -271,6 +279,12 @@ typedef struct strata_config {
     /* strata.gradient_reduction: the gradients the optimizer sees with several ranks, the sum of the ranks' (default)
      * or their mean. The clipping norm and strata_step_result.grad_norm are those of what the optimizer sees. */
     strata_grad_reduction gradient_reduction;
+    /* strata.optimizer_moments: the storage of Adam's moments in every tier (default fp32). bf16 rounds them
+     * stochastically, with random bits drawn from (optimizer_moments_seed, the step count, the element), so a resumed
+     * run gives the bits of an uninterrupted one; 8-bit keeps them block-wise quantized. The ordinary optimizer step
+     * only: finalize refuses the others with the step in backward and offload_optimizer.ratio < 1. */
+    strata_moments optimizer_moments;
+    int optimizer_moments_seed;      /* strata.optimizer_moments_seed, in [0, INT_MAX]; default 0 */
 } strata_config;
 
 /* Sets every field to its default (see `strata config check` for the values) and struct_size.

@@ -574,6 +574,9 @@ static const probe probes[] = {
      "{\"device\": \"nvme\", \"bytes\": \"1MiB\"}}}", obs_finalize, NULL},
     {"strata.comm_timeout_s", NULL, NULL, obs_create, pick_needs_ranks},
     {"strata.gradient_reduction", NULL, NULL, obs_train, pick_needs_ranks},
+    /* The weights of training (t_engine_moments proves every placement and the resume). */
+    {"strata.optimizer_moments", "\"8bit\"", NULL, obs_train, NULL},
+    {"strata.optimizer_moments_seed", "7", "{\"strata\": {\"optimizer_moments\": \"bf16\"}}", obs_train, NULL},
     {"strata.ignore_unimplemented", "true", "{\"train_batch_size\": 8}", obs_load_only, NULL},
     {"strata.aio.direct", NULL, OPT_ON_NVME "}", obs_files, pick_direct},
     {"strata.aio.sqpoll", "true", OPT_ON_NVME "}", obs_files, NULL},

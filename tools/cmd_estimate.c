@@ -180,7 +180,8 @@ static plan_input plan_input_of(const estimate_ranks *ranks, const strata_config
                      .zero_stage = ranks->zero_stage, .step_in_backward = cfg->step_in_backward,
                      .speculate = cfg->step_in_backward &&
                                   (cfg->gradient_clipping > 0 || cfg->param_dtype == STRATA_DTYPE_FP16),
-                     .keep_grads = cfg->step_in_backward && cfg->gradient_clipping > 0};
+                     .keep_grads = cfg->step_in_backward && cfg->gradient_clipping > 0,
+                     .moments = cfg->optimizer_moments};
     plan_windows(cfg, in.param_bytes, &in.prefetch_bytes, &in.max_live_bytes);
     /* Each module is partitioned on its own (a rank owns a slice of every module, so a fetch gathers one
      * module), so this rank's shard is the sum of its module slices; a bare count is cut into equal modules. The

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/size.h"
+#include "engine/plan/plan.h"
 #include "gpu/device.h"
 #include "model/data.h"
 #include "model/gpt_engine.h"
@@ -311,10 +312,14 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
            strata_tier_name(cfg->offload_optimizer.device),
            cfg->delayed_update ? "on" : "off", cfg->step_in_backward ? "; step in backward" : "");
     print_schedule(t);
-    /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master and moments. */
+    /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master weights and the
+     * moments in their form (12, 8 or 6 bytes of optimizer state an element). */
     size_t pbytes = strata_dtype_bytes(cfg->param_dtype);
-    double states = (double)gpt_numel(d) * (double)(2 * pbytes + 12);
-    printf("  model states %.1f MiB (parameters, gradients, master weights, Adam moments)", states / 1048576);
+    double states = (double)gpt_numel(d) * (double)(2 * pbytes + plan_opt_elem_bytes(cfg->optimizer_moments));
+    printf("  model states %.1f MiB (parameters, gradients, master weights, Adam moments%s)", states / 1048576,
+           cfg->optimizer_moments == STRATA_MOMENTS_BF16   ? " in bf16"
+           : cfg->optimizer_moments == STRATA_MOMENTS_8BIT ? " in 8 bits"
+                                                           : "");
     if (cfg->device_budget_bytes)
         printf(" = %.1fx the device budget of %.1f MiB", states / (double)cfg->device_budget_bytes,
                (double)cfg->device_budget_bytes / 1048576);

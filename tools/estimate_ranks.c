@@ -111,7 +111,7 @@ static void compute(const estimate_ranks *r, const plan_input *in, size_t numel,
     size_t np, ng, no;
     plan_class_numel(in, &np, &ng, &no);
     plan_traffic_per_step(in->total_numel, no, r->zero_stage, r->grad_accum, in->param_bytes, in->param_tier,
-                          in->opt_tier, in->grad_tier, &w->traffic);
+                          in->opt_tier, in->grad_tier, plan_opt_elem_bytes(in->moments), &w->traffic);
     w->tokens = r->tokens ? r->tokens : (size_t)r->batch * (size_t)seq;
     /* Training a transformer costs about 6 flops per parameter per token (2 forward, 4 backward); strata's
      * trainer does not recompute activations, so there is no 8th. */

@@ -79,7 +79,8 @@ static strata_status save_chunk(ckpt_ctx *c, ckpt_writer *wr, const ckpt_stream 
                                 const uint8_t *buf)
 {
     strata_engine *e = c->e;
-    size_t eb = s->arr->elem_bytes;
+    size_t eb = ckpt_dtype_bytes(s->dtype);
+    buf = ckpt_widen(c, s, k, buf);
     for (size_t i = c->mod_first[k->mi]; i < c->mod_first[k->mi + 1]; i++) {
         const reg_param *p = CKPT_PARAM(e, c->ord[i]);
         size_t lo = MAX(p->offset, k->lo), hi = MIN(p->offset + p->numel, k->lo + k->n);
@@ -297,17 +298,15 @@ static void plan_streams(strata_engine *e, bool has_next, save_plan *pl)
 {
     memset(pl, 0, sizeof *pl);
     int back = 1 - e->tiers.param_front;
-    pl->s[CKPT_FILE_MODEL][0] = (ckpt_stream){&e->tiers.master, e->views.opt, "", STRATA_DTYPE_FP32};
+    pl->s[CKPT_FILE_MODEL][0] = ckpt_plain_stream(&e->tiers.master, e->views.opt, "", STRATA_DTYPE_FP32);
     pl->ns[CKPT_FILE_MODEL] = 1;
-    pl->s[CKPT_FILE_OPTIMIZER][0] = (ckpt_stream){&e->tiers.exp_avg, e->views.opt, ".exp_avg", STRATA_DTYPE_FP32};
-    pl->s[CKPT_FILE_OPTIMIZER][1] = (ckpt_stream){&e->tiers.exp_avg_sq, e->views.opt, ".exp_avg_sq",
-                                                  STRATA_DTYPE_FP32};
+    ckpt_moment_streams(e, pl->s[CKPT_FILE_OPTIMIZER]);
     pl->ns[CKPT_FILE_OPTIMIZER] = 2;
-    pl->s[CKPT_FILE_PARAMS][0] = (ckpt_stream){&e->tiers.param[e->tiers.param_front], e->views.param, "",
-                                               e->cfg.param_dtype};
+    pl->s[CKPT_FILE_PARAMS][0] = ckpt_plain_stream(&e->tiers.param[e->tiers.param_front], e->views.param, "",
+                                                  e->cfg.param_dtype);
     if (has_next)
-        pl->s[CKPT_FILE_PARAMS][1] = (ckpt_stream){ranks_step_params(e, back), ranks_step_params_view(e), ".next",
-                                                   e->cfg.param_dtype};
+        pl->s[CKPT_FILE_PARAMS][1] = ckpt_plain_stream(ranks_step_params(e, back), ranks_step_params_view(e), ".next",
+                                                      e->cfg.param_dtype);
     /* fp32 parameters equal the master weights unless an update is pending: no copy needed then. */
     if (e->cfg.param_dtype != STRATA_DTYPE_FP32 || has_next)
         pl->ns[CKPT_FILE_PARAMS] = has_next ? 2 : 1;

@@ -259,6 +259,17 @@ static bool parse_double(const json_t *v, double *out)
     return end != json_string_value(v) && *end == '\0';
 }
 
+/* The form of the moments in the manifest's config (fp32 when it predates strata.optimizer_moments). */
+static strata_moments moments_of(const json_t *root)
+{
+    const json_t *v = json_object_get(json_object_get(root, "config"), "strata.optimizer_moments");
+    const cfg_key *k = cfg_key_find("strata.optimizer_moments");
+    for (size_t i = 0; json_is_string(v) && k->choices[i].name; i++)
+        if (strcmp(json_string_value(v), k->choices[i].name) == 0)
+            return (strata_moments)k->choices[i].value;
+    return STRATA_MOMENTS_FP32;
+}
+
 static json_t *config_object(const strata_config *cfg)
 {
     json_t *o = json_object();
@@ -436,6 +447,7 @@ static strata_status manifest_fields(const json_t *root, const char *origin, ckp
     if (!parse_double(json_object_get(root, "loss_scale"), &m->loss_scale) || !(m->loss_scale > 0) ||
         !isfinite(m->loss_scale))
         return err_set(STRATA_ECORRUPT, "%s: \"loss_scale\" is missing or not a positive finite number", origin);
+    m->moments = moments_of(root);
     const json_t *dt = json_object_get(root, "param_dtype");
     if (!json_is_string(dt) || !dtype_parse(json_string_value(dt), &m->param_dtype))
         return err_set(STRATA_ECORRUPT, "%s: \"param_dtype\" is not one of F32, BF16, F16", origin);

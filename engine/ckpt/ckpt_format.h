@@ -75,6 +75,7 @@ typedef struct ckpt_manifest {
     double loss_scale;
     int good_steps, hysteresis_left;
     strata_dtype param_dtype;
+    strata_moments moments;   /* the form its moments were trained in (its config's; they are saved as fp32) */
     bool pending;             /* a delayed update is computed but not yet visible */
     strata_step_result pending_result;
     uint64_t *file_bytes;     /* [rank * CKPT_FILE_COUNT + kind]: 0 = the file is absent (ckpt_manifest_file_bytes) */

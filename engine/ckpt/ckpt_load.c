@@ -20,6 +20,7 @@
 #include "base/util.h"
 #include "engine/ckpt/ckpt_files.h"
 #include "engine/ckpt/ckpt_stream.h"
+#include "engine/config/config.h"
 #include "engine/plan/host_cache.h"
 #include "engine/ranks/ranks.h"
 #include "engine/step/step.h"
@@ -67,17 +68,15 @@ static void plan_work(load_ctx *lc)
     strata_dtype pdt = e->cfg.param_dtype;
     /* fp32 parameters without a params file are the master weights: the model's tensors fill both. */
     lc->work[0] = (load_work){CKPT_FILE_MODEL,
-                              {{&e->tiers.master, e->views.opt, "", STRATA_DTYPE_FP32},
-                               {&e->tiers.param[0], e->views.param, "", STRATA_DTYPE_FP32}},
+                              {ckpt_plain_stream(&e->tiers.master, e->views.opt, "", STRATA_DTYPE_FP32),
+                               ckpt_plain_stream(&e->tiers.param[0], e->views.param, "", STRATA_DTYPE_FP32)},
                               params_file ? 1 : 2};
-    lc->work[1] = (load_work){CKPT_FILE_OPTIMIZER,
-                              {{&e->tiers.exp_avg, e->views.opt, ".exp_avg", STRATA_DTYPE_FP32},
-                               {&e->tiers.exp_avg_sq, e->views.opt, ".exp_avg_sq", STRATA_DTYPE_FP32}},
-                              2};
+    lc->work[1] = (load_work){.kind = CKPT_FILE_OPTIMIZER, .ns = 2};
+    ckpt_moment_streams(e, lc->work[1].s);
     /* The pending copy goes where the next strata_step publishes it from (param_front is 0 after a load). */
     lc->work[2] = (load_work){CKPT_FILE_PARAMS,
-                              {{&e->tiers.param[0], e->views.param, "", pdt},
-                               {ranks_step_params(e, 1), ranks_step_params_view(e), ".next", pdt}},
+                              {ckpt_plain_stream(&e->tiers.param[0], e->views.param, "", pdt),
+                               ckpt_plain_stream(ranks_step_params(e, 1), ranks_step_params_view(e), ".next", pdt)},
                               params_file ? (has_next ? 2 : 1) : 0};
 }
 
@@ -237,7 +236,7 @@ static strata_status load_slice(load_ctx *lc, const ckpt_stream *s, int kind, si
 {
     ckpt_ctx *c = &lc->c;
     const reg_param *p = CKPT_PARAM(c->e, c->ord[i]);
-    size_t eb = s->arr->elem_bytes;
+    size_t eb = ckpt_dtype_bytes(s->dtype);
     char name[CKPT_NAME_BYTES];
     ckpt_tensor_name(c->e, p, s->suffix, name);
     while (x < y) {
@@ -265,11 +264,12 @@ static strata_status load_slice(load_ctx *lc, const ckpt_stream *s, int kind, si
     return STRATA_OK;
 }
 
-/* Fills buf with chunk k of stream s (padding zero, as finalize wrote it). */
-static strata_status load_chunk(load_ctx *lc, const ckpt_stream *s, int kind, const ckpt_chunk *k, uint8_t *buf)
+/* Fills buf with chunk k of stream s (padding zero, as finalize wrote it), in the array's form. */
+static strata_status load_chunk(load_ctx *lc, const ckpt_stream *s, int kind, const ckpt_chunk *k, uint8_t *out)
 {
     ckpt_ctx *c = &lc->c;
-    size_t eb = s->arr->elem_bytes;
+    size_t eb = ckpt_dtype_bytes(s->dtype);
+    uint8_t *buf = s->form == STRATA_MOMENTS_FP32 ? out : (uint8_t *)c->wide;
     memset(buf, 0, k->n * eb);
     for (size_t i = c->mod_first[k->mi]; i < c->mod_first[k->mi + 1]; i++) {
         const reg_param *p = CKPT_PARAM(c->e, c->ord[i]);
@@ -279,6 +279,8 @@ static strata_status load_chunk(load_ctx *lc, const ckpt_stream *s, int kind, co
         uint64_t keep_hi = MIN(p->offset + p->numel, k->span_end) - p->offset;
         ERR_CHECK(load_slice(lc, s, kind, i, lo - p->offset, hi - p->offset, keep_hi, buf + (lo - k->lo) * eb));
     }
+    if (buf != out)
+        ckpt_narrow(c, s, k, out);
     return STRATA_OK;
 }
 
@@ -373,6 +375,14 @@ static strata_status load(strata_engine *e, const char *dir)
         st = twin_flow_load(e, e->twin); /* the loaded state of the optimizer's device share */
     if (st == STRATA_OK)
         apply(e, &lc.m, dir);
+    if (st == STRATA_OK && lc.m.moments != e->tiers.moments)
+        LOG_INFO(LOG_CKPT, "strata_load(\"%s\"): the checkpoint's moments were trained in %s, this engine keeps them "
+                 "in %s (strata.optimizer_moments): converted", dir, cfg_moments_name(lc.m.moments),
+                 cfg_moments_name(e->tiers.moments));
+    else if (st == STRATA_OK && lc.c.inexact)
+        LOG_WARN(LOG_CKPT, "strata_load(\"%s\"): %zu blocks of 8-bit moments (2048 elements each) were quantized "
+                 "again inexactly: their scale was below FLT_MIN (values under 1.2e-38, which read back as about 0); "
+                 "training goes on from the nearest codes", dir, lc.c.inexact);
     if (dropped)
         residency_invalidate_all(e); /* device-tier modules point into the front copy */
     for (size_t i = 0; lc.files && i < (size_t)lc.m.world * CKPT_FILE_COUNT; i++)

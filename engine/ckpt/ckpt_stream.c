@@ -7,6 +7,8 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "cpu_adam/moments.h"
+#include "cpu_adam/moments_convert.h"
 
 static int by_offset(const void *a, const void *b, void *ctx)
 {
@@ -27,11 +29,13 @@ strata_status ckpt_ctx_init(ckpt_ctx *c, strata_engine *e)
     c->mod_first = malloc((nmods + 1) * sizeof *c->mod_first);
     c->crc = malloc((nparams + 1) * sizeof *c->crc);
     c->cur = malloc((nparams + 1) * sizeof *c->cur);
-    void *b0 = NULL, *b1 = NULL;
+    void *b0 = NULL, *b1 = NULL, *wide = NULL;
     bool bufs = posix_memalign(&b0, 4096, CKPT_CHUNK_NUMEL * 4) == 0 &&
-                posix_memalign(&b1, 4096, CKPT_CHUNK_NUMEL * 4) == 0;
+                posix_memalign(&b1, 4096, CKPT_CHUNK_NUMEL * 4) == 0 &&
+                (e->tiers.moments == STRATA_MOMENTS_FP32 || posix_memalign(&wide, 4096, CKPT_CHUNK_NUMEL * 4) == 0);
     c->buf[0] = b0;
     c->buf[1] = b1;
+    c->wide = wide;
     if (!c->ord || !c->mod_first || !c->crc || !c->cur || !bufs)
         return err_set(STRATA_ENOMEM, "checkpoint: out of memory for the streaming buffers");
     for (size_t i = 0; i < nparams; i++)
@@ -59,7 +63,39 @@ void ckpt_ctx_free(ckpt_ctx *c)
     free(c->cur);
     free(c->buf[0]);
     free(c->buf[1]);
+    free(c->wide);
     memset(c, 0, sizeof *c);
+}
+
+void ckpt_moment_streams(strata_engine *e, ckpt_stream out[2])
+{
+    engine_tiers *t = &e->tiers;
+    out[0] = ckpt_plain_stream(&t->exp_avg, e->views.opt, ".exp_avg", STRATA_DTYPE_FP32);
+    out[1] = ckpt_plain_stream(&t->exp_avg_sq, e->views.opt, ".exp_avg_sq", STRATA_DTYPE_FP32);
+    for (int i = 0; i < 2; i++) {
+        out[i].form = t->moments;
+        out[i].sq = i == 1;
+        out[i].scale = i ? &t->exp_avg_sq_scale : &t->exp_avg_scale;
+    }
+}
+
+/* The 8-bit block scales of chunk k (which starts on a block: modules and shards do); NULL for the other forms. */
+static float *chunk_scales(ckpt_ctx *c, const ckpt_stream *s, const ckpt_chunk *k)
+{
+    return s->form == STRATA_MOMENTS_8BIT ? tarr_host_ptr(s->scale, &c->e->tiers.env, k->at / MOMENTS_Q8_BLOCK) : NULL;
+}
+
+const uint8_t *ckpt_widen(ckpt_ctx *c, const ckpt_stream *s, const ckpt_chunk *k, const uint8_t *raw)
+{
+    if (s->form == STRATA_MOMENTS_FP32)
+        return raw;
+    moments_widen(s->form, s->sq, raw, chunk_scales(c, s, k), k->n, c->wide);
+    return (const uint8_t *)c->wide;
+}
+
+void ckpt_narrow(ckpt_ctx *c, const ckpt_stream *s, const ckpt_chunk *k, uint8_t *dst)
+{
+    c->inexact += moments_narrow(s->form, s->sq, c->wide, k->n, dst, chunk_scales(c, s, k));
 }
 
 void ckpt_tensor_name(const strata_engine *e, const reg_param *p, const char *suffix, char *out)

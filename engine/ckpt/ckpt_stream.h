@@ -30,8 +30,20 @@ typedef struct ckpt_stream {
     tier_array *arr;
     reg_view view;             /* where arr lives: the full view or this rank's shard view */
     const char *suffix;
-    strata_dtype dtype;
+    strata_dtype dtype;        /* of the file's tensors */
+    /* A moment array in a compressed form (strata.optimizer_moments): the file holds it as fp32, widened on save and
+     * narrowed again on load (cpu_adam/moments_convert.h); sq: exp_avg_sq (the 8-bit form's unsigned map), scale:
+     * the 8-bit form's block scales. FP32 (zero) for every other stream. */
+    strata_moments form;
+    bool sq;
+    tier_array *scale;
 } ckpt_stream;
+
+/* A stream whose array holds what the file holds (every one but compressed moments). */
+static inline ckpt_stream ckpt_plain_stream(tier_array *arr, reg_view view, const char *suffix, strata_dtype dtype)
+{
+    return (ckpt_stream){.arr = arr, .view = view, .suffix = suffix, .dtype = dtype};
+}
 
 /* Full-view elements [lo, lo + n) of module mi, which lie at element `at` of a class's array, inside the
  * module's range [span_lo, span_end) being walked. */
@@ -52,11 +64,21 @@ typedef struct ckpt_ctx {
     const ckpt_tensor **cur;   /* load: per position in ord, the piece whose crc32c is running */
     uint8_t *buf[2];           /* CKPT_CHUNK_NUMEL * 4 bytes each, 4 KiB-aligned: the tier I/O of one chunk overlaps
                                   the file I/O of the other */
+    float *wide;               /* CKPT_CHUNK_NUMEL: a compressed moment chunk as fp32 */
+    size_t inexact;            /* load: 8-bit blocks narrowing could not give back exactly (moments_narrow) */
     io_wait w[2];
 } ckpt_ctx;
 
 strata_status ckpt_ctx_init(ckpt_ctx *c, strata_engine *e);
 void ckpt_ctx_free(ckpt_ctx *c);
+
+/* The moment streams of this engine (exp_avg, exp_avg_sq) as the files hold them: fp32, in the engine's form. */
+void ckpt_moment_streams(strata_engine *e, ckpt_stream out[2]);
+
+/* Chunk k of stream s as the file holds it: raw (what the array holds of it) itself, or widened into c->wide. */
+const uint8_t *ckpt_widen(ckpt_ctx *c, const ckpt_stream *s, const ckpt_chunk *k, const uint8_t *raw);
+/* The reverse: c->wide (the file's fp32) narrowed into dst, the array's form (and the 8-bit scales into place). */
+void ckpt_narrow(ckpt_ctx *c, const ckpt_stream *s, const ckpt_chunk *k, uint8_t *dst);
 
 /* "<module>.<param><suffix>" into out (CKPT_NAME_BYTES). */
 void ckpt_tensor_name(const strata_engine *e, const reg_param *p, const char *suffix, char *out);

@@ -63,6 +63,8 @@ static void set_defaults(strata_config *cfg)
     cfg->step_in_backward = false;
     cfg->comm_timeout_s = 120.0;
     cfg->gradient_reduction = STRATA_REDUCE_SUM;
+    cfg->optimizer_moments = STRATA_MOMENTS_FP32;
+    cfg->optimizer_moments_seed = 0;
 }
 
 /* Range check of one numeric field against its table entry; the message mirrors the JSON loader's. */

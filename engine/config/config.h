@@ -26,5 +26,7 @@ void cfg_reconcile_exact(strata_config *cfg);
 strata_adam_hparams cfg_adam_hparams(const strata_config *cfg, double lr);
 /* cfg_from_caller, then cfg_validate_into: STRATA_ECONFIG with every problem as the thread's error. */
 strata_status config_from_caller(const strata_config *in, strata_config *out);
+/* strata.optimizer_moments as the JSON spells it: "fp32", "bf16", "8bit" ("?" outside the enum), for messages. */
+const char *cfg_moments_name(strata_moments moments);
 
 #endif

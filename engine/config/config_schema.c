@@ -28,6 +28,8 @@ static const cfg_choice backend_choices[] = {
     {"auto", STRATA_BACKEND_AUTO}, {"host", STRATA_BACKEND_HOST}, {"cuda", STRATA_BACKEND_CUDA}, {NULL, 0}};
 static const cfg_choice reduction_choices[] = {
     {"sum", STRATA_REDUCE_SUM}, {"mean", STRATA_REDUCE_MEAN}, {NULL, 0}};
+static const cfg_choice moments_choices[] = {
+    {"fp32", STRATA_MOMENTS_FP32}, {"bf16", STRATA_MOMENTS_BF16}, {"8bit", STRATA_MOMENTS_8BIT}, {NULL, 0}};
 static const cfg_choice switch_choices[] = {
     {"auto", STRATA_SWITCH_AUTO}, {"true", STRATA_SWITCH_ON}, {"false", STRATA_SWITCH_OFF}, {NULL, 0}};
 
@@ -163,6 +165,8 @@ const cfg_key cfg_keys[] = {
     {"strata.gradients_on_nvme", CFG_ENUM, OFF(gradients_on_nvme), 0, 0, switch_choices, NULL},
     {"strata.host_cache", CFG_BOOL, OFF(host_cache), 0, 0, NULL, NULL},
     {"strata.step_in_backward", CFG_BOOL, OFF(step_in_backward), 0, 0, NULL, NULL},
+    {"strata.optimizer_moments", CFG_ENUM, OFF(optimizer_moments), 0, 0, moments_choices, NULL},
+    {"strata.optimizer_moments_seed", CFG_INT, OFF(optimizer_moments_seed), 0, INT_MAX_D, NULL, NULL},
     {"strata.offload_activations", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
     {"strata.offload_activations.device", CFG_ENUM, OFF(offload_activations), 0, 0, tier_choices, NULL},
     {"strata.offload_activations.bytes", CFG_BYTES, OFF(offloaded_activation_bytes), 0, SIZE_MAX_D, NULL, NULL},
@@ -263,6 +267,11 @@ static const char *choice_name(const cfg_choice *choices, int value)
         if (choices[i].value == value)
             return choices[i].name;
     return "?";
+}
+
+const char *cfg_moments_name(strata_moments moments)
+{
+    return choice_name(moments_choices, (int)moments);
 }
 
 void cfg_key_format(const cfg_key *key, const strata_config *cfg, char *buf, size_t len)

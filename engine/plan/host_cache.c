@@ -93,12 +93,14 @@ static strata_status cache_params(strata_engine *e, const tcache_range *r, size_
     return STRATA_OK;
 }
 
-/* Whole sub-groups of the optimizer state, from the first, within bytes (12 per element: master, m, v): the
+/* Whole sub-groups of the optimizer state, from the first, within bytes (plan_opt_elem_bytes per element: master,
+ * m, v; the 8-bit moments' scales are in host memory already): the
  * ordinary step reads it by sub-group. Step in backward reads it module by module (engine/step/step_in_backward.c),
  * pieces that need not fall inside one sub-group, so there the mirrors are whole modules, as many as fit, in
  * partition order. */
 static strata_status cache_optimizer(strata_engine *e, size_t bytes)
 {
+    size_t elem = plan_opt_elem_bytes(e->cfg.optimizer_moments);
     size_t numel = e->tiers.master.numel, sg = MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), numel);
     size_t nm = registry_nmodules(e->reg);
     size_t groups = e->cfg.step_in_backward ? nm : sg ? (numel + sg - 1) / sg : 0, n = 0;
@@ -111,9 +113,9 @@ static strata_status cache_optimizer(strata_engine *e, size_t bytes)
             const reg_module *m = registry_module(e->reg, (strata_module_id)k);
             g = (tcache_range){registry_view_offset(m, e->views.opt), registry_view_count(m, e->views.opt)};
         }
-        if (!g.count || 12 * g.count > left)
+        if (!g.count || elem * g.count > left)
             continue;
-        left -= 12 * g.count;
+        left -= elem * g.count;
         r[n++] = g;
     }
     qsort(r, n, sizeof *r, by_first);

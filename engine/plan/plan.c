@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/size.h"
 #include "base/util.h"
+#include "cpu_adam/moments_convert.h"
 #include "gpu/device.h"
 
 #define PLAN_STR_(x) #x
@@ -99,6 +100,23 @@ static void add(plan *p, const char *what, strata_tier tier, size_t bytes, bool 
         p->pinned_pool_bytes += bytes;
 }
 
+size_t plan_opt_elem_bytes(strata_moments moments)
+{
+    return 4 + 2 * moments_elem_bytes(moments);
+}
+
+size_t plan_moment_scale_bytes(strata_moments moments, size_t numel)
+{
+    return 2 * 4 * moments_scale_count(moments, numel);
+}
+
+static const char *opt_line(strata_moments moments)
+{
+    return moments == STRATA_MOMENTS_BF16   ? "master weights (fp32) + Adam moments (bf16)"
+           : moments == STRATA_MOMENTS_8BIT ? "master weights (fp32) + Adam moments (8-bit)"
+                                            : "master weights + Adam moments (fp32)";
+}
+
 void plan_class_numel(const plan_input *in, size_t *param_numel, size_t *grad_numel, size_t *opt_numel)
 {
     size_t n = in->total_numel, shard = n;
@@ -124,10 +142,12 @@ void plan_compute(const plan_input *in, plan *p)
 
     add(p, in->delayed ? "parameters (2 copies: delayed update)" : "parameters", in->param_tier,
         np * in->param_bytes * nparam, false);
-    add(p, "master weights + Adam moments (fp32)", in->opt_tier, no * 12, false);
+    size_t opt_elem = plan_opt_elem_bytes(in->moments);
+    add(p, opt_line(in->moments), in->opt_tier, no * opt_elem, false);
+    add(p, "Adam moments' 8-bit block scales", STRATA_TIER_HOST, plan_moment_scale_bytes(in->moments, no), false);
     if (in->speculate) {
         add(p, "master weights + Adam moments: the copy a step in backward rolls back to", in->opt_tier,
-            no * 12, false);
+            no * opt_elem, false);
         p->kept_tier = in->opt_tier; /* on NVMe only if the host budget cannot hold them (plan_host_cache) */
         if (in->keep_grads && in->opt_tier != STRATA_TIER_NVME)
             add(p, "gradients kept for a redo (clipped step in backward)", in->opt_tier, no * kept_bytes, false);
@@ -188,7 +208,7 @@ void plan_compute(const plan_input *in, plan *p)
     bool grad_nvme = in->grad_tier == STRATA_TIER_NVME && !in->step_in_backward;
     part[2] = grad_nvme ? in->largest_module_numel * 4 : 0;
     size_t pstage = in->param_tier != STRATA_TIER_HOST ? sg * in->param_bytes : 0;
-    size_t slot = (in->opt_tier == STRATA_TIER_NVME ? 12 * sg : 0) + (grad_nvme ? 4 * sg : 0);
+    size_t slot = (in->opt_tier == STRATA_TIER_NVME ? opt_elem * sg : 0) + (grad_nvme ? 4 * sg : 0);
     size_t kept = in->keep_grads && in->opt_tier == STRATA_TIER_NVME ? sg * kept_bytes : 0;
     part[3] = in->step_in_backward ? slot + pstage + kept : STEP_SLOTS * slot + 2 * pstage;
     add(p, "pinned: NVMe fetch staging", STRATA_TIER_HOST, part[0], true);
@@ -205,7 +225,7 @@ void plan_host_cache(const strata_config *cfg, const plan_input *in, size_t host
     plan_class_numel(in, &np, &ng, &no);
     size_t copies = in->delayed ? 2 : 1;
     p->nvme_param_bytes = in->param_tier == STRATA_TIER_NVME ? np * in->param_bytes * copies : 0;
-    p->nvme_opt_bytes = in->opt_tier == STRATA_TIER_NVME ? no * 12 : 0;
+    p->nvme_opt_bytes = in->opt_tier == STRATA_TIER_NVME ? no * plan_opt_elem_bytes(in->moments) : 0;
     size_t used = p->tier_bytes[STRATA_TIER_HOST];
     size_t left = used < host_budget ? host_budget - used : 0;
     size_t max_params = cfg->param_max_in_cpu > SIZE_MAX / (in->param_bytes * copies)

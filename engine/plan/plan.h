@@ -47,6 +47,10 @@ typedef struct plan_input {
      * largest one (engine/act_store.h). */
     strata_tier act_tier;
     size_t act_bytes, act_max_bytes;
+    /* strata.optimizer_moments: the moments' bytes per element in the optimizer's tier (plan_opt_elem_bytes), and for
+     * 8-bit their block scales, which live in host memory whatever that tier (NVMe moves whole 4 KiB pages; a
+     * sub-group's scales are a few bytes). */
+    strata_moments moments;
 } plan_input;
 
 typedef struct plan_line {
@@ -106,6 +110,11 @@ void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch
 #define PLAN_PARAM_ALIGN ((size_t)128)
 #define PLAN_MODULE_ALIGN ((size_t)4096)
 size_t plan_module_layout(const size_t *param_numel, size_t nparams, size_t *offsets, size_t *used_numel);
+
+/* Bytes per element of the optimizer state in its tier: fp32 master weights and two moments in their form (12, 8,
+ * 6), and the host bytes of the 8-bit moments' block scales for numel elements (0 for the other forms). */
+size_t plan_opt_elem_bytes(strata_moments moments);
+size_t plan_moment_scale_bytes(strata_moments moments, size_t numel);
 
 /* The elements of each state class this rank keeps under in (the whole partition for one rank). */
 void plan_class_numel(const plan_input *in, size_t *param_numel, size_t *grad_numel, size_t *opt_numel);

@@ -35,7 +35,7 @@ void plan_comm_per_step(size_t numel, int world_size, int zero_stage, int grad_a
 
 void plan_traffic_per_step(size_t total_numel, size_t shard_numel, int zero_stage, int grad_accum,
                            size_t param_bytes, strata_tier param_tier, strata_tier opt_tier, strata_tier grad_tier,
-                           plan_traffic *out)
+                           size_t opt_elem_bytes, plan_traffic *out)
 {
     *out = (plan_traffic){0};
     size_t k = grad_accum > 1 ? (size_t)grad_accum : 1;
@@ -55,8 +55,8 @@ void plan_traffic_per_step(size_t total_numel, size_t shard_numel, int zero_stag
         out->nvme_read_bytes += 4 * k * g;
     }
     if (opt_tier == STRATA_TIER_NVME) {
-        out->nvme_read_bytes += 12 * o;
-        out->nvme_write_bytes += 12 * o;
+        out->nvme_read_bytes += opt_elem_bytes * o;
+        out->nvme_write_bytes += opt_elem_bytes * o;
     }
     if (param_tier == STRATA_TIER_DEVICE)
         out->host_to_device_bytes += o * param_bytes;

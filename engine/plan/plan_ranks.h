@@ -62,11 +62,12 @@ typedef struct plan_traffic {
  *     way: host->device always, an NVMe read first when they live on NVMe;
  *   gradients, optimizer off the device: each micro-batch hands its fp32 gradients down, 4G device->host;
  *     on NVMe the gradient store is written each micro-batch and read back k times (accumulate, step);
- *   optimizer on NVMe: master, exp_avg, exp_avg_sq read and written once per step, 12·O each way;
+ *   optimizer on NVMe: master, exp_avg, exp_avg_sq read and written once per step, 12·O each way (opt_elem_bytes·O:
+ *     8·O with bf16 moments, 6·O with 8-bit ones, whose block scales stay in host memory);
  *   the updated parameters (O·pb) go back to the parameters' home: host->device when that is the
  *     device, an NVMe write when it is NVMe. */
 void plan_traffic_per_step(size_t total_numel, size_t shard_numel, int zero_stage, int grad_accum,
                            size_t param_bytes, strata_tier param_tier, strata_tier opt_tier, strata_tier grad_tier,
-                           plan_traffic *out);
+                           size_t opt_elem_bytes, plan_traffic *out);
 
 #endif

@@ -15,6 +15,8 @@
  * whether the update runs here or in backward.
  * With offload_optimizer.ratio < 1 the last sub-groups are the device's (twin_flow.h): their update is queued on
  * the device before the CPU walks its own, with the same constants, and waited for after.
+ * The moments are read, updated and written in their storage form (strata.optimizer_moments: set_moments), the
+ * slots sized for it; the 8-bit form's block scales stay in host memory and are updated in place.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +34,8 @@
 #include "engine/step/twin_flow.h"
 
 typedef struct opt_slot {
-    float *master, *m, *v, *grad;  /* pinned, when that state is on NVMe */
+    float *master, *grad;          /* pinned, when that state is on NVMe */
+    void *m, *v;                   /* the same, in the moments' form (tiers.moments) */
     io_wait rd, wr;
     uint64_t rd_issue_ns, wr_issue_ns; /* for the trace */
 } opt_slot;
@@ -177,11 +180,11 @@ static void release_slot_buffers(strata_engine *e, step_pipeline *sp)
 {
     for (int i = 0; i < STEP_SLOTS; i++) {
         opt_slot *s = &sp->slot[i];
-        float **bufs[] = {&s->master, &s->m, &s->v, &s->grad};
-        for (int b = 0; b < 4; b++) {
-            pool_release(e->tiers.pool, *bufs[b]);
-            *bufs[b] = NULL;
-        }
+        void *bufs[] = {s->master, s->m, s->v, s->grad};
+        for (int b = 0; b < 4; b++)
+            pool_release(e->tiers.pool, bufs[b]);
+        s->master = s->grad = NULL;
+        s->m = s->v = NULL;
     }
     sp->acquired = false;
 }
@@ -240,16 +243,16 @@ static strata_status acquire_slots(step_ctx *c)
     c->holds = sp->holds;
     if (sp->acquired)
         return STRATA_OK;
-    size_t bytes = c->sg * 4;
+    size_t bytes = c->sg * 4, moment_bytes = tarr_bytes(&e->tiers.exp_avg, c->sg);
     strata_status st = STRATA_OK;
     for (int i = 0; i < STEP_SLOTS && st == STRATA_OK; i++) {
         opt_slot *s = &sp->slot[i];
         if (c->opt_nvme) {
             st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->master);
             if (st == STRATA_OK)
-                st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->m);
+                st = pool_acquire(e->tiers.pool, POOL_STEP, moment_bytes, "optimizer slot", &s->m);
             if (st == STRATA_OK)
-                st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "optimizer slot", (void **)&s->v);
+                st = pool_acquire(e->tiers.pool, POOL_STEP, moment_bytes, "optimizer slot", &s->v);
         }
         if (c->grad_nvme && st == STRATA_OK)
             st = pool_acquire(e->tiers.pool, POOL_STEP, bytes, "gradient slot", (void **)&s->grad);
@@ -375,6 +378,31 @@ strata_status step_adam_timed(strata_engine *e, adam_job *job, const char *what,
     return st;
 }
 
+uint32_t step_moments_key(int seed, int rank, size_t first, int64_t step)
+{
+    return moments_sr_key((uint64_t)seed ^ ((uint64_t)rank << 32) ^ ((uint64_t)first * 0x9e3779b97f4a7c15u), step);
+}
+
+/* Points the job at the moments m and v of the sub-group from element first (in a slot or the host array) in their
+ * form: fp32 in the arrays; bf16 with this update's rounding key (step_moments_key: a resumed run draws what an
+ * uninterrupted one does); 8-bit with the block scales, which stay in host memory. */
+static void set_moments(const step_ctx *c, size_t first, void *m, void *v, adam_arrays *a, adam_job *job)
+{
+    strata_engine *e = c->e;
+    engine_tiers *t = &e->tiers;
+    job->moments = t->moments;
+    if (t->moments == STRATA_MOMENTS_BF16) {
+        job->bf16 = (adam_bf16_moments){m, v, step_moments_key(e->cfg.optimizer_moments_seed, e->rank, first,
+                                                               c->sp->count + 1)};
+    } else if (t->moments == STRATA_MOMENTS_8BIT) {
+        job->q8 = (adam_q8_moments){m, v, tarr_host_ptr(&t->exp_avg_scale, &t->env, first / MOMENTS_Q8_BLOCK),
+                                    tarr_host_ptr(&t->exp_avg_sq_scale, &t->env, first / MOMENTS_Q8_BLOCK)};
+    } else {
+        a->exp_avg = m;
+        a->exp_avg_sq = v;
+    }
+}
+
 static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *consts)
 {
     strata_engine *e = c->e;
@@ -384,21 +412,22 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
 
     /* The parameter copy is write-only here: streaming stores skip reading its cache lines. */
     adam_arrays a = {.grad_dtype = STRATA_DTYPE_FP32, .param_dtype = e->cfg.param_dtype, .stream_param = true};
+    adam_job job = {.ops = c->sp->adam, .consts = *consts, .numel = n, .threads = c->sp->threads};
     if (c->opt_nvme) {
         uint64_t t0 = now_ns();
         ERR_CHECK(io_wait_wait(&s->rd));
         atomic_fetch_add(&e->ctr.step_io_wait_ns, now_ns() - t0);
         trace_event(e->trace, TRACK_NVME, "read master/m/v", NULL, s->rd_issue_ns, s->rd.done_ns);
-        a.master = s->master, a.exp_avg = s->m, a.exp_avg_sq = s->v;
+        a.master = s->master;
+        set_moments(c, first, s->m, s->v, &a, &job);
     } else {
         a.master = tarr_host_ptr(&e->tiers.master, &e->tiers.env, first);
-        a.exp_avg = tarr_host_ptr(&e->tiers.exp_avg, &e->tiers.env, first);
-        a.exp_avg_sq = tarr_host_ptr(&e->tiers.exp_avg_sq, &e->tiers.env, first);
+        set_moments(c, first, tarr_host_ptr(&e->tiers.exp_avg, &e->tiers.env, first),
+                    tarr_host_ptr(&e->tiers.exp_avg_sq, &e->tiers.env, first), &a, &job);
     }
     a.grad = c->grad_nvme ? s->grad : tarr_host_ptr(c->grads, &e->tiers.env, first);
 
     tile_ctx tiles = {.e = e, .elem = e->tiers.param_bytes};
-    adam_job job = {.ops = c->sp->adam, .consts = *consts, .numel = n, .threads = c->sp->threads};
     if (e->tiers.param_is_master) {
         a.param_dtype = STRATA_DTYPE_NONE; /* the master weights Adam writes are the parameters */
     } else if (c->pout->tier == STRATA_TIER_HOST) {

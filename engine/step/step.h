@@ -59,6 +59,10 @@ size_t step_piece_numel(const struct strata_engine *e);
  * *module, with the kernels and thread count of the step: the one definition the global norm is summed by. */
 strata_status step_piece_gradstats(struct strata_engine *e, const void *grad, strata_dtype dtype, size_t numel,
                                    adam_gradstats *module);
+/* The rounding key of bf16 moments (strata.optimizer_moments) for the sub-group from element first of rank's
+ * optimizer view at update step (from 1), seed strata.optimizer_moments_seed: fresh per step, rank and sub-group,
+ * since the kernel draws each element's bits by its index inside the sub-group. */
+uint32_t step_moments_key(int seed, int rank, size_t first, int64_t step);
 /* Updates applied (or in flight); a checkpoint saves and restores it. */
 int64_t step_count(const step_pipeline *sp);
 void step_set_count(step_pipeline *sp, int64_t count);

@@ -9,6 +9,7 @@
 #include "base/size.h"
 #include "base/util.h"
 #include "cpu_adam/adam.h"
+#include "engine/config/config.h"
 #include "engine/engine.h"
 #include "engine/ranks/ranks.h"
 
@@ -57,6 +58,11 @@ static strata_status check_supported(const strata_engine *e)
         return err_set(STRATA_EUNSUPPORTED, "zero_optimization.offload_optimizer.ratio = %g needs the gradient "
                        "store in host memory, but it is on %s; set strata.gradients_on_nvme = false (or ratio 1)",
                        r, strata_tier_name(e->tiers.grad_tier));
+    /* The device's Adam keeps fp32 moments only. */
+    if (e->cfg.optimizer_moments != STRATA_MOMENTS_FP32)
+        return err_set(STRATA_ECONFIG, "zero_optimization.offload_optimizer.ratio = %g with strata.optimizer_moments "
+                       "= \"%s\": the device's Adam keeps fp32 moments only; set the ratio to 1 or the moments to "
+                       "\"fp32\"", r, cfg_moments_name(e->cfg.optimizer_moments));
     return STRATA_OK;
 }
 
