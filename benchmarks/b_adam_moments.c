@@ -114,7 +114,7 @@ static void setup(bench *b, const options *o)
     size_t n = b->n, nb = (n + MOMENTS_Q8_BLOCK - 1) / MOMENTS_Q8_BLOCK;
     b->a = (adam_arrays){alloc_or_die(n * 4), alloc_or_die(n * 4), alloc_or_die(n * 4), alloc_or_die(n * 4),
                          o->pd == STRATA_DTYPE_NONE ? NULL : alloc_or_die(n * 4), o->gd, o->pd, true};
-    b->bf16 = (adam_bf16_moments){alloc_or_die(n * 2), alloc_or_die(n * 2), 0};
+    b->bf16 = (adam_bf16_moments){alloc_or_die(n * 2), alloc_or_die(n * 2), 0, 0};
     b->q8 = (adam_q8_moments){alloc_or_die(n), alloc_or_die(n), alloc_or_die(nb * 4), alloc_or_die(nb * 4)};
     srand(1);
     for (size_t i = 0; i < n; i++) {

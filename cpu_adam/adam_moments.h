@@ -12,10 +12,12 @@
 #include "cpu_adam/adam.h"
 #include "cpu_adam/moments.h"
 
-/* bf16 moments. key = moments_sr_key(seed, step): a fresh key each step. */
+/* bf16 moments. key = moments_sr_key(seed, step): a fresh key each step. Element i's bits are drawn for index
+ * base + i (base: where element 0 sits in the whole array), so any cut of an array into calls draws the same. */
 typedef struct adam_bf16_moments {
     uint16_t *m, *v;
     uint32_t key;
+    size_t base;
 } adam_bf16_moments;
 
 /* 8-bit moments: one byte per element and one scale per MOMENTS_Q8_BLOCK elements (scale b covers

@@ -83,10 +83,12 @@ AVX2_ALWAYS_INLINE void bf16_run(const adam_consts *c_in, const adam_arrays *a_i
     bool stream = a->stream_param && adam_arrays_aligned(a, begin, false);
     size_t i = begin;
     while (i + 8 <= end) {
-        /* The counter steps by 8 up to the next 2^32 boundary; a vector across it has its own. */
-        __m256i ctr = sr_counter(mo->key, i);
-        uint64_t boundary = (((uint64_t)i >> 32) + 1) << 32;
-        uint64_t stop = i + 8 > boundary ? i + 8 : (boundary < end ? boundary : end);
+        /* The counter steps by 8 up to the next 2^32 boundary of the drawn index (base + i); a vector across it
+         * has its own. */
+        uint64_t g = (uint64_t)mo->base + i, gend = (uint64_t)mo->base + end;
+        __m256i ctr = sr_counter(mo->key, g);
+        uint64_t boundary = ((g >> 32) + 1) << 32;
+        size_t stop = (size_t)((g + 8 > boundary ? g + 8 : (boundary < gend ? boundary : gend)) - mo->base);
         for (; i + 8 <= stop; i += 8, ctr = _mm256_add_epi32(ctr, _mm256_set1_epi32(8)))
             bf16_step8(c, a, mo, i, ctr, gd, pd, l2, stream);
     }
@@ -101,8 +103,8 @@ AVX2_ALWAYS_INLINE void bf16_run(const adam_consts *c_in, const adam_arrays *a_i
     memcpy(v, mo->v + i, n * 2);
     avx2_tail t;
     avx2_tail_load(&t, a, i, n);
-    adam_bf16_moments tail_mo = {m, v, mo->key};
-    bf16_step8(c, &t.a, &tail_mo, 0, sr_counter(mo->key, i), gd, pd, l2, false);
+    adam_bf16_moments tail_mo = {m, v, mo->key, 0};
+    bf16_step8(c, &t.a, &tail_mo, 0, sr_counter(mo->key, mo->base + i), gd, pd, l2, false);
     avx2_tail_store(&t, a, i, n);
     memcpy(mo->m + i, m, n * 2);
     memcpy(mo->v + i, v, n * 2);

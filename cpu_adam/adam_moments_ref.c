@@ -12,7 +12,7 @@ void adam_step_bf16_ref(const adam_consts *c, const adam_arrays *a, const adam_b
         float m = cvt_bf16_to_f32(mo->m[i]), v = cvt_bf16_to_f32(mo->v[i]);
         adam_update_element(c, adam_load_grad(a->grad, a->grad_dtype, i), &a->master[i], &m, &v);
         adam_store_param(a->param, a->param_dtype, i, a->master[i]);
-        uint32_t r = moments_sr_bits(mo->key, i);
+        uint32_t r = moments_sr_bits(mo->key, mo->base + i);
         mo->m[i] = moments_bf16_round_sr(m, r & 0xffffu);
         mo->v[i] = moments_bf16_round_sr(v, r >> 16);
     }

@@ -230,11 +230,17 @@ static adam_arrays cs_arrays(cstate *c)
     return (adam_arrays){c->s.master, NULL, NULL, c->s.grad, c->s.param, c->s.gd, c->s.pd, true};
 }
 
+/* Elements [begin, end) as a call over arrays that start at begin (base = begin: where they sit in the whole), as
+ * the engine calls it on a piece of the optimizer's view: the bits must be those of one call over the whole. */
 static void run_bf16(adam_step_bf16_fn fn, const adam_consts *k, cstate *c, uint32_t key, size_t begin, size_t end)
 {
     adam_arrays a = cs_arrays(c);
-    adam_bf16_moments mo = {c->bm, c->bv, key};
-    fn(k, &a, &mo, begin, end);
+    size_t gb = strata_dtype_bytes(a.grad_dtype), pb = strata_dtype_bytes(a.param_dtype);
+    a.master += begin;
+    a.grad = (const char *)a.grad + begin * gb;
+    a.param = a.param ? (char *)a.param + begin * pb : NULL;
+    adam_bf16_moments mo = {c->bm + begin, c->bv + begin, key, begin};
+    fn(k, &a, &mo, 0, end - begin);
 }
 
 static void run_q8(adam_step_q8_fn fn, const adam_consts *k, cstate *c, size_t begin, size_t end)
@@ -537,10 +543,11 @@ static void simd_past_2_32(const variant *v)
     cstate *both[2] = {&ref, &simd};
     for (int j = 0; j < 2; j++) {
         cstate *c = both[j];
-        adam_arrays a = {c->s.master - off, NULL, NULL, (float *)c->s.grad - off, (uint16_t *)c->s.param - off,
-                         STRATA_DTYPE_FP32, STRATA_DTYPE_BF16, false};
-        adam_bf16_moments mo = {c->bm - off, c->bv - off, moments_sr_key(3, 1)};
-        (j ? v->bf16 : adam_step_bf16_ref)(&k, &a, &mo, off + 1, off + n);
+        /* The arrays' element 0 is element off of the whole array (base): the range [1, n) crosses index 2^32. */
+        adam_arrays a = {c->s.master, NULL, NULL, (float *)c->s.grad, (uint16_t *)c->s.param, STRATA_DTYPE_FP32,
+                         STRATA_DTYPE_BF16, false};
+        adam_bf16_moments mo = {c->bm, c->bv, moments_sr_key(3, 1), off};
+        (j ? v->bf16 : adam_step_bf16_ref)(&k, &a, &mo, 1, n);
     }
     char what[64];
     snprintf(what, sizeof what, "%s bf16 across element 2^32", v->name);

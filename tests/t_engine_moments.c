@@ -162,13 +162,6 @@ static void refusals(void)
     T_CONTAINS(strata_last_error(NULL), "strata.optimizer_moments = \"bf16\"");
     strata_engine_destroy(e);
 
-    c = form_config(STRATA_MOMENTS_8BIT, false);
-    c.step_in_backward = true;
-    e = NULL;
-    T_STATUS(synth_engine(&o, &c, &e), STRATA_ECONFIG);
-    T_CONTAINS(strata_last_error(NULL), "strata.step_in_backward = true with strata.optimizer_moments = \"8bit\"");
-    strata_engine_destroy(e);
-
     strata_config j;
     strata_config_init(&j);
     char err[512] = "";

@@ -3,7 +3,7 @@
  * placement it runs, fp32 parameters) must end with the master weights of plain arrays trained with the same layer
  * math and the reference kernels (adam_step_bf16_ref / adam_step_q8_ref) over the engine's flat partition: modules
  * padded to PLAN_MODULE_ALIGN, parameters on PLAN_PARAM_ALIGN, sub-groups of sub_group_size elements, each one
- * kernel call with the rounding key step_moments_key gives it (bf16) and the block scales from its first element
+ * kernel call with the rounding key step_moments_key gives it, drawn by element index (bf16) and the block scales from its first element
  * (8-bit). Bit for bit: the SIMD kernels, their tiles and threads, the tiers and slots must not change a bit.
  */
 #include <string.h>
@@ -46,7 +46,7 @@ static void step_oracle(const strata_config *c, strata_moments form, flat *f, in
                          .param_dtype = STRATA_DTYPE_NONE};
         if (form == STRATA_MOMENTS_BF16) {
             adam_bf16_moments mo = {(uint16_t *)f->m + first, (uint16_t *)f->v + first,
-                                    step_moments_key(c->optimizer_moments_seed, 0, first, step)};
+                                    step_moments_key(c->optimizer_moments_seed, 0, step), first};
             adam_step_bf16_ref(&k, &a, &mo, 0, n);
         } else {
             adam_q8_moments mo = {f->m + first, f->v + first, f->scale_m + first / MOMENTS_Q8_BLOCK,

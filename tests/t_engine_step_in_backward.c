@@ -2,7 +2,7 @@
  * Step in backward (strata.step_in_backward): each module's update runs during backward from its hand-over's
  * staging, and must give bit for bit what the ordinary step gives from the fp32 gradient store, in every placement
  * and dtype where both apply, over several steps of fresh random data, also with gradient clipping that triggers
- * (every step redone) and that does not. The store is never written (NVMe writes of
+ * (steps redone) and that does not, fp16 steps skipped, and compressed moments. The store is never written (NVMe writes of
  * a run with the store on NVMe shrink by exactly the store's bytes). The combinations it refuses and the misuse of
  * its calls each give their message.
  */
@@ -113,7 +113,7 @@ static double probe_clip(const synth_opts *o, strata_config c)
     return (lo + hi) / 2;
 }
 
-static void run_placements(strata_dtype dtype, clip_mode mode)
+static void run_placements(strata_dtype dtype, clip_mode mode, strata_moments moments)
 {
     for (size_t p = 0; p < synth_placement_count; p++) {
         synth_opts o;
@@ -130,10 +130,12 @@ static void run_placements(strata_dtype dtype, clip_mode mode)
             c.hysteresis = 1;
             o.steps = 6;
         }
+        c.optimizer_moments = moments;
         c.gradient_clipping = mode == CLIP_MID ? probe_clip(&o, c) : clips[mode];
+        static const char *moments_name[] = {"fp32", "bf16", "8-bit"};
         char label[200];
-        snprintf(label, sizeof label, "%s / %s / %s (%g)", strata_dtype_name(dtype), synth_placements[p].name,
-                 clip_mode_name[mode], c.gradient_clipping);
+        snprintf(label, sizeof label, "%s / %s / %s (%g) / %s moments", strata_dtype_name(dtype),
+                 synth_placements[p].name, clip_mode_name[mode], c.gradient_clipping, moments_name[moments]);
         double norms[8];
         o.grad_norms = norms;
         strata_stats s0 = {0}, s1 = {0};
@@ -465,13 +467,19 @@ int main(void)
     checkpoint();
     store_never_written();
     optimizer_state_cached();
-    run_placements(STRATA_DTYPE_FP32, CLIP_OFF);
-    run_placements(STRATA_DTYPE_BF16, CLIP_OFF);
-    run_placements(STRATA_DTYPE_FP32, CLIP_MID);
-    run_placements(STRATA_DTYPE_BF16, CLIP_MID);
-    run_placements(STRATA_DTYPE_BF16, CLIP_CERTAIN);
-    run_placements(STRATA_DTYPE_BF16, CLIP_NEVER);
-    run_placements(STRATA_DTYPE_FP16, CLIP_OFF); /* overflows skip steps: the updates made in backward undone */
-    run_placements(STRATA_DTYPE_FP16, CLIP_MID);
+    run_placements(STRATA_DTYPE_FP32, CLIP_OFF, STRATA_MOMENTS_FP32);
+    run_placements(STRATA_DTYPE_BF16, CLIP_OFF, STRATA_MOMENTS_FP32);
+    run_placements(STRATA_DTYPE_FP32, CLIP_MID, STRATA_MOMENTS_FP32);
+    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_FP32);
+    run_placements(STRATA_DTYPE_BF16, CLIP_CERTAIN, STRATA_MOMENTS_FP32);
+    run_placements(STRATA_DTYPE_BF16, CLIP_NEVER, STRATA_MOMENTS_FP32);
+    run_placements(STRATA_DTYPE_FP16, CLIP_OFF, STRATA_MOMENTS_FP32); /* overflows skip steps: the updates undone */
+    run_placements(STRATA_DTYPE_FP16, CLIP_MID, STRATA_MOMENTS_FP32);
+    /* Compressed moments (strata.optimizer_moments): the bf16 rounding bits are drawn by element index, so the
+     * module pieces of the updates in backward draw what the ordinary step's sub-groups draw. */
+    run_placements(STRATA_DTYPE_BF16, CLIP_OFF, STRATA_MOMENTS_BF16);
+    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_BF16);
+    run_placements(STRATA_DTYPE_BF16, CLIP_OFF, STRATA_MOMENTS_8BIT);
+    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_8BIT);
     return t_done();
 }

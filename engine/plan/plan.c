@@ -148,6 +148,8 @@ void plan_compute(const plan_input *in, plan *p)
     if (in->speculate) {
         add(p, "master weights + Adam moments: the copy a step in backward rolls back to", in->opt_tier,
             no * opt_elem, false);
+        add(p, "Adam moments' 8-bit block scales: the copy a step in backward rolls back to", STRATA_TIER_HOST,
+            plan_moment_scale_bytes(in->moments, no), false);
         p->kept_tier = in->opt_tier; /* on NVMe only if the host budget cannot hold them (plan_host_cache) */
         if (in->keep_grads && in->opt_tier != STRATA_TIER_NVME)
             add(p, "gradients kept for a redo (clipped step in backward)", in->opt_tier, no * kept_bytes, false);

@@ -25,11 +25,11 @@ strata_status updater_create(module_updater *u, strata_engine *e)
     }
     memset(u->zeros, 0, u->chunk * 4);
     ERR_CHECK(adam_ops_default(&u->adam));
-    size_t bytes = u->chunk * 4;
+    size_t bytes = u->chunk * 4, moment_bytes = tarr_bytes(&t->exp_avg, u->chunk);
     if (t->opt_tier == STRATA_TIER_NVME) {
         ERR_CHECK(pool_acquire(t->pool, POOL_STEP, bytes, "step in backward: master weights", (void **)&u->master));
-        ERR_CHECK(pool_acquire(t->pool, POOL_STEP, bytes, "step in backward: exp_avg", (void **)&u->m));
-        ERR_CHECK(pool_acquire(t->pool, POOL_STEP, bytes, "step in backward: exp_avg_sq", (void **)&u->v));
+        ERR_CHECK(pool_acquire(t->pool, POOL_STEP, moment_bytes, "step in backward: exp_avg", &u->m));
+        ERR_CHECK(pool_acquire(t->pool, POOL_STEP, moment_bytes, "step in backward: exp_avg_sq", &u->v));
     }
     if (t->param_tier != STRATA_TIER_HOST)
         ERR_CHECK(pool_acquire(t->pool, POOL_STEP, u->chunk * t->param_bytes, "step in backward: parameter staging",
@@ -64,6 +64,7 @@ typedef struct piece {
     size_t first, done, cnt;
     tier_array *src[ROLLBACK_ARRAYS], *dst[ROLLBACK_ARRAYS]; /* the front and what the update writes */
     adam_arrays a;
+    void *exp_avg, *exp_avg_sq;    /* the moments in their form */
 } piece;
 
 /* Points the piece at its gradients: g's memory, zeros, or (a redo) the kept ones, read back from NVMe. */
@@ -83,19 +84,30 @@ static strata_status piece_grads(module_updater *u, const grad_src *g, piece *p)
     return tarr_read_sync(&u->rb.kept, &t->env, p->first, p->cnt, u->gbuf);
 }
 
+/* The back copy of the piece's 8-bit block scales (host memory) starts as the front: Adam updates them in place. */
+static void piece_scales(module_updater *u, piece *p)
+{
+    engine_tiers *t = &u->e->tiers;
+    size_t b0 = p->first / MOMENTS_Q8_BLOCK, nb = (p->cnt + MOMENTS_Q8_BLOCK - 1) / MOMENTS_Q8_BLOCK;
+    for (int i = ROLLBACK_PIECE_ARRAYS; i < ROLLBACK_ARRAYS; i++)
+        if (p->dst[i]->numel && p->dst[i] != p->src[i])
+            memcpy(tarr_host_ptr(p->dst[i], &t->env, b0), tarr_host_ptr(p->src[i], &t->env, b0), nb * 4);
+}
+
 /* Points the piece at its master weights and moments: read from NVMe into the pinned buffers, or in host memory
  * (the back copy, when it is written, starting as the front: Adam updates in place). */
 static strata_status piece_state(module_updater *u, piece *p)
 {
     strata_engine *e = u->e;
     engine_tiers *t = &e->tiers;
-    float **state[ROLLBACK_ARRAYS] = {&p->a.master, &p->a.exp_avg, &p->a.exp_avg_sq};
-    float *slot[ROLLBACK_ARRAYS] = {u->master, u->m, u->v};
+    void **state[ROLLBACK_PIECE_ARRAYS] = {(void **)&p->a.master, &p->exp_avg, &p->exp_avg_sq};
+    void *slot[ROLLBACK_PIECE_ARRAYS] = {u->master, u->m, u->v};
+    piece_scales(u, p);
     if (t->opt_tier != STRATA_TIER_NVME) {
-        for (int i = 0; i < ROLLBACK_ARRAYS; i++) {
+        for (int i = 0; i < ROLLBACK_PIECE_ARRAYS; i++) {
             *state[i] = tarr_host_ptr(p->dst[i], &t->env, p->first);
             if (p->dst[i] != p->src[i])
-                memcpy(*state[i], tarr_host_ptr(p->src[i], &t->env, p->first), p->cnt * 4);
+                memcpy(*state[i], tarr_host_ptr(p->src[i], &t->env, p->first), tarr_bytes(p->src[i], p->cnt));
         }
         return STRATA_OK;
     }
@@ -103,7 +115,7 @@ static strata_status piece_state(module_updater *u, piece *p)
     io_wait_init(&w);
     uint64_t t0 = now_ns();
     strata_status st = STRATA_OK;
-    for (int i = 0; i < ROLLBACK_ARRAYS && st == STRATA_OK; i++) {
+    for (int i = 0; i < ROLLBACK_PIECE_ARRAYS && st == STRATA_OK; i++) {
         st = tarr_read(p->src[i], &t->env, p->first, p->cnt, slot[i], &w);
         *state[i] = slot[i];
     }
@@ -125,12 +137,12 @@ static strata_status piece_write_back(module_updater *u, const grad_src *g, piec
             memcpy(tarr_host_ptr(&u->rb.kept, &t->env, p->first), p->a.grad, p->cnt * strata_dtype_bytes(g->dtype));
         return STRATA_OK;
     }
-    const float *slot[ROLLBACK_ARRAYS] = {u->master, u->m, u->v};
+    const void *slot[ROLLBACK_PIECE_ARRAYS] = {u->master, u->m, u->v};
     io_wait w;
     io_wait_init(&w);
     uint64_t w0 = now_ns();
     strata_status st = STRATA_OK;
-    for (int i = 0; i < ROLLBACK_ARRAYS && st == STRATA_OK; i++)
+    for (int i = 0; i < ROLLBACK_PIECE_ARRAYS && st == STRATA_OK; i++)
         st = tarr_write(p->dst[i], &t->env, p->first, p->cnt, slot[i], &w);
     if (st == STRATA_OK && g->keep)
         st = tarr_write(&u->rb.kept, &t->env, p->first, p->cnt, p->a.grad, &w);
@@ -180,6 +192,8 @@ strata_status updater_run(module_updater *u, strata_module_id id, const grad_src
         ERR_CHECK(piece_state(u, &p));
         p.a.param = pout->tier == STRATA_TIER_HOST ? tarr_host_ptr(pout, &t->env, p.first) : u->pstage;
         adam_job job = {.ops = u->adam, .consts = *consts, .arrays = p.a, .numel = p.cnt, .threads = u->threads};
+        step_job_moments(e, p.first, p.exp_avg, p.exp_avg_sq, p.dst[ROLLBACK_EXP_AVG_SCALE], p.dst[ROLLBACK_EXP_AVG_SQ_SCALE], u->step,
+                         &job);
         char place[ENGINE_NAME_BYTES + 64];
         snprintf(place, sizeof place, "%s [%zu, %zu)", p.m->name, p.done, p.done + p.cnt);
         ERR_CHECK(step_adam_timed(e, &job, g->from_kept ? "adam (redo: clipped)" : "adam (in backward)", place));

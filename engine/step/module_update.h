@@ -26,9 +26,11 @@ typedef struct module_updater {
     bool speculate;                /* gradient clipping or fp16: the back copy is written */
     bool keep_grads;               /* gradient clipping: the gradients are kept for a redo */
     strata_dtype kept_dtype;       /* of the gradients an update takes: the parameter dtype, or fp32 parts (ranks) */
+    int64_t step;                  /* the update's step count (the bf16 moments' rounding key): set per step */
     step_rollback rb;
     /* pinned (POOL_STEP, the step pipeline's slice, which the step in backward never uses otherwise) */
-    float *master, *m, *v;         /* one piece of the optimizer state, when it is on NVMe */
+    float *master;                 /* one piece of the optimizer state, when it is on NVMe */
+    void *m, *v;                   /* (the moments in their form: tiers.moments) */
     void *pstage;                  /* updated parameters on their way to a device or NVMe home */
     void *gbuf;                    /* one piece of kept gradients read back from NVMe for a redo */
     float *zeros;                  /* fp32 zero gradients of one piece, for modules without gradients */

@@ -15,7 +15,7 @@
  * whether the update runs here or in backward.
  * With offload_optimizer.ratio < 1 the last sub-groups are the device's (twin_flow.h): their update is queued on
  * the device before the CPU walks its own, with the same constants, and waited for after.
- * The moments are read, updated and written in their storage form (strata.optimizer_moments: set_moments), the
+ * The moments are read, updated and written in their storage form (strata.optimizer_moments: step_job_moments), the
  * slots sized for it; the 8-bit form's block scales stay in host memory and are updated in place.
  */
 #include <stdio.h>
@@ -378,28 +378,24 @@ strata_status step_adam_timed(strata_engine *e, adam_job *job, const char *what,
     return st;
 }
 
-uint32_t step_moments_key(int seed, int rank, size_t first, int64_t step)
+uint32_t step_moments_key(int seed, int rank, int64_t step)
 {
-    return moments_sr_key((uint64_t)seed ^ ((uint64_t)rank << 32) ^ ((uint64_t)first * 0x9e3779b97f4a7c15u), step);
+    return moments_sr_key((uint64_t)seed ^ ((uint64_t)rank << 32), step);
 }
 
-/* Points the job at the moments m and v of the sub-group from element first (in a slot or the host array) in their
- * form: fp32 in the arrays; bf16 with this update's rounding key (step_moments_key: a resumed run draws what an
- * uninterrupted one does); 8-bit with the block scales, which stay in host memory. */
-static void set_moments(const step_ctx *c, size_t first, void *m, void *v, adam_arrays *a, adam_job *job)
+void step_job_moments(const strata_engine *e, size_t first, void *m, void *v, tier_array *m_scale,
+                      tier_array *v_scale, int64_t step, adam_job *job)
 {
-    strata_engine *e = c->e;
-    engine_tiers *t = &e->tiers;
+    const engine_tiers *t = &e->tiers;
     job->moments = t->moments;
     if (t->moments == STRATA_MOMENTS_BF16) {
-        job->bf16 = (adam_bf16_moments){m, v, step_moments_key(e->cfg.optimizer_moments_seed, e->rank, first,
-                                                               c->sp->count + 1)};
+        job->bf16 = (adam_bf16_moments){m, v, step_moments_key(e->cfg.optimizer_moments_seed, e->rank, step), first};
     } else if (t->moments == STRATA_MOMENTS_8BIT) {
-        job->q8 = (adam_q8_moments){m, v, tarr_host_ptr(&t->exp_avg_scale, &t->env, first / MOMENTS_Q8_BLOCK),
-                                    tarr_host_ptr(&t->exp_avg_sq_scale, &t->env, first / MOMENTS_Q8_BLOCK)};
+        job->q8 = (adam_q8_moments){m, v, tarr_host_ptr(m_scale, &t->env, first / MOMENTS_Q8_BLOCK),
+                                    tarr_host_ptr(v_scale, &t->env, first / MOMENTS_Q8_BLOCK)};
     } else {
-        a->exp_avg = m;
-        a->exp_avg_sq = v;
+        job->arrays.exp_avg = m;
+        job->arrays.exp_avg_sq = v;
     }
 }
 
@@ -413,17 +409,17 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
     /* The parameter copy is write-only here: streaming stores skip reading its cache lines. */
     adam_arrays a = {.grad_dtype = STRATA_DTYPE_FP32, .param_dtype = e->cfg.param_dtype, .stream_param = true};
     adam_job job = {.ops = c->sp->adam, .consts = *consts, .numel = n, .threads = c->sp->threads};
+    void *m = s->m, *v = s->v;
     if (c->opt_nvme) {
         uint64_t t0 = now_ns();
         ERR_CHECK(io_wait_wait(&s->rd));
         atomic_fetch_add(&e->ctr.step_io_wait_ns, now_ns() - t0);
         trace_event(e->trace, TRACK_NVME, "read master/m/v", NULL, s->rd_issue_ns, s->rd.done_ns);
         a.master = s->master;
-        set_moments(c, first, s->m, s->v, &a, &job);
     } else {
         a.master = tarr_host_ptr(&e->tiers.master, &e->tiers.env, first);
-        set_moments(c, first, tarr_host_ptr(&e->tiers.exp_avg, &e->tiers.env, first),
-                    tarr_host_ptr(&e->tiers.exp_avg_sq, &e->tiers.env, first), &a, &job);
+        m = tarr_host_ptr(&e->tiers.exp_avg, &e->tiers.env, first);
+        v = tarr_host_ptr(&e->tiers.exp_avg_sq, &e->tiers.env, first);
     }
     a.grad = c->grad_nvme ? s->grad : tarr_host_ptr(c->grads, &e->tiers.env, first);
 
@@ -445,6 +441,7 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
         }
     }
     job.arrays = a;
+    step_job_moments(e, first, m, v, &e->tiers.exp_avg_scale, &e->tiers.exp_avg_sq_scale, c->sp->count + 1, &job);
     char place[32];
     snprintf(place, sizeof place, "sub-group %zu", k);
     ERR_CHECK(step_adam_timed(e, &job, "adam", place));

@@ -59,10 +59,16 @@ size_t step_piece_numel(const struct strata_engine *e);
  * *module, with the kernels and thread count of the step: the one definition the global norm is summed by. */
 strata_status step_piece_gradstats(struct strata_engine *e, const void *grad, strata_dtype dtype, size_t numel,
                                    adam_gradstats *module);
-/* The rounding key of bf16 moments (strata.optimizer_moments) for the sub-group from element first of rank's
- * optimizer view at update step (from 1), seed strata.optimizer_moments_seed: fresh per step, rank and sub-group,
- * since the kernel draws each element's bits by its index inside the sub-group. */
-uint32_t step_moments_key(int seed, int rank, size_t first, int64_t step);
+/* The rounding key of bf16 moments (strata.optimizer_moments) of rank's optimizer view at update step (from 1), seed
+ * strata.optimizer_moments_seed: fresh per step and rank; the kernel draws each element's bits by its index in the
+ * view (adam_bf16_moments.base), so whatever cuts the view into jobs (sub-groups, a module's pieces) draws alike. */
+uint32_t step_moments_key(int seed, int rank, int64_t step);
+/* Points job at moments m and v of the range from element first of the optimizer view, in the moments' form
+ * (tiers.moments): fp32 in job->arrays; bf16 with update step's rounding key; 8-bit with the block scales of
+ * m_scale / v_scale (host memory) from first's block. */
+struct tier_array;
+void step_job_moments(const struct strata_engine *e, size_t first, void *m, void *v, struct tier_array *m_scale,
+                      struct tier_array *v_scale, int64_t step, adam_job *job);
 /* Updates applied (or in flight); a checkpoint saves and restores it. */
 int64_t step_count(const step_pipeline *sp);
 void step_set_count(step_pipeline *sp, int64_t count);

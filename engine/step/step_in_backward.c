@@ -96,10 +96,6 @@ strata_status step_in_backward_check_config(const strata_engine *e)
         return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with zero_optimization.offload_optimizer."
                        "ratio = %g: step in backward runs every update on the CPU; set the ratio to 1 or "
                        "strata.step_in_backward to false", c->offload_optimizer_ratio);
-    if (c->optimizer_moments != STRATA_MOMENTS_FP32)
-        return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with strata.optimizer_moments = \"%s\": step "
-                       "in backward keeps fp32 moments only; set strata.optimizer_moments to \"fp32\" or "
-                       "strata.step_in_backward to false", cfg_moments_name(c->optimizer_moments));
     return STRATA_OK;
 }
 
@@ -316,6 +312,7 @@ static void fix_step(step_in_backward *s)
     if (s->fixed)
         return;
     s->step = step_count(s->e->step) + 1;
+    s->up.step = s->step;
     strata_adam_hparams hp = cfg_adam_hparams(&s->e->cfg, s->lr);
     adam_consts_init(&s->consts, &hp, s->step, 1.0 / grad_unscale(s));
     s->fixed = true;

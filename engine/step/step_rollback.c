@@ -6,7 +6,8 @@
 
 tier_array *rollback_front(engine_tiers *t, int i)
 {
-    tier_array *front[ROLLBACK_ARRAYS] = {&t->master, &t->exp_avg, &t->exp_avg_sq};
+    tier_array *front[ROLLBACK_ARRAYS] = {&t->master, &t->exp_avg, &t->exp_avg_sq, &t->exp_avg_scale,
+                                          &t->exp_avg_sq_scale};
     return front[i];
 }
 
@@ -16,9 +17,14 @@ strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel, s
         "master weights (the copy a step in backward rolls back to)",
         "Adam exp_avg (the copy a step in backward rolls back to)",
         "Adam exp_avg_sq (the copy a step in backward rolls back to)",
+        "Adam exp_avg block scales (the copy a step in backward rolls back to)",
+        "Adam exp_avg_sq block scales (the copy a step in backward rolls back to)",
     };
-    for (int i = 0; i < ROLLBACK_ARRAYS; i++)
-        ERR_CHECK(tarr_alloc(&r->back[i], &t->env, t->opt_tier, numel, rollback_front(t, i)->elem_bytes, what[i]));
+    for (int i = 0; i < ROLLBACK_ARRAYS; i++) {
+        const tier_array *f = rollback_front(t, i);
+        if (f->numel) /* the scales exist with 8-bit moments only */
+            ERR_CHECK(tarr_alloc(&r->back[i], &t->env, f->tier, f->numel, f->elem_bytes, what[i]));
+    }
     if (!kept_bytes)
         return STRATA_OK;
     return tarr_alloc(&r->kept, &t->env, t->kept_tier, numel, kept_bytes,

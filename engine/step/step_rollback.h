@@ -18,17 +18,27 @@
 #include "engine/tiers.h"
 #include "strata.h"
 
+/* The optimizer state's arrays (front: t's; back: r's): the first ROLLBACK_PIECE_ARRAYS are indexed by element, the
+ * 8-bit moments' block scales by block (they exist with 8-bit moments only). */
+enum {
+    ROLLBACK_MASTER,
+    ROLLBACK_EXP_AVG,
+    ROLLBACK_EXP_AVG_SQ,
+    ROLLBACK_PIECE_ARRAYS,
+    ROLLBACK_EXP_AVG_SCALE = ROLLBACK_PIECE_ARRAYS,
+    ROLLBACK_EXP_AVG_SQ_SCALE,
+    ROLLBACK_ARRAYS,
+};
+
 typedef struct step_rollback {
-    tier_array back[3]; /* master, exp_avg, exp_avg_sq as this step's updates write them */
+    tier_array back[ROLLBACK_ARRAYS]; /* as this step's updates write them (the scales: only with 8-bit moments) */
     tier_array kept;    /* the gradients the updates ran with (the parameter dtype; fp32 with ranks), for a redo */
 } step_rollback;
 
-/* The optimizer state's arrays in tiers order: master, exp_avg, exp_avg_sq (front: t's; back: r's). */
-#define ROLLBACK_ARRAYS 3
 tier_array *rollback_front(engine_tiers *t, int i);
 
-/* Allocates the back copy (in the optimizer state's tier) and the kept gradients (in the plan's kept_tier; kept_bytes
- * per gradient, 0: none, when no redo can come), numel elements each. */
+/* Allocates the back copy (each array like its front) and the kept gradients (in the plan's kept_tier; kept_bytes
+ * per gradient, 0: none, when no redo can come; numel of them). */
 strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel, size_t kept_bytes);
 void rollback_destroy(step_rollback *r, engine_tiers *t);
 
