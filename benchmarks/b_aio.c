@@ -9,7 +9,7 @@
  * stops, checks the pattern a write of the same size left there (--verify), so a read of the wrong bytes fails.
  *
  *   b_aio --file PATH --op write|read --size SIZE [--block SIZE] [--qd N] [--direct on|off|auto]
- *         [--sqpoll on|off] [--verify]
+ *         [--sqpoll on|off] [--single-submit on|off] [--verify]
  * Prints one JSON line: {"op":...,"bytes":...,"seconds":...,"gbps":...,"direct":...,"verified":...,"wrong_blocks":...}.
  */
 #include <stdio.h>
@@ -53,6 +53,7 @@ static bool parse(int argc, char **argv, options *o)
         else if (strcmp(k, "--qd") == 0) o->cfg.queue_depth = atoi(v);
         else if (strcmp(k, "--direct") == 0) ok = parse_switch(v, &o->cfg.direct);
         else if (strcmp(k, "--sqpoll") == 0) ok = parse_switch(v, &o->cfg.sqpoll);
+        else if (strcmp(k, "--single-submit") == 0) { o->cfg.single_submit = strcmp(v, "on") == 0; ok = o->cfg.single_submit || !strcmp(v, "off"); }
         else ok = false;
         if (!ok) return false;
     }
@@ -115,7 +116,7 @@ int main(int argc, char **argv)
     options o = {0};
     if (!parse(argc, argv, &o)) {
         fprintf(stderr, "usage: b_aio --file PATH --op write|read --size SIZE [--block SIZE] [--qd N] "
-                        "[--direct on|off|auto] [--sqpoll on|off] [--verify]\n");
+                        "[--direct on|off|auto] [--sqpoll on|off] [--single-submit on|off] [--verify]\n");
         return 2;
     }
     strata_aio *aio = NULL;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The NVMe I/O engine against every peer in one run: strata_aio (benchmarks/b_aio, the public handle), fio with
 # ioengine=libaio and with ioengine=io_uring, DeepSpeed's aio_handle where `deepspeed` loads its async_io op
-# (optional peer), and `strata nvme-bench` (the CLI's verified sweep, for its figure beside the others). Supersedes
+# (optional peer), and `strata nvme-bench` (the CLI's sweep: its unverified figure, reads timed only, is the column
+# beside the peers; its verified figure, every block read checked, is shown as nvme-bench-vfy). Supersedes
 # nvme_vs_fio.sh, which compared nvme-bench with fio alone.
 #
 # Same file system, one thread each, O_DIRECT everywhere, reads and writes at the engine's block size and queue
@@ -9,7 +10,7 @@
 # virtual and its speed swings between time windows, so the peers run interleaved: each round runs every peer's
 # write, then every peer's read, in an order that rotates by one peer per round; the page cache is dropped before
 # each timed pass where that is permitted. The figure is the median over rounds; the ratio is to the median of the
-# best peer (fio or DeepSpeed, not strata's own two) for the same op, block and queue depth.
+# best peer (fio or DeepSpeed, not strata's own rows) for the same op, block and queue depth.
 #
 # usage: benchmarks/io_peers.sh [--json] [--rounds R] [--dir DIR] [--size SIZE] [--block LIST] [--qd LIST]
 #                               [--layout overwrite|fallocated|new] [--ds-python PYTHON]
@@ -87,8 +88,10 @@ fi
     echo "  deepspeed     aio_handle(BLOCK, QD, single_submit=False, overlap_events=True, intra_op_parallelism=1)"
     echo "                .sync_pwrite/.sync_pread of one new_cpu_locked_tensor; libaio, O_DIRECT; no validation"
     echo "  nvme-bench    strata nvme-bench --threads 1 --seconds 0 --direct on: one pass over its own new private"
-    echo "                file (filled unmeasured first), every read block verified as it completes; its writes overwrite"
+    echo "                file (filled unmeasured first), reads timed only (its unverified figure); its writes overwrite"
     echo "                that file whatever the layout"
+    echo "  nvme-bench-vfy  the same invocation's read pass run again with every block checked as it completes (its"
+    echo "                verified figure; the difference is the check's cost on the clock)"
     if [ "$layout" = overwrite ]; then
         echo "files:   one per peer, written in full before round 1 (fio, 4 MiB, O_DIRECT): timed writes overwrite allocated blocks"
     elif [ "$layout" = fallocated ]; then
@@ -101,7 +104,7 @@ fi
 
 file_of() { echo "$dir/io-peers-$1.bin"; }
 
-# run_peer PEER OP BLOCK QD: one timed pass; prints GB/s.
+# run_peer PEER OP BLOCK QD: one timed pass; prints GB/s (nvme-bench: its unverified GB/s and, for a read, the verified).
 run_peer() {
     local peer=$1 op=$2 bs=$3 qd=$4 f
     f=$(file_of "$peer")
@@ -125,7 +128,7 @@ run_peer() {
         "$bin" nvme-bench "$dir/strata-nvme-bench-$op" --size "$size_b" --bs "$bs" --qd "$qd" --threads 1 \
             --modes "$op" --seconds 0 --direct on --json |
             python3 -c 'import json, sys; j = json.load(sys.stdin); assert not (j["wrong"] or j["errors"]), j
-print(j["results"][0]["gbps"])' ;;
+r = j["results"][0]; print(r["gbps"], r["gbps_verified"] or "")' ;;
     esac
 }
 
@@ -147,7 +150,9 @@ for bs_h in "${block_list[@]}"; do
                 for k in $(seq 0 $((n - 1))); do
                     peer=${peers[$(((k + r - 1) % n))]}
                     gbps=$(run_peer "$peer" "$op" "$bs" "$qd") || { echo "$peer $op (block $bs, qd $qd) failed" >&2; exit 1; }
+                    read -r gbps gbps_verified <<<"$gbps"
                     echo "$peer $op $bs $qd $r $gbps" >>"$out/runs"
+                    if [ -n "$gbps_verified" ]; then echo "$peer-vfy $op $bs $qd $r $gbps_verified" >>"$out/runs"; fi
                 done
             done
         done
@@ -164,7 +169,7 @@ table = []
 for (op, bs, qd), per_peer in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0] != "write")):
     med = {p: statistics.median(v) for p, v in per_peer.items()}
     # The peers are the other engines; nvme-bench is strata's own tool (and its writes always overwrite its file).
-    best = max(v for p, v in med.items() if p not in ("strata_aio", "nvme-bench"))
+    best = max(v for p, v in med.items() if p not in ("strata_aio", "nvme-bench", "nvme-bench-vfy"))
     for p, v in per_peer.items():
         table.append({"peer": p, "op": op, "block": bs, "qd": qd, "gbps_median": round(med[p], 4),
                       "gbps_min": round(min(v), 4), "gbps_max": round(max(v), 4), "ratio_to_best": round(med[p] / best, 3),
@@ -172,8 +177,8 @@ for (op, bs, qd), per_peer in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[
 if sys.argv[2] == "1":
     print(json.dumps({"bench": "io_peers", "results": table}))
 else:
-    print(f"{'peer':<13} {'op':<5} {'block':>8} {'qd':>4} {'GB/s median':>11} {'min':>6} {'max':>6} {'ratio':>6}")
+    print(f"{'peer':<15} {'op':<5} {'block':>8} {'qd':>4} {'GB/s median':>11} {'min':>6} {'max':>6} {'ratio':>6}")
     for t in table:
-        print(f"{t['peer']:<13} {t['op']:<5} {t['block'] >> 10:>6}Ki {t['qd']:>4} {t['gbps_median']:>11.3f} "
+        print(f"{t['peer']:<15} {t['op']:<5} {t['block'] >> 10:>6}Ki {t['qd']:>4} {t['gbps_median']:>11.3f} "
               f"{t['gbps_min']:>6.2f} {t['gbps_max']:>6.2f} {t['ratio_to_best']:>6.3f}")
 PY

@@ -203,8 +203,8 @@ static void fill(ring *r)
         r->started_in_flight += earlier > 0;
         prep_piece(r, p);
     }
-    if (!r->single_submit && io_uring_sq_ready(&r->uring) > 0)
-        submit(r);
+    /* The batch goes in with the wait that follows (ring_main's io_uring_submit_and_wait): one system call a
+     * round instead of two. */
 }
 
 static void release_piece(ring *r, piece *p)
@@ -338,8 +338,6 @@ static void *ring_main(void *arg)
             complete_piece(r, io_uring_cqe_get_data(cqe), cqe->res);
         }
         io_uring_cq_advance(&r->uring, seen);
-        if (io_uring_sq_ready(&r->uring) > 0)
-            submit(r);
     }
     return NULL;
 }

@@ -1,5 +1,6 @@
-/* `strata nvme-bench` end to end: the table and the best settings, --json, --write-config in the
- * config vocabulary, a bad argument refused, and Ctrl-C leaves no file behind. */
+/* `strata nvme-bench` end to end: the table and the best settings, --json with each reading row's verified
+ * figure beside the unverified one, --write-config in the config vocabulary, a bad argument refused, and
+ * Ctrl-C leaves no file behind. */
 #include <dirent.h>
 #include <jansson.h>
 #include <signal.h>
@@ -35,7 +36,9 @@ int main(void)
     snprintf(cmd, sizeof cmd, "%s nvme-bench %s %s --write-config %s 2>&1", bin, data, grid, cfgfile);
     T_EQ_INT(run(cmd, out, sizeof out), 0);
     T_CONTAINS(out, "machine:");
-    T_CONTAINS(out, "mode          bs   qd  thr     GB/s    p50_us    p99_us  cpu_s/GB  #wrong errors");
+    T_CONTAINS(out, "mode          bs   qd  thr     GB/s verified    p50_us    p99_us  cpu_s/GB  #wrong errors");
+    T_CONTAINS(out, "columns: GB/s with the reads timed only; verified: the same pass again");
+    T_CONTAINS(out, "(verified ");
     T_CONTAINS(out, "best: block_size");
     T_CONTAINS(out, "#wrong 0, errors 0");
     json_error_t jerr;
@@ -54,6 +57,25 @@ int main(void)
     T_CHECK(j != NULL, "--json output is not JSON: %s\n%s", jerr.text, out);
     T_EQ_INT(json_array_size(json_object_get(j, "results")), 2 * 2 * 2);
     T_EQ_INT(json_integer_value(json_object_get(j, "wrong")), 0);
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(j, "results"), i, row) {
+        double gbps = json_real_value(json_object_get(row, "gbps"));
+        double verified = json_real_value(json_object_get(row, "gbps_verified"));
+        T_CHECK(gbps > 0 && verified > 0, "row %zu: gbps %.3f, gbps_verified %.3f (both passes must have run)", i,
+                gbps, verified);
+    }
+    json_decref(j);
+
+    /* A write has nothing to verify: its row has no verified figure. */
+    snprintf(cmd, sizeof cmd,
+             "%s nvme-bench %s --size 16MiB --bs 1MiB --qd 4 --threads 1 --seconds 0.2 --modes write --json 2>/dev/null",
+             bin, data);
+    T_EQ_INT(run(cmd, out, sizeof out), 0);
+    j = json_loads(out, 0, &jerr);
+    T_CHECK(j != NULL, "--json output is not JSON: %s\n%s", jerr.text, out);
+    T_CHECK(json_is_null(json_object_get(json_array_get(json_object_get(j, "results"), 0), "gbps_verified")),
+            "a write row's gbps_verified is not null:\n%s", out);
     json_decref(j);
 
     snprintf(cmd, sizeof cmd, "%s nvme-bench %s --threads 0 2>&1", bin, data);

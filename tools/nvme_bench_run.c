@@ -1,5 +1,5 @@
 /* The NVMe bandwidth sweep of `strata nvme-bench`: one pass of write, read or read+write for one configuration,
- * verified. A benchmark of the CLI, not a part of libstrata. */
+ * verified or timed only. A benchmark of the CLI, not a part of libstrata. */
 #include "tools/nvme_bench_run.h"
 
 #include <errno.h>
@@ -53,6 +53,11 @@ const char *bench_mode_name(bench_mode mode)
 {
     static const char *names[] = {"write", "read", "rw"};
     return (unsigned)mode < BENCH_MODES ? names[mode] : "?";
+}
+
+bool bench_mode_reads(bench_mode mode)
+{
+    return mode == BENCH_READ || mode == BENCH_RW;
 }
 
 static uint64_t mix(uint64_t z)
@@ -143,6 +148,7 @@ static bool next_op(bench_files *bf, bench_mode mode, size_t bs, cursor *c, slot
 typedef struct run {
     bench_files *bf;
     bench_mode mode;
+    bool verify;
     size_t bs;
     nvme_io *io;
     nvme_file *files[STRATA_MAX_NVME_PATHS];
@@ -250,7 +256,7 @@ static void run_account(run *r, slot *s)
         if (out->errors++ == 0)
             snprintf(out->first_error, sizeof out->first_error, "%s", err_last());
     } else {
-        if (s->is_read)
+        if (s->is_read && r->verify)
             out->wrong += count_wrong(s->buf, s->len, r->bf->seed, s->file, s->off);
         out->bytes += s->len;
         r->done_bytes += s->len;
@@ -318,15 +324,17 @@ static void run_summarize(run *r, uint64_t t_start, double cpu0)
     }
 }
 
-strata_status bench_run(bench_files *bf, const strata_aio_config *cfg, bench_mode mode, double max_seconds,
-                        volatile sig_atomic_t *stop, bench_progress_fn progress, void *ctx, bench_result *out)
+strata_status bench_run(bench_files *bf, const strata_aio_config *cfg, bench_mode mode, bool verify,
+                        double max_seconds, volatile sig_atomic_t *stop, bench_progress_fn progress, void *ctx,
+                        bench_result *out)
 {
     memset(out, 0, sizeof *out);
     out->mode = mode;
+    out->verified = verify && bench_mode_reads(mode);
     out->block_size = cfg->block_size;
     out->queue_depth = cfg->queue_depth;
     out->threads = cfg->intra_op_parallelism;
-    run r = {.bf = bf, .mode = mode, .stop = stop, .progress = progress, .ctx = ctx, .out = out};
+    run r = {.bf = bf, .mode = mode, .verify = verify, .stop = stop, .progress = progress, .ctx = ctx, .out = out};
     strata_status st = run_open(&r, cfg);
     if (st == STRATA_OK) {
         double cpu0 = cpu_seconds();
@@ -375,7 +383,7 @@ static strata_status fill_and_probe(bench_files *bf, bench_progress_fn progress,
     cfg.direct = bf->direct;
     cfg.block_size = 4u << 20;
     bench_result r;
-    strata_status st = bench_run(bf, &cfg, BENCH_WRITE, 0, NULL, progress, ctx, &r);
+    strata_status st = bench_run(bf, &cfg, BENCH_WRITE, false, 0, NULL, progress, ctx, &r);
     if (st == STRATA_OK && r.errors)
         st = err_set(STRATA_EIO, "nvme-bench: writing the test data failed: %s", r.first_error);
     nvme_io *io = NULL;
