@@ -354,11 +354,19 @@ size_t step_piece_numel(const strata_engine *e)
     return MIN(align_up(e->cfg.sub_group_size, ENGINE_MODULE_ALIGN), registry_view_numel(e->reg, e->views.opt));
 }
 
+/* Pieces smaller than this are summed on the calling thread in one kernel call: an OpenMP team binding its threads
+ * costs more than it saves there, and a model has many small modules (LayerNorms, biases). By size alone, so every
+ * path that sums a piece sums it the same way. */
+#define GRADSTATS_TEAM_MIN_NUMEL ((size_t)256 << 10)
+
 strata_status step_piece_gradstats(strata_engine *e, const void *grad, strata_dtype dtype, size_t numel,
                                    adam_gradstats *module)
 {
-    adam_gradstats gs;
-    ERR_CHECK(adam_run_gradstats(e->step->adam, grad, dtype, numel, e->step->threads, &gs));
+    adam_gradstats gs = {0};
+    if (numel < GRADSTATS_TEAM_MIN_NUMEL)
+        e->step->adam->gradstats(grad, dtype, 0, numel, &gs);
+    else
+        ERR_CHECK(adam_run_gradstats(e->step->adam, grad, dtype, numel, e->step->threads, &gs));
     module->sumsq += gs.sumsq;
     module->nonfinite |= gs.nonfinite;
     return STRATA_OK;

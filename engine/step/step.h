@@ -56,7 +56,8 @@ strata_status step_adam_timed(struct strata_engine *e, adam_job *job, const char
  * ordinary step walks the partition in sub-groups of it; the gradient norm sums each module's pieces of it. */
 size_t step_piece_numel(const struct strata_engine *e);
 /* Adds the gradient statistics of one piece (numel elements of grad in dtype, at most step_piece_numel) to
- * *module, with the kernels and thread count of the step: the one definition the global norm is summed by. */
+ * *module, with the kernels of the step (a small piece on the calling thread, a large one with the step's thread
+ * count): the one definition the global norm is summed by. */
 strata_status step_piece_gradstats(struct strata_engine *e, const void *grad, strata_dtype dtype, size_t numel,
                                    adam_gradstats *module);
 /* The rounding key of bf16 moments (strata.optimizer_moments) of rank's optimizer view at update step (from 1), seed
