@@ -82,6 +82,12 @@ def torch_params(torch, a):
                             const(C, 0)])
     p["lnf"] = [const(C, 1), const(C, 0)]
     flat = [p["wte"], p["wpe"]] + [t for b in p["blocks"] for t in b] + p["lnf"]
+    if a.device == "cuda":
+        with torch.no_grad():
+            flat = [t.detach().cuda().requires_grad_(True) for t in flat]
+        it = iter(flat)
+        p = {"wte": next(it), "wpe": next(it), "blocks": [[next(it) for _ in range(12)] for _ in range(L)],
+             "lnf": [next(it), next(it)]}
     return p, flat
 
 
@@ -109,22 +115,34 @@ def torch_run(a, data, steps, sdpa):
     import torch
     import torch.nn.functional as F
     p, flat = torch_params(torch, a)
+    cuda = a.device == "cuda"
+    # strata train's AdamW; on the GPU the fused kernel, the fastest torch has.
     opt = torch.optim.AdamW(flat, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                            foreach=True)  # strata train's AdamW
+                            **({"fused": True} if cuda else {"foreach": True}))
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     g = torch.Generator().manual_seed(a.seed + 1)
     out = []
     for step in range(steps):
         starts = torch.randint(0, len(data) - a.seq - 1, (a.batch,), generator=g)
         chunk = torch.stack([data[s:s + a.seq + 1] for s in starts.tolist()])
         x, y = chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous()
+        if cuda:
+            x, y = x.cuda(), y.cuda()
+        sync()
         t0 = time.perf_counter()
-        loss = torch_loss(torch, F, p, x, y, a, sdpa)
+        if cuda:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch_loss(torch, F, p, x, y, a, sdpa)
+        else:
+            loss = torch_loss(torch, F, p, x, y, a, sdpa)
         loss.backward()
+        sync()
         t1 = time.perf_counter()
         for group in opt.param_groups:
             group["lr"] = lr_at(a, step)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync()
         t2 = time.perf_counter()
         out.append((t1 - t0, t2 - t1, loss.item()))
     return out
@@ -132,6 +150,8 @@ def torch_run(a, data, steps, sdpa):
 
 def pick_threads(a, data, sdpa):
     import torch
+    if a.device == "cuda":
+        return "on the GPU"
     if a.threads:
         torch.set_num_threads(a.threads)
         return "%d threads (--threads)" % a.threads
@@ -150,7 +170,11 @@ def strata_cmd(a, jsonl):
     return [a.strata, "train", "--layers", str(a.layers), "--heads", str(a.heads), "--hidden", str(a.hidden),
             "--vocab", str(a.vocab), "--context", str(a.seq), "--seq", str(a.seq), "--batch", str(a.batch),
             "--steps", str(a.steps), "--lr", str(a.lr), "--seed", str(a.seed), "--data", a.data,
-            "--device", "host", "--offload", "device", "--dtype", "fp32", "--quiet", "--log-jsonl", jsonl]
+            "--quiet", "--log-jsonl", jsonl] + (
+                # Everything on the GPU: the parameters, and the optimizer too (Twin-Flow's device Adam for every
+                # sub-group: offload_optimizer.ratio 0), like torch's fused AdamW.
+                ["--device", "cuda", "--offload", "device", "--dtype", "bf16", "--config", a.device_config]
+                if a.device == "cuda" else ["--device", "host", "--offload", "device", "--dtype", "fp32"])
 
 
 def strata_run(a, profile):
@@ -180,10 +204,13 @@ def main():
     ap.add_argument("--json", action="store_true", help="also print the results as one JSON object at the end")
     ap.add_argument("--strata", default=os.path.join(REPO, "build", "strata"), help="the strata binary")
     ap.add_argument("--threads", type=int, help="torch's threads (default: the faster of 1 and all cores, probed)")
+    ap.add_argument("--device", choices=("host", "cuda"), default="host",
+                    help="cuda: both on the GPU, strata in bf16 with its device Adam, torch with bf16 autocast and "
+                         "fused AdamW")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--vocab", type=int, default=256, help="byte-level tokens: at most 256")
+    ap.add_argument("--vocab", type=int, default=256, help="at least 256 (the byte-level tokens)")
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=12)
@@ -197,8 +224,14 @@ def main():
     a = ap.parse_args()
     if a.steps <= a.warmup_steps:
         ap.error("--steps %d must exceed --warmup-steps %d" % (a.steps, a.warmup_steps))
-    if not 2 <= a.vocab <= 256:
-        ap.error("--vocab %d: byte-level tokens need 2..256" % a.vocab)
+    if a.vocab < 256:
+        ap.error("--vocab %d: byte-level tokens need at least 256" % a.vocab)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("SKIP: torch sees no GPU")
+        return 77
+    a.device_config = os.path.join(tempfile.mkdtemp(), "device_adam.json")
+    with open(a.device_config, "w") as f:
+        json.dump({"zero_optimization": {"offload_optimizer": {"ratio": 0}}}, f)
     raw = np.fromfile(a.data, dtype=np.uint8).astype(np.int64) % a.vocab
     data = torch.from_numpy(raw)
     sdpa = hasattr(F, "scaled_dot_product_attention")
@@ -207,9 +240,10 @@ def main():
     ver = subprocess.run([a.strata, "--version"], capture_output=True, text=True).stdout.strip() or "?"
     print("build:   torch %s (%s); %s (%s); OMP_WAIT_POLICY=%s" % (
         torch.__version__, sys.executable, ver, a.strata, os.environ.get("OMP_WAIT_POLICY", "unset")))
-    print("model:   GPT %d layers, %d heads, hidden %d, vocab %d, seq %d, batch %d = %d tokens/step; fp32; %d steps "
+    print("model:   GPT %d layers, %d heads, hidden %d, vocab %d, seq %d, batch %d = %d tokens/step; %s; %d steps "
           "(the first %d excluded) x %d rounds; seed %d; data %s (%d bytes)" % (
-              a.layers, a.heads, a.hidden, a.vocab, a.seq, a.batch, a.batch * a.seq, a.steps, a.warmup_steps,
+              a.layers, a.heads, a.hidden, a.vocab, a.seq, a.batch, a.batch * a.seq,
+              "bf16 on the GPU" if a.device == "cuda" else "fp32", a.steps, a.warmup_steps,
               a.rounds, a.seed, os.path.relpath(a.data, REPO), len(raw)))
     print("strata:  %s" % " ".join(strata_cmd(a, "FILE")))
     print("torch:   torch.nn.functional, %s attention, AdamW(foreach=True) lr %g, betas 0.9/0.999, no weight decay "

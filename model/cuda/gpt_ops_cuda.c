@@ -9,6 +9,15 @@
  *
  * The entries return nothing, so the first failure since the last to_host is kept with the entry's name
  * ("cublasGemmEx (linear_forward): CUBLAS_STATUS_..."); to_host returns it as STRATA_EIO and error() says it.
+ *
+ * bf16 math, two ways (STRATA_MODEL_GEMM): "fast" (the default) hands cuBLAS the fp32 operands with
+ * CUBLAS_COMPUTE_32F_FAST_16BF, which on an H200 (Nsight Compute, 2026-11-26) ran TF32 kernels
+ * (sm90_xmma_gemm_f32f32_tf32f32): half the bf16 tensor-core rate, fp32 operand traffic. "bf16" rounds the operands of
+ * the linear layers and the head to bf16 (nearest even) in a scratch of this table's own and runs cuBLAS's bf16
+ * kernels with fp32 accumulation and output, as torch.autocast does; the attention products stay "fast". It passes
+ * t_model_cuda but is not the default: its scratch (the two largest operands so far, 2 bytes per element) lies outside
+ * the engine's device budget, and ran out of memory at 6.65B; at 124M the conversions cost what the bf16 kernels
+ * save (benchmarks/RESULTS.md, 2026-11-26). bf16 activations end to end are the way on.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -31,6 +40,9 @@ typedef struct cuda_ops {
     int device; /* the stream's: the entries may be called from any thread */
     cublasHandle_t blas;
     cublasComputeType_t compute;
+    bool bf16_operands; /* STRATA_MODEL_GEMM=bf16 with bf16 math: gemm() rounds its operands into scratch */
+    void *scratch[2];   /* the bf16 copies of A and B */
+    size_t scratch_bytes[2];
     bool failed;              /* pending holds the first failure since the last to_host */
     char pending[ERROR_LEN];
     char reported[ERROR_LEN]; /* what the last to_host reported; "" after one that succeeded */
@@ -75,11 +87,47 @@ static bool enter(cuda_ops *cu, const char *entry)
 
 /* ---------------------------------------------------------------- cuBLAS */
 
+/* Scratch slot i holding at least bytes (grown by replacing it: cudaFree waits for the device, so nothing queued
+ * still reads the old one); NULL after a failure, which is kept. */
+static void *scratch(cuda_ops *cu, int i, size_t bytes, const char *entry)
+{
+    if (cu->scratch_bytes[i] >= bytes)
+        return cu->scratch[i];
+    if (cu->scratch[i] && !cuda_ok(cu, cudaFree(cu->scratch[i]), "cudaFree", entry))
+        return NULL;
+    cu->scratch[i] = NULL;
+    cu->scratch_bytes[i] = 0;
+    if (!cuda_ok(cu, cudaMalloc(&cu->scratch[i], bytes), "cudaMalloc (the bf16 operand scratch)", entry))
+        return NULL;
+    cu->scratch_bytes[i] = bytes;
+    return cu->scratch[i];
+}
+
+/* The bf16 copy of a column-major operand of cols columns with leading dimension ld, in scratch slot i. */
+static const void *operand_bf16(cuda_ops *cu, int i, const float *x, int ld, int cols, const char *entry)
+{
+    size_t n = (size_t)ld * (size_t)cols;
+    void *dst = scratch(cu, i, n * 2, entry);
+    if (dst && !cuda_ok(cu, kcuda_f32_to_bf16(dst, x, n, cu->stream), "kcuda_f32_to_bf16", entry))
+        return NULL;
+    return dst;
+}
+
 static void gemm(cuda_ops *cu, const char *entry, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                  float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *out, int ldc)
 {
-    cublasStatus_t st = cublasGemmEx(cu->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta,
-                                     out, CUDA_R_32F, ldc, cu->compute, CUBLAS_GEMM_DEFAULT);
+    cublasStatus_t st;
+    if (cu->bf16_operands) {
+        const void *a = operand_bf16(cu, 0, A, lda, ta == CUBLAS_OP_N ? k : m, entry);
+        const void *b = a ? operand_bf16(cu, 1, B, ldb, tb == CUBLAS_OP_N ? n : k, entry) : NULL;
+        if (!b)
+            return;
+        st = cublasGemmEx(cu->blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &beta, out,
+                          CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    } else {
+        st = cublasGemmEx(cu->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, out,
+                          CUDA_R_32F, ldc, cu->compute, CUBLAS_GEMM_DEFAULT);
+    }
     blas_ok(cu, st, "cublasGemmEx", entry);
 }
 
@@ -416,6 +464,14 @@ strata_status gpt_ops_cuda_create(void *stream, strata_dtype math, gpt_ops **out
     }
     cu->stream = (cudaStream_t)stream;
     cu->compute = compute;
+    const char *gemm_env = getenv("STRATA_MODEL_GEMM");
+    if (gemm_env && strcmp(gemm_env, "bf16") != 0 && strcmp(gemm_env, "fast") != 0) {
+        *why = "STRATA_MODEL_GEMM must be \"fast\" (cuBLAS's FAST_16BF on fp32 operands, the default) or \"bf16\" "
+               "(operands rounded to bf16)";
+        free(cu);
+        return STRATA_EINVAL;
+    }
+    cu->bf16_operands = math == STRATA_DTYPE_BF16 && gemm_env && strcmp(gemm_env, "bf16") == 0;
     cu->ops = (gpt_ops){
         .name = "cuda",
         .ctx = cu,
@@ -483,5 +539,8 @@ void gpt_ops_cuda_destroy(gpt_ops *ops)
             (void)cudaStreamSynchronize(cu->stream);
         cublasDestroy(cu->blas);
     }
+    for (int i = 0; i < 2; i++)
+        if (cu->scratch[i])
+            (void)cudaFree(cu->scratch[i]);
     free(cu);
 }

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# tools/run gpu [OUTDIR]: every CUDA path strata has, then the flagship runs, in one call on a GPU machine; one table
+# on stdout, and OUTDIR (default build/gpu-check) gets check.log (every program's output), table.txt and
+# gpu_check.json. Exits 77 without a GPU, 1 when a check failed, else 0.
+#
+# The programs come from the pack that tools/run gpu-pack makes on a build machine (.gpu/strata-gpu.tar.xz, or
+# STRATA_GPU_PACK=DIR), unpacked under /tmp; without one, from the build tree (STRATA_BUILD_DIR, default build/).
+# The whole call keeps within STRATA_GPU_SECONDS (480): each item has its own limit, cut to what is left, and an
+# item that no longer fits is listed as not run. STRATA_GPU_ONLY=name,name runs only the items named.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "$ROOT/tools/gpu/items.sh"
+out=${1:-$ROOT/build/gpu-check}
+deadline=$((SECONDS + ${STRATA_GPU_SECONDS:-480}))
+mkdir -p "$out"
+log=$out/check.log
+: >"$log"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# ---------------------------------------------------------------- the programs and their libraries
+pack=${STRATA_GPU_PACK:-$ROOT/.gpu}/strata-gpu.tar.xz
+if [ -f "$pack" ]; then
+    p=/tmp/strata-gpu-pack
+    rm -rf "$p" && mkdir -p "$p" && xz -dc "$pack" | tar -C "$p" -xf - || { echo "cannot unpack $pack"; exit 1; }
+    bin_dir=$p/bin lib=$p/lib/libstrata.so
+    export LD_LIBRARY_PATH=$p/lib:$p/ompi/usr/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    for f in "$p"/lib-fallback/*; do
+        ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " || cp "$f" "$p/lib/"
+    done
+    if [ -x "$p/ompi/usr/bin/orterun" ]; then
+        export OPAL_PREFIX=$p/ompi/usr PMIX_INSTALL_PREFIX=$p/ompi/usr/lib/x86_64-linux-gnu/pmix2
+        export PATH=$p/ompi/usr/bin:$PATH
+    fi
+else
+    b=${STRATA_BUILD_DIR:-$ROOT/build}
+    bin_dir=$b lib=$b/libstrata.so
+fi
+bin=$bin_dir/strata
+# cuBLAS 13 and NCCL from the machine: torch's own copies first (the Python checks load torch and strata in one
+# process), then the CUDA toolkit's.
+cuda_libs=$(
+    { python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null |
+        xargs -r -I{} find {}/nvidia -name 'lib*.so*' -printf '%h\n'
+      find /usr/local/cuda/ /usr/local/cuda/lib64/ /usr/lib/x86_64-linux-gnu -maxdepth 3 \
+        \( -name 'libcublas.so.*' -o -name 'libnccl.so.*' \) -printf '%h\n'; } 2>/dev/null | awk '!seen[$0]++' |
+        paste -sd:)
+LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}${cuda_libs:+:$cuda_libs}
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH#:}
+# Open MPI on one host: shared memory only; plugins for networks this machine lacks are passed over quietly.
+export OMPI_MCA_mca_base_component_show_load_errors=0
+export STRATA_BIN=$bin STRATA_SOURCE_DIR=$ROOT STRATA_BUILD_DIR=$bin_dir STRATA_SCRATCH=$work/scratch
+export STRATA_LIB=$lib PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
+mkdir -p "$STRATA_SCRATCH"
+
+info=$("$bin" info 2>&1) || { echo "$bin does not run here:"; echo "$info"; exit 1; }
+if ! grep -E '^  cuda {2,}' <<<"$info" | grep -vq unavailable; then
+    echo "tools/run gpu: no usable GPU here:"
+    grep -E '^  cuda' <<<"$info"
+    exit 77
+fi
+
+# ---------------------------------------------------------------- the table
+rows=$work/rows.tsv
+: >"$rows"
+failed=0
+# item NAME LIMIT_S CMD...: runs CMD (output to the log) within LIMIT_S seconds and what is left of the call; its
+# row: pass (0), skip (77), FAIL, TIMEOUT or "not run", the seconds, and the figure: the last line CMD prints that
+# starts with "FIGURE: ", else the test library's "N checks, M failed" line.
+item() {
+    local name=$1 limit=$2
+    shift 2
+    if [ -n "${STRATA_GPU_ONLY:-}" ] && [[ ",$STRATA_GPU_ONLY," != *",$name,"* ]]; then
+        return
+    fi
+    local left=$((deadline - SECONDS))
+    if [ "$left" -lt 20 ]; then
+        printf '%s\tnot run\t0\tno time left in this call\n' "$name" >>"$rows"
+        return
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    local t0=$SECONDS rc=0 o=$work/$name.out
+    timeout -k 10 "$limit" "$@" >"$o" 2>&1 || rc=$?
+    { echo "==== $name: $* (exit $rc, $((SECONDS - t0)) s)"; cat "$o"; } >>"$log"
+    local status fig
+    case $rc in
+    0) status=pass ;;
+    77) status=skip ;;
+    124 | 137) status=TIMEOUT failed=1 ;;
+    *) status=FAIL failed=1 ;;
+    esac
+    fig=$(grep '^FIGURE: ' "$o" | tail -1 | sed 's/^FIGURE: //')
+    [ -n "$fig" ] || fig=$(grep -E '^[0-9]+ checks, [0-9]+ failed|^SKIP' "$o" | tail -1)
+    [ -n "$fig" ] || fig=$(grep -v '^\s*$' "$o" | tail -1 | cut -c1-110)
+    printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$((SECONDS - t0))" "$fig" >>"$rows"
+    printf '%-26s %-8s %5s s  %s\n' "$name" "$status" "$((SECONDS - t0))" "$fig"
+}
+
+# ---------------------------------------------------------------- the items
+{
+    echo "gpu:     $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)"
+    echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM," \
+        "$(df -h --output=avail /tmp | tail -1 | tr -d ' ') free in /tmp; $("$bin" --version);" \
+        "$(python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
+} | tee -a "$log"
+grep -E '^  (cuda|cpu|memory|numa)' <<<"$info" | tee -a "$log"
+echo
+printf '%-26s %-8s %7s  %s\n' item status time figure
+for t in "${GPU_C_TESTS[@]}"; do
+    item "$t" 240 "$bin_dir/$t"
+done
+# The CUDA model with its linear layers' operands rounded to bf16 (STRATA_MODEL_GEMM, model/cuda/gpt_ops_cuda.c).
+item t_model_cuda_gemm_bf16 120 env STRATA_MODEL_GEMM=bf16 "$bin_dir/t_model_cuda"
+for t in "${GPU_MPI_TESTS[@]}"; do
+    item "$t" 60 "$bin_dir/$t"
+    item "${t}_np2" 120 bash "$ROOT/tests/helpers/mpi.sh" 2 "$bin_dir/$t"
+done
+for t in "${GPU_PY_TESTS[@]}"; do
+    item "$t" 240 python3 "$ROOT/tests/$t.py"
+done
+export STRATA_GPU_WORK=$work
+runs=$ROOT/tools/gpu/runs.sh
+item cuda_checkpointing 150 bash "$runs" checkpointing
+item cuda_twin_flow 150 bash "$runs" twin_flow
+item cuda_ranks_np2 150 bash "$runs" ranks
+item zero_offload_6.7B 300 bash "$runs" flagship z7b "${RUN_ZERO_OFFLOAD_7B[@]}" --steps 4 --warmup 1 --lr 1e-4
+item train_cuda 240 bash "$ROOT/benchmarks/train_cuda.sh" --steps 12
+# The device-resident 124M step against the same GPT in PyTorch (bf16 autocast, SDPA, fused AdamW) on the same GPU.
+peer=(--device cuda --strata "$bin" --layers 12 --hidden 768 --heads 12 --vocab 50304 --seq 1024 --batch 8 --steps 8
+    --rounds 2 --lr 3e-4)
+item torch_peer_124M 240 python3 "$ROOT/benchmarks/gpt_speed.py" "${peer[@]}"
+item torch_peer_124M_gemm_bf16 240 env STRATA_MODEL_GEMM=bf16 python3 "$ROOT/benchmarks/gpt_speed.py" "${peer[@]}"
+# Where the CUDA model's time goes: about one step's kernels of the 124M preset, and of two blocks of the flagship's
+# shape.
+item kernels_124M 150 bash "$runs" kernels 2500 1800 "${RUN_124M[@]}" --steps 4
+item kernels_124M_gemm_bf16 150 env STRATA_MODEL_GEMM=bf16 bash "$runs" kernels 2500 1800 "${RUN_124M[@]}" --steps 4
+item kernels_h4096 120 bash "$runs" kernels 400 300 --layers 2 --hidden 4096 --heads 32 --vocab 50304 \
+    --context 1024 --seq 1024 --batch 8 --steps 4 --device cuda --offload device
+# Twin-Flow: the optimizer's seconds per step on the 124M preset as the device takes half of it, then all of it.
+item twin_flow_124M 150 bash "$runs" twin_speed "${RUN_124M[@]}" --steps 8
+# Last, as it needs the most time: it rarely fits in the same call (STRATA_GPU_ONLY=zero_infinity_3B runs it alone).
+mkdir -p "$work/nvme"
+echo "$RUN_ZERO_INFINITY_3B_CONFIG" >"$work/z3b.json"
+item zero_infinity_3B 480 bash "$runs" flagship z3b "${RUN_ZERO_INFINITY_3B[@]}" --steps 2 --warmup 1 --lr 1e-4 \
+    --nvme-dir "$work/nvme" --config "$work/z3b.json"
+
+# ---------------------------------------------------------------- table and JSON
+{
+    echo
+    printf '%-26s %-8s %7s  %s\n' item status time figure
+    awk -F'\t' '{printf "%-26s %-8s %5s s  %s\n", $1, $2, $3, $4}' "$rows"
+} >"$out/table.txt"
+cat "$out/table.txt" >>"$log"
+python3 - "$rows" "$out/gpu_check.json" <<'PY'
+import json, sys
+rows = [dict(zip(("item", "status", "seconds", "figure"), l.rstrip("\n").split("\t"))) for l in open(sys.argv[1])]
+json.dump({"rows": rows, "failed": [r["item"] for r in rows if r["status"] in ("FAIL", "TIMEOUT")]},
+          open(sys.argv[2], "w"), indent=1)
+PY
+echo
+echo "tools/run gpu: $(grep -c $'\tpass\t' "$rows") passed, $(grep -cE $'\t(FAIL|TIMEOUT)\t' "$rows") failed," \
+    "$(grep -c $'\tskip\t' "$rows") skipped, $(grep -c $'\tnot run\t' "$rows") not run; log and JSON in $out"
+exit $failed

@@ -1,0 +1,21 @@
+# What tools/gpu/check.sh runs on a GPU (sourced by check.sh, pack.sh and plan.py's caller): the test programs that
+# take the CUDA backend when a GPU answers, and the flagship runs, whose shapes tools/gpu/plan.py checks against the
+# lent machines (one H100's 80 GB, 128 GiB of host memory, 64 GiB of disk) with `strata estimate`, no GPU needed.
+GPU_C_TESTS=(t_device_conformance t_device_arena t_device_adam t_config_keys t_engine_create t_model_cuda
+    t_model_engine t_engine_equivalence t_engine_twin_flow t_engine_act t_model_checkpoint)
+GPU_MPI_TESTS=(mpi_comm_gpu)
+# Python tests run with the machine's python3 (its torch has CUDA) against the packed libstrata.so.
+GPU_PY_TESTS=(py_torch_engine)
+
+# ZeRO-Offload larger than the GPU: a 6.65B GPT (16 B/param of model states, 106 GB: more than an H100 holds), its
+# parameters on the GPU in bf16, the optimizer (74 GiB) and the gradient store (25 GiB) in host memory.
+RUN_ZERO_OFFLOAD_7B=(--layers 32 --hidden 4096 --heads 32 --vocab 50304 --context 1024 --seq 1024 --batch 8
+    --device cuda --dtype bf16 --offload device --activation-checkpointing --host-budget 112GiB)
+# ZeRO-Infinity: the 3B preset with parameters and optimizer on NVMe under an 8 GiB host budget; sub-groups of 50M
+# elements keep the optimizer's pinned slots inside it (benchmarks/scale.sh's config). --nvme-dir and --config are
+# added by the caller (the config's JSON is RUN_ZERO_INFINITY_3B_CONFIG).
+RUN_ZERO_INFINITY_3B=(--model 3B --batch 8 --seq 1024 --device cuda --dtype bf16 --offload nvme --host-budget 8GiB
+    --activation-checkpointing)
+RUN_ZERO_INFINITY_3B_CONFIG='{"zero_optimization": {"stage": 3, "sub_group_size": 50000000}}'
+# The 124M preset at the shape of benchmarks/train_cuda.sh's speed runs, everything the device can hold on it.
+RUN_124M=(--model 124M --batch 8 --seq 1024 --device cuda --offload device)
