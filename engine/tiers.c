@@ -4,14 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/copy.h"
 #include "base/crc32c.h"
 #include "base/error.h"
 #include "base/util.h"
-#include "base/half.h"
 #include "cpu_adam/moments.h"
 #include "cpu_adam/moments_convert.h"
 
-#define INIT_CHUNK_NUMEL ((size_t)1 << 20) /* a multiple of ENGINE_MODULE_ALIGN */
+/* A multiple of ENGINE_MODULE_ALIGN; 4M elements: the chunk's buffers (values, parameters, zero moments) take at most
+ * 64 MiB, and each chunk's copies are large enough to spread over the cores. */
+#define INIT_CHUNK_NUMEL ((size_t)1 << 22)
 
 /* Modules, shards and sub-groups start on ENGINE_MODULE_ALIGN elements: for 8-bit moments that is a whole number of
  * quantization blocks (every kernel call, checkpoint chunk and initial chunk starts on a block) and of 4 KiB pages of
@@ -97,15 +99,16 @@ static strata_status fill_chunk(const registry *reg, size_t first, size_t count,
     return STRATA_OK;
 }
 
-static void to_param_dtype(const float *src, void *dst, strata_dtype dtype, size_t n)
+/* tarr_write, with the copies into host memory spread over the cores: the arrays are fresh, and their first
+ * touch (the kernel zeroing each page) is most of the start-up of a large model. */
+static strata_status write_initial(engine_tiers *t, tier_array *a, size_t first, size_t n, const void *buf,
+                                   io_wait *w)
 {
-    if (dtype == STRATA_DTYPE_FP32) {
-        memcpy(dst, src, n * sizeof *src);
-        return;
-    }
-    uint16_t *d = dst;
-    for (size_t i = 0; i < n; i++)
-        d[i] = dtype == STRATA_DTYPE_BF16 ? cvt_f32_to_bf16(src[i]) : cvt_f32_to_fp16(src[i]);
+    void *dst = a->tier == STRATA_TIER_NVME ? NULL : tarr_host_ptr(a, &t->env, first);
+    if (!dst)
+        return tarr_write(a, &t->env, first, n, buf, w);
+    copy_parallel(dst, buf, n * a->elem_bytes);
+    return STRATA_OK;
 }
 
 /* Writes elements [first, first + n) of the full view, held in buf, into array a in view v: all of them in the
@@ -116,14 +119,14 @@ static strata_status write_view(engine_tiers *t, tier_array *a, reg_view v, cons
     if (!a->numel)
         return STRATA_OK;
     if (v == REG_FULL)
-        return tarr_write(a, &t->env, first, n, buf, w);
+        return write_initial(t, a, first, n, buf, w);
     size_t lo = m->offset + (size_t)rank * m->shard_numel, hi = lo + m->shard_numel;
     lo = MAX(lo, first);
     hi = MIN(hi, first + n);
     if (hi <= lo)
         return STRATA_OK;
     size_t skip = lo - first, at = m->shard_offset + (lo - (m->offset + (size_t)rank * m->shard_numel));
-    return tarr_write(a, &t->env, at, hi - lo, (const char *)buf + skip * a->elem_bytes, w);
+    return write_initial(t, a, at, hi - lo, (const char *)buf + skip * a->elem_bytes, w);
 }
 
 /* Buffers of chunk (whole blocks) zero moments in their form for m and v, and every block scale the zeros' (chunk is
@@ -172,7 +175,9 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
                 break;
             if (module_crc)
                 crc = crc32c(crc, vals, n * sizeof *vals);
-            to_param_dtype(vals, pbuf, param_dtype, n);
+            st = strata_convert(pbuf, param_dtype, vals, STRATA_DTYPE_FP32, n); /* parallel, rounds to nearest */
+            if (st != STRATA_OK)
+                break;
             tier_array *targets[] = {&t->master, &t->exp_avg, &t->exp_avg_sq, &t->param[0], &t->param[1]};
             const void *sources[] = {vals, zero_m, zero_v, pbuf, pbuf};
             reg_view in[] = {views->opt, views->opt, views->opt, views->param, views->param};

@@ -17,6 +17,7 @@ typedef struct train_report {
     double first_loss, last_loss, tail_loss_sum;
     int tail_count;
     double wall_s, compute_s;            /* since the first step of this run; compute includes stalls */
+    double startup_s;                    /* before the first step (the caller's): plan, allocation, initial state */
     double last_print_s;                 /* wall_s at the last progress line */
     strata_stats start, now;             /* stats at the first step of this run, and the latest */
     bool tty, quiet;

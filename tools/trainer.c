@@ -91,6 +91,7 @@ typedef struct run {
     train_saves saves;             /* --save: the root checked and locked, and the saves' record */
     int32_t *tokens, *targets;     /* the micro-batches of one pass, one after the other */
     double *losses;                /* their losses */
+    double startup_s;              /* engine creation to the model's buffers: plan, allocation, initial state */
 } run;
 
 /* --log-jsonl FILE: rank 0 writes FILE (what world 1 writes, so readers of FILE keep working), rank r > 0
@@ -116,6 +117,7 @@ static int open_jsonl(run *r, const trainer_opts *o)
 /* Engine, model and activations; 0, or the exit code. */
 static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
 {
+    double t0 = now_s();
     int held = trainer_pass_micro_batches(o);
     size_t ntok = (size_t)o->batch * o->seq * held;
     r->tokens = malloc(ntok * sizeof(int32_t));
@@ -163,6 +165,7 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
     }
     if (st != STRATA_OK)
         return fail(r->e, "allocating the activations (strata_device_alloc)");
+    r->startup_s = now_s() - t0;
     return open_jsonl(r, o);
 }
 
@@ -289,6 +292,7 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
     report_begin(&rep, start, o->steps, (int64_t)ntok * o->grad_accum * stats.world_size, &stats,
                  o->quiet || !train_msg_root(), r->jsonl, r->jsonl_path);
     rep.flops_per_token = gpt_flops_per_token(&o->dims, o->seq);
+    rep.startup_s = r->startup_s;
     rep.speculating = cfg->step_in_backward && cfg->gradient_clipping > 0;
     int64_t s = start, last_saved = -1;
     int rc = 0;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/copy.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/engine.h"
@@ -65,7 +66,7 @@ strata_status grads_create(strata_engine *e, grad_store **out)
     for (int i = 0; i < 2; i++) {
         void *host = g->store[i].numel ? tarr_host_ptr(&g->store[i], &e->tiers.env, 0) : NULL;
         if (host)
-            memset(host, 0, numel * 4);
+            zero_parallel(host, numel * 4); /* fresh pages: the cores share their first touch */
     }
     return STRATA_OK;
 }

@@ -39,9 +39,11 @@ def compare(a, b, what, tol):
     ok = same_bits if tol is None else (diff <= tol * scale and ldiff <= tol)
     print("losses %s: %s" % (a, " ".join("%.6f" % x for x in la)))
     print("losses %s: %s" % (b, " ".join("%.6f" % x for x in lb)))
-    print("FIGURE: %s: %s; %d weights, max |diff| %.3g (max |w| %.3g), loss rel diff %.3g over %d steps%s" % (
+    comm = [json.loads(line).get("comm_bytes", 0) for line in open(b + ".jsonl")]
+    print("FIGURE: %s: %s; %d weights, max |diff| %.3g (max |w| %.3g), loss rel diff %.3g over %d steps%s%s" % (
         what, "bit-identical" if same_bits else ("within %g" % tol if ok else "DIFFERENT"), len(wa), diff, scale,
-        ldiff, len(la), "" if tol is None else "; limit %g" % tol))
+        ldiff, len(la), "" if tol is None else "; limit %g" % tol,
+        "; %s moved %.1f MB/step between ranks" % (b.split("/")[-1], statistics.median(comm) / 1e6) if any(comm) else ""))
     return 0 if ok else 1
 
 

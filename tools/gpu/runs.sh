@@ -48,8 +48,10 @@ ranks() { # 2 ranks on one GPU (MPI staging through pinned memory) against 1 ran
 flagship() {
     local name=$1
     shift
-    "$bin" train --seed 7 --log-jsonl "$work/$name.jsonl" "$@" &&
-        python3 "$ROOT/tools/gpu/compare_runs.py" --stats "$work/$name.jsonl"
+    "$bin" train --seed 7 --log-jsonl "$work/$name.jsonl" "$@" | tee "$work/$name.out" || return 1
+    local up
+    up=$(sed -n 's/.*after \([0-9.]*\) s of start-up.*/\1/p' "$work/$name.out")
+    python3 "$ROOT/tools/gpu/compare_runs.py" --stats "$work/$name.jsonl" | sed "s/^FIGURE: /FIGURE: start-up ${up:-?} s; /"
 }
 
 # kernels SKIP COUNT ARGS...: a strata train run under Nsight Compute, timing launches SKIP .. SKIP + COUNT (about
