@@ -13,7 +13,7 @@ cli_scratch cli_gpu_tools
 
 out=$(bash "$root/tools/gpu/plan.sh" 2>&1)
 rc=$?
-if [ $rc -eq 0 ] && [ "$(grep -c ' yes$' <<<"$out")" -eq 3 ]; then ok; else fail "plan.sh (exit $rc):"; echo "$out"; fi
+if [ $rc -eq 0 ] && [ "$(grep -c ' yes$' <<<"$out")" -eq 5 ]; then ok; else fail "plan.sh (exit $rc):"; echo "$out"; fi
 out=$(bash "$root/tools/gpu/plan.sh" z7b_delayed "${RUN_ZERO_OFFLOAD_7B[@]}" --delayed-update 2>&1)
 rc=$?
 if [ $rc -eq 1 ] && grep -qE '^z7b_delayed .* 125\.[0-9] / 112 .* NO$' <<<"$out"; then ok; else

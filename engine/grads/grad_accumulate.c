@@ -27,9 +27,12 @@ typedef struct accum_job {
 strata_status grad_store_add(strata_engine *e, tier_array *store, size_t off, size_t count, const void *src,
                              strata_dtype src_dtype, bool first)
 {
+    /* On a GPU the host's cores are free while it computes, and one of them alone falls behind its backward (then the
+     * backward waits for gradient staging); on the host backend the model's own threads hold the cores. */
+    int threads = e->backend == STRATA_BACKEND_HOST ? 1 : e->cfg.cpu_threads;
     float *host = tarr_host_ptr(store, &e->tiers.env, off);
     if (host) {
-        accum_add(host, src, src_dtype, count, first);
+        accum_add_threads(host, src, src_dtype, count, first, threads);
         return STRATA_OK;
     }
     float *buf = NULL;
@@ -42,7 +45,7 @@ strata_status grad_store_add(strata_engine *e, tier_array *store, size_t off, si
             st = io_wait_wait(&w);
     }
     if (st == STRATA_OK) {
-        accum_add(buf, src, src_dtype, count, first);
+        accum_add_threads(buf, src, src_dtype, count, first, threads);
         st = tarr_write(store, &e->tiers.env, off, count, buf, &w);
         if (st == STRATA_OK)
             st = io_wait_wait(&w);

@@ -138,11 +138,18 @@ item kernels_h4096 120 bash "$runs" kernels 400 300 --layers 2 --hidden 4096 --h
     --context 1024 --seq 1024 --batch 8 --steps 4 --device cuda --offload device
 # Twin-Flow: the optimizer's seconds per step on the 124M preset as the device takes half of it, then all of it.
 item twin_flow_124M 150 bash "$runs" twin_speed "${RUN_124M[@]}" --steps 8
-# Last, as it needs the most time: it rarely fits in the same call (STRATA_GPU_ONLY=zero_infinity_3B runs it alone).
+# Last, as they need the most time: they rarely fit in the same call (STRATA_GPU_ONLY=name,... runs them alone).
+echo "$RUN_ZERO_OFFLOAD_7B_TWIN_CONFIG" >"$work/z7b-twin.json"
+item zero_offload_6.7B_twin 300 bash "$runs" flagship z7b-twin "${RUN_ZERO_OFFLOAD_7B[@]}" --steps 4 --warmup 1 \
+    --lr 1e-4 --config "$work/z7b-twin.json"
 mkdir -p "$work/nvme"
 echo "$RUN_ZERO_INFINITY_3B_CONFIG" >"$work/z3b.json"
-item zero_infinity_3B 480 bash "$runs" flagship z3b "${RUN_ZERO_INFINITY_3B[@]}" --steps 2 --warmup 1 --lr 1e-4 \
-    --nvme-dir "$work/nvme" --config "$work/z3b.json"
+echo "$RUN_ZERO_INFINITY_3B_SIB_CONFIG" >"$work/z3b-sib.json"
+for v in z3b:zero_infinity_3B z3b-sib:zero_infinity_3B_sib; do
+    item "${v#*:}" 480 bash "$runs" flagship "${v%%:*}" "${RUN_ZERO_INFINITY_3B[@]}" --steps 2 --warmup 1 --lr 1e-4 \
+        --nvme-dir "$work/nvme" --config "$work/${v%%:*}.json"
+    rm -rf "$work/nvme"/* # the swap files of the run before
+done
 
 # ---------------------------------------------------------------- table and JSON
 {

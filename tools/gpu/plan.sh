@@ -77,6 +77,8 @@ if [ $# -gt 0 ]; then
 fi
 fail=0
 check zero_offload_6.7B "" "${RUN_ZERO_OFFLOAD_7B[@]}" || fail=1
+check zero_offload_6.7B_twin "$RUN_ZERO_OFFLOAD_7B_TWIN_CONFIG" "${RUN_ZERO_OFFLOAD_7B[@]}" || fail=1
 check zero_infinity_3B "$RUN_ZERO_INFINITY_3B_CONFIG" "${RUN_ZERO_INFINITY_3B[@]}" || fail=1
+check zero_infinity_3B_sib "$RUN_ZERO_INFINITY_3B_SIB_CONFIG" "${RUN_ZERO_INFINITY_3B[@]}" || fail=1
 check 124M "" "${RUN_124M[@]}" || fail=1
 exit $fail
