@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""strata's host GPT model against the same GPT in PyTorch, on the same CPU cores, in the same run.
+"""strata's GPT model against the same GPT in PyTorch, on the same CPU cores (or the same GPU), in the same run.
 
 (a) strata: `strata train` on the host backend with everything in its (host) device memory (--device host
     --offload device --dtype fp32), reading the per-step figures of --log-jsonl: step_s, and optimizer_s, the
@@ -16,7 +16,11 @@ after the first --warmup-steps. tokens/s = batch x seq / seconds per step. ratio
 the median of the per-round ratios (forward + backward, and whole steps). #wrong: strata steps whose loss is not
 finite, and rounds where strata's loss (the mean over the timed steps) is more than --loss-tol above torch's (both
 train the same model on the same bytes, so a broken kernel shows as a loss that does not fall like torch's).
-With --profile, strata's last round runs with STRATA_MODEL_PROFILE=1 and its per-kernel table is printed.
+With --profile, strata's last round runs with STRATA_MODEL_PROFILE=1 and its per-kernel table is printed (host).
+
+--device cuda puts both on the GPU: strata in bf16 with its parameters there and every optimizer sub-group on the
+device's Adam (offload_optimizer.ratio 0); torch with bf16 autocast, scaled_dot_product_attention and fused AdamW,
+timed between torch.cuda.synchronize() calls. (tools/run gpu runs it at the 124M shape.)
 
     python3 benchmarks/gpt_speed.py [--json] [--strata build/strata] [--layers 4 --hidden 256 --heads 4]
                                     [--vocab 256 --seq 128 --batch 8 --rounds 5 --steps 12] [--profile]
@@ -229,9 +233,15 @@ def main():
     if a.device == "cuda" and not torch.cuda.is_available():
         print("SKIP: torch sees no GPU")
         return 77
-    a.device_config = os.path.join(tempfile.mkdtemp(), "device_adam.json")
-    with open(a.device_config, "w") as f:
-        json.dump({"zero_optimization": {"offload_optimizer": {"ratio": 0}}}, f)
+    with tempfile.TemporaryDirectory() as scratch:
+        a.device_config = os.path.join(scratch, "device_adam.json")
+        with open(a.device_config, "w") as f:
+            json.dump({"zero_optimization": {"offload_optimizer": {"ratio": 0}}}, f)
+        return compare(a, torch, F, np)
+
+
+def compare(a, torch, F, np):
+    """The rounds, the table and the verdict (main's, with the arguments checked)."""
     raw = np.fromfile(a.data, dtype=np.uint8).astype(np.int64) % a.vocab
     data = torch.from_numpy(raw)
     sdpa = hasattr(F, "scaled_dot_product_attention")
