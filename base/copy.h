@@ -1,5 +1,5 @@
-/* Copies into (and zeroing of) large host buffers with every core: the pages a first write touches are zeroed by the kernel in the
- * touching thread, so one thread filling tens of GB of fresh arrays (the engine's initial state) runs at the
+/* Copies into (and zeroing of) large host buffers with every core: the kernel zeroes each page a first write touches
+ * in the touching thread, so one thread filling tens of GB of fresh arrays (the engine's initial state) runs at the
  * rate one core clears pages. */
 #ifndef STRATA_BASE_COPY_H
 #define STRATA_BASE_COPY_H

@@ -21,16 +21,18 @@ trap 'rm -rf "$work"' EXIT
 # ---------------------------------------------------------------- the programs and their libraries
 pack=${STRATA_GPU_PACK:-$ROOT/.gpu}/strata-gpu.tar.xz
 if [ -f "$pack" ]; then
-    p=/tmp/strata-gpu-pack
-    rm -rf "$p" && mkdir -p "$p" && xz -dc "$pack" | tar -C "$p" -xf - || { echo "cannot unpack $pack"; exit 1; }
-    bin_dir=$p/bin lib=$p/lib/libstrata.so
-    export LD_LIBRARY_PATH=$p/lib:$p/ompi/usr/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    for f in "$p"/lib-fallback/*; do
-        ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " || cp "$f" "$p/lib/"
+    unpacked=/tmp/strata-gpu-pack
+    rm -rf "$unpacked" && mkdir -p "$unpacked" && xz -dc "$pack" | tar -C "$unpacked" -xf - ||
+        { echo "cannot unpack $pack"; exit 1; }
+    bin_dir=$unpacked/bin lib=$unpacked/lib/libstrata.so
+    ompi_lib=$unpacked/ompi/usr/lib/x86_64-linux-gnu/openmpi/lib
+    export LD_LIBRARY_PATH=$unpacked/lib:$ompi_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    for f in "$unpacked"/lib-fallback/*; do
+        ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " || cp "$f" "$unpacked/lib/"
     done
-    if [ -x "$p/ompi/usr/bin/orterun" ]; then
-        export OPAL_PREFIX=$p/ompi/usr PMIX_INSTALL_PREFIX=$p/ompi/usr/lib/x86_64-linux-gnu/pmix2
-        export PATH=$p/ompi/usr/bin:$PATH
+    if [ -x "$unpacked/ompi/usr/bin/orterun" ]; then
+        export OPAL_PREFIX=$unpacked/ompi/usr PMIX_INSTALL_PREFIX=$unpacked/ompi/usr/lib/x86_64-linux-gnu/pmix2
+        export PATH=$unpacked/ompi/usr/bin:$PATH
     fi
 else
     b=${STRATA_BUILD_DIR:-$ROOT/build}
@@ -99,6 +101,7 @@ item() {
 # ---------------------------------------------------------------- the items
 {
     echo "gpu:     $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)"
+    echo "build:   $(cat "${unpacked:-/nonexistent}/BUILD" 2>/dev/null || echo "the build tree $bin_dir")"
     echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM," \
         "$(df -h --output=avail /tmp | tail -1 | tr -d ' ') free in /tmp; $("$bin" --version);" \
         "$(python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"

@@ -30,7 +30,8 @@ def compare(a, b, what, tol):
     wa, wb = weights(a + ".bin"), weights(b + ".bin")
     la, lb = losses(a + ".jsonl"), losses(b + ".jsonl")
     if len(wa) != len(wb) or len(la) != len(lb) or not wa:
-        print("FIGURE: %s: shapes differ: %d vs %d weights, %d vs %d steps" % (what, len(wa), len(wb), len(la), len(lb)))
+        print("FIGURE: %s: shapes differ: %d vs %d weights, %d vs %d steps" % (
+            what, len(wa), len(wb), len(la), len(lb)))
         return 1
     same_bits = wa.tobytes() == wb.tobytes() and la == lb
     diff = 0.0 if wa.tobytes() == wb.tobytes() else max(abs(x - y) for x, y in zip(wa, wb))
@@ -43,7 +44,8 @@ def compare(a, b, what, tol):
     print("FIGURE: %s: %s; %d weights, max |diff| %.3g (max |w| %.3g), loss rel diff %.3g over %d steps%s%s" % (
         what, "bit-identical" if same_bits else ("within %g" % tol if ok else "DIFFERENT"), len(wa), diff, scale,
         ldiff, len(la), "" if tol is None else "; limit %g" % tol,
-        "; %s moved %.1f MB/step between ranks" % (b.split("/")[-1], statistics.median(comm) / 1e6) if any(comm) else ""))
+        "; %s moved %.1f MB/step between ranks" % (b.split("/")[-1], statistics.median(comm) / 1e6)
+        if any(comm) else ""))
     return 0 if ok else 1
 
 
@@ -62,7 +64,8 @@ def stats(path):
 
 def kernels(path):
     import csv
-    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3, "ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3,  # ncu's units vary by version
+             "ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
     rows = list(csv.reader(line for line in open(path) if line.startswith('"')))
     head, body = rows[0], rows[1:]
     name, unit, value = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value")

@@ -20,7 +20,8 @@ RUN_ZERO_INFINITY_3B_CONFIG='{"zero_optimization": {"stage": 3, "sub_group_size"
 # The same with each module's update during backward (the host cache is on by default in both).
 RUN_ZERO_INFINITY_3B_SIB_CONFIG='{"zero_optimization": {"stage": 3, "sub_group_size": 50000000},
     "strata": {"step_in_backward": true}}'
-# Twin-Flow on the flagship: the device updates half of the optimizer's sub-groups (their fp32 state, 53 GB, on the GPU).
+# Twin-Flow on the flagship: the device updates half of the optimizer's sub-groups (their fp32 state, 53 GB, on the
+# GPU).
 RUN_ZERO_OFFLOAD_7B_TWIN_CONFIG='{"zero_optimization": {"offload_optimizer": {"ratio": 0.5}}}'
 # The 124M preset at the shape of benchmarks/train_cuda.sh's speed runs, everything the device can hold on it.
 RUN_124M=(--model 124M --batch 8 --seq 1024 --device cuda --offload device)

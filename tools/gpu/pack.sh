@@ -24,6 +24,10 @@ trap 'rm -rf "$pack"' EXIT
 mkdir -p "$pack/bin" "$pack/lib" "$pack/lib-fallback" "$pack/ompi/usr/bin" "$pack/ompi/usr/share" \
     "$pack/ompi/usr/lib/x86_64-linux-gnu"
 
+# Which source the programs were built from, printed by check.sh at the head of its table.
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit+=+changes
+echo "$commit, packed $(date -u +%Y-%m-%dT%H:%MZ) from $build" >"$pack/BUILD"
 cp "$build/strata" "$pack/bin/"
 for t in "${GPU_C_TESTS[@]}" "${GPU_MPI_TESTS[@]}"; do
     cp "$build/$t" "$pack/bin/"

@@ -51,7 +51,8 @@ flagship() {
     "$bin" train --seed 7 --log-jsonl "$work/$name.jsonl" "$@" | tee "$work/$name.out" || return 1
     local up
     up=$(sed -n 's/.*after \([0-9.]*\) s of start-up.*/\1/p' "$work/$name.out")
-    python3 "$ROOT/tools/gpu/compare_runs.py" --stats "$work/$name.jsonl" | sed "s/^FIGURE: /FIGURE: start-up ${up:-?} s; /"
+    python3 "$ROOT/tools/gpu/compare_runs.py" --stats "$work/$name.jsonl" |
+        sed "s/^FIGURE: /FIGURE: start-up ${up:-?} s; /"
 }
 
 # kernels SKIP COUNT ARGS...: a strata train run under Nsight Compute, timing launches SKIP .. SKIP + COUNT (about
@@ -64,7 +65,8 @@ kernels() {
         --log-file "$work/kernels.csv" "$bin" train --seed 7 --quiet "$@" &&
         python3 "$ROOT/tools/gpu/compare_runs.py" --kernels "$work/kernels.csv"
 }
-# twin_speed ARGS...: the optimizer's seconds per step (median after the first) with the CPU doing all of it, half, none.
+# twin_speed ARGS...: the optimizer's seconds per step (median after the first) with the CPU doing all of it, half,
+# none.
 twin_speed() {
     local c fig=""
     for r in 1 0.5 0; do
