@@ -7,6 +7,7 @@
 #include "base/copy.h"
 #include "base/crc32c.h"
 #include "base/error.h"
+#include "base/half.h"
 #include "base/util.h"
 #include "cpu_adam/moments.h"
 #include "cpu_adam/moments_convert.h"
@@ -99,6 +100,20 @@ static strata_status fill_chunk(const registry *reg, size_t first, size_t count,
     return STRATA_OK;
 }
 
+/* On the calling thread. A process forked from one that has run an OpenMP team hangs at its own first team (libgomp
+ * keeps the parent's pool), and tests/t_ckpt_crash builds small engines in such children; copy_parallel forms a team
+ * only past 4 MB, which they never reach (a large engine in a forked child hangs, as at strata's other teams). */
+static void to_param_dtype(const float *src, void *dst, strata_dtype dtype, size_t n)
+{
+    if (dtype == STRATA_DTYPE_FP32) {
+        memcpy(dst, src, n * sizeof *src);
+        return;
+    }
+    uint16_t *d = dst;
+    for (size_t i = 0; i < n; i++)
+        d[i] = dtype == STRATA_DTYPE_BF16 ? cvt_f32_to_bf16(src[i]) : cvt_f32_to_fp16(src[i]);
+}
+
 /* tarr_write, with the copies into host memory spread over the cores: the arrays are fresh, and their first
  * touch (the kernel zeroing each page) is most of the start-up of a large model. */
 static strata_status write_initial(engine_tiers *t, tier_array *a, size_t first, size_t n, const void *buf,
@@ -175,9 +190,7 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
                 break;
             if (module_crc)
                 crc = crc32c(crc, vals, n * sizeof *vals);
-            st = strata_convert(pbuf, param_dtype, vals, STRATA_DTYPE_FP32, n); /* parallel, rounds to nearest */
-            if (st != STRATA_OK)
-                break;
+            to_param_dtype(vals, pbuf, param_dtype, n);
             tier_array *targets[] = {&t->master, &t->exp_avg, &t->exp_avg_sq, &t->param[0], &t->param[1]};
             const void *sources[] = {vals, zero_m, zero_v, pbuf, pbuf};
             reg_view in[] = {views->opt, views->opt, views->opt, views->param, views->param};
