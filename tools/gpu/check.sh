@@ -35,8 +35,8 @@ if [ -f "$pack" ]; then
         export PATH=$unpacked/ompi/usr/bin:$PATH
     fi
 else
-    b=${STRATA_BUILD_DIR:-$ROOT/build}
-    bin_dir=$b lib=$b/libstrata.so
+    bin_dir=${STRATA_BUILD_DIR:-$ROOT/build}
+    lib=$bin_dir/libstrata.so
 fi
 bin=$bin_dir/strata
 # cuBLAS 13 and NCCL from the machine: torch's own copies first (the Python checks load torch and strata in one
