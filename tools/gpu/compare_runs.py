@@ -6,6 +6,7 @@
   compare_runs.py --tolerance T A B WHAT      within T: max |wA - wB| <= T x max |wA|, and each loss within T relative
   compare_runs.py --stats FILE.jsonl          medians over the steps after the first: tokens/s, TFLOPS, the split
   compare_runs.py --kernels FILE.csv          Nsight Compute's gpu__time_duration per launch, summed per kernel name
+                                              (the figure: each kind's share, and the TF32 products')
 
 Each prints one line starting with "FIGURE: " (tools/gpu/check.sh puts it in its table) and exits 1 when the
 comparison fails, printing both values."""
@@ -78,10 +79,28 @@ def kernels(path):
     print("%-90s %7s %10s %7s" % ("kernel", "calls", "GPU ms", "share"))
     for k in sorted(ms, key=ms.get, reverse=True)[:40]:
         print("%-90s %7d %10.3f %6.1f%%" % (k, calls[k], ms[k], 100 * ms[k] / total))
-    top = sorted(ms, key=ms.get, reverse=True)[:3]
-    print("FIGURE: %d launches, %.1f GPU ms; top: %s" % (sum(calls.values()), total, ", ".join(
-        "%s %.0f%%" % (k[:40], 100 * ms[k] / total) for k in top)))
+    share = {}
+    for k, t in ms.items():
+        share[kernel_kind(k)] = share.get(kernel_kind(k), 0.0) + t
+    # cuBLAS names its TF32 kernels "tf32", CUTLASS's sm80 ones "s1688gemm" without a 16-bit type.
+    tf32 = sum(t for k, t in ms.items()
+               if "tf32" in k or ("s1688gemm" in k and "bf16" not in k and "f16" not in k))
+    print("FIGURE: %d launches, %.1f GPU ms: %s; TF32 products %.0f%%" % (
+        sum(calls.values()), total, ", ".join("%s %.0f%%" % (kind, 100 * t / total)
+                                              for kind, t in sorted(share.items(), key=lambda x: -x[1])[:6]),
+        100 * tf32 / total))
     return 0
+
+
+KINDS = (("GEMM", ("gemm", "xmma", "nvjet", "splitkreduce")), ("softmax", ("softmax",)),
+         ("cross-entropy", ("cross_entropy",)), ("conversions", ("to_f32", "to_bf16", "to_f16")),
+         ("LayerNorm", ("layernorm",)), ("GELU", ("gelu",)), ("bias and sums", ("bias", "colsum")),
+         ("embedding", ("embed",)), ("Adam", ("adam",)), ("residual", ("residual",)))
+
+
+def kernel_kind(name):
+    low = name.lower()
+    return next((kind for kind, keys in KINDS if any(key in low for key in keys)), "other")
 
 
 def main(argv):
