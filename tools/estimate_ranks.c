@@ -110,8 +110,13 @@ static void compute(const estimate_ranks *r, const plan_input *in, size_t numel,
     engine_comm(r, in, tied_numel, &w->comm);
     size_t np, ng, no;
     plan_class_numel(in, &np, &ng, &no);
-    plan_traffic_per_step(in->total_numel, no, r->zero_stage, r->grad_accum, in->param_bytes, in->param_tier,
-                          in->opt_tier, in->grad_tier, plan_opt_elem_bytes(in->moments), &w->traffic);
+    /* Modules are padded to whole shards for every stage, and every hand-over copies a whole padded module. */
+    size_t n = r->world_size > 1 ? (size_t)r->world_size : 1;
+    size_t padded = n > 1 && in->shard_numel ? n * in->shard_numel : in->total_numel;
+    plan_traffic_per_step(padded, no, r->zero_stage, r->grad_accum, in->param_bytes, in->param_tier, in->opt_tier,
+                          in->grad_tier, plan_opt_elem_bytes(in->moments), &w->traffic);
+    /* The tied module's second hand-over per micro-batch copies its gradients off the device once more. */
+    w->traffic.device_to_host_bytes += in->param_bytes * (size_t)r->grad_accum * tied_numel;
     w->tokens = r->tokens ? r->tokens : (size_t)r->batch * (size_t)seq;
     /* Training a transformer costs about 6 flops per parameter per token (2 forward, 4 backward); strata's
      * trainer does not recompute activations, so there is no 8th. */

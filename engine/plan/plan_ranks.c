@@ -47,9 +47,11 @@ void plan_traffic_per_step(size_t total_numel, size_t shard_numel, int zero_stag
         if (param_tier == STRATA_TIER_NVME)
             out->nvme_read_bytes += 2 * k * p * param_bytes;
     }
+    /* Each hand-over copies the module's whole gradients off the device, in the parameter dtype, into pinned staging
+     * (the ranks reduce-scatter them from there, in host memory), wherever the store or the optimizer lives. */
+    out->device_to_host_bytes += param_bytes * k * total_numel;
     if (opt_tier == STRATA_TIER_DEVICE)
-        return; /* the whole step stays on the device */
-    out->device_to_host_bytes += 4 * k * g;
+        return; /* the step itself stays on the device */
     if (grad_tier == STRATA_TIER_NVME) {
         out->nvme_write_bytes += 4 * k * g;
         out->nvme_read_bytes += 4 * k * g;

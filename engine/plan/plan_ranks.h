@@ -60,8 +60,9 @@ typedef struct plan_traffic {
  * optimizer elements this rank keeps:
  *   parameters off the device (stage 3): read from their home 2k times (forward and backward), P·pb each
  *     way: host->device always, an NVMe read first when they live on NVMe;
- *   gradients, optimizer off the device: each micro-batch hands its fp32 gradients down, 4G device->host;
- *     on NVMe the gradient store is written each micro-batch and read back k times (accumulate, step);
+ *   gradients: each micro-batch copies every module's whole gradients off the device in the parameter dtype into
+ *     pinned staging (the ranks reduce-scatter them there), total·pb device->host; with the optimizer off the
+ *     device, a gradient store on NVMe is written each micro-batch and read back k times (accumulate, step);
  *   optimizer on NVMe: master, exp_avg, exp_avg_sq read and written once per step, 12·O each way (opt_elem_bytes·O:
  *     8·O with bf16 moments, 6·O with 8-bit ones, whose block scales stay in host memory);
  *   the updated parameters (O·pb) go back to the parameters' home: host->device when that is the
