@@ -84,12 +84,12 @@ typedef struct world_numbers {
  * modules, each cut into N shards of whole blocks (so N times this rank's shards, in->shard_numel), and a module the
  * trainer fetches and hands over once more per micro-batch (tied_numel, padded) adds a reduce-scatter from stage 2
  * and an all-gather at stage 3 each micro-batch. */
-static void engine_comm(const estimate_ranks *r, const plan_input *in, size_t tied_numel, plan_comm *out)
+static void engine_comm(const estimate_ranks *r, const plan_input *in, size_t padded, size_t tied_numel,
+                        plan_comm *out)
 {
-    size_t n = r->world_size > 1 ? (size_t)r->world_size : 1, k = (size_t)r->grad_accum;
-    size_t padded = n > 1 && in->shard_numel ? n * in->shard_numel : in->total_numel;
+    size_t k = (size_t)r->grad_accum;
     plan_comm_per_step(padded, r->world_size, r->zero_stage, r->grad_accum, in->param_bytes, out);
-    if (n == 1)
+    if (r->world_size <= 1)
         return;
     if (r->zero_stage >= 2) {
         out->reduce_scatter_elements += k * tied_numel;
@@ -107,12 +107,12 @@ static void compute(const estimate_ranks *r, const plan_input *in, size_t numel,
     for (int s = 0; s < 4; s++)
         plan_model_states_per_rank(numel, r->world_size, s, &w->states[s]);
     plan_comm_per_step(numel, r->world_size, r->zero_stage, r->grad_accum, in->param_bytes, &w->paper);
-    engine_comm(r, in, tied_numel, &w->comm);
+    /* Every module is padded to N shards of whole blocks at every stage: the collectives move whole padded modules,
+     * and each hand-over copies one off the device. */
+    size_t padded = r->world_size > 1 && in->shard_numel ? (size_t)r->world_size * in->shard_numel : in->total_numel;
+    engine_comm(r, in, padded, tied_numel, &w->comm);
     size_t np, ng, no;
     plan_class_numel(in, &np, &ng, &no);
-    /* Modules are padded to whole shards for every stage, and every hand-over copies a whole padded module. */
-    size_t n = r->world_size > 1 ? (size_t)r->world_size : 1;
-    size_t padded = n > 1 && in->shard_numel ? n * in->shard_numel : in->total_numel;
     plan_traffic_per_step(padded, no, r->zero_stage, r->grad_accum, in->param_bytes, in->param_tier, in->opt_tier,
                           in->grad_tier, plan_opt_elem_bytes(in->moments), &w->traffic);
     /* The tied module's second hand-over per micro-batch copies its gradients off the device once more. */

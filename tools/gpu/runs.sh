@@ -29,11 +29,8 @@ checkpointing() { # the activation store on CUDA streams: checkpointing and its 
         same act-plain act-ckpt "checkpointing" && same act-plain act-host "checkpointing + offload to host"
 }
 twin_flow() { # the device Adam (gpu/cuda/adam.cu) for part or all of the step, against the CPU's
-    local c
     for r in 1 0.5 0; do
-        c=$work/ratio-$r.json
-        echo "{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": $r}}}" >"$c"
-        train "twin-$r" "${small[@]}" --offload device --config "$c" || return 1
+        train "twin-$r" "${small[@]}" --offload device --config "$(ratio_config $r)" || return 1
     done
     same twin-1 twin-0.5 "ratio 0.5" && same twin-1 twin-0 "ratio 0"
 }
@@ -42,6 +39,11 @@ ranks() { # 2 ranks on one GPU (MPI staging through pinned memory) against 1 ran
         mpi_run 2 "$bin" train --seed 7 --quiet --log-jsonl "$work/rank2.jsonl" --dump-weights "$work/rank2.bin" \
             "${small[@]}" --offload host --batch 4 &&
         python3 "$ROOT/tools/gpu/compare_runs.py" --tolerance 1e-5 "$work/rank1" "$work/rank2" "2 ranks vs 1"
+}
+# ratio_config R: the path of a config with offload_optimizer.ratio R.
+ratio_config() {
+    echo "{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": $1}}}" >"$work/ratio-$1.json"
+    echo "$work/ratio-$1.json"
 }
 # flagship NAME ARGS...: a timed strata train on the GPU; FIGURE: tokens/s, TFLOPS and the step's split (medians
 # of the steps after the first).
@@ -68,11 +70,10 @@ kernels() {
 # twin_speed ARGS...: the optimizer's seconds per step (median after the first) with the CPU doing all of it, half,
 # none.
 twin_speed() {
-    local c fig=""
+    local fig=""
     for r in 1 0.5 0; do
-        c=$work/speed-ratio-$r.json
-        echo "{\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": $r}}}" >"$c"
-        "$bin" train --seed 7 --quiet --log-jsonl "$work/speed-$r.jsonl" "$@" --config "$c" || return 1
+        "$bin" train --seed 7 --quiet --log-jsonl "$work/speed-$r.jsonl" "$@" --config "$(ratio_config $r)" ||
+            return 1
         fig+="ratio $r: $(python3 "$ROOT/tools/gpu/compare_runs.py" --stats "$work/speed-$r.jsonl" |
             sed -E 's/.*step ([0-9.]+) s = .*optimizer ([0-9.]+) .*/step \1 s, optimizer \2 s/'); "
     done
