@@ -121,6 +121,11 @@ done
 for t in "${GPU_PY_TESTS[@]}"; do
     item "$t" 240 python3 "$ROOT/tests/$t.py"
 done
+# The machine's cores and drive for issue 25: the compressed moments' Adam kernels against the fp32 one (all cores),
+# and the I/O engine against fio on the machine's own file system.
+item adam_moments 120 "$bin_dir/b_adam_moments" --melem 64 --reps 9
+item io_peers 240 env PATH="$bin_dir:$PATH" bash "$ROOT/benchmarks/io_peers.sh" --rounds 3 --size 2GiB \
+    --dir "$work/scratch/io-peers"
 export STRATA_GPU_WORK=$work
 runs=$ROOT/tools/gpu/runs.sh
 item cuda_checkpointing 150 bash "$runs" checkpointing

@@ -4,6 +4,9 @@
 GPU_C_TESTS=(t_device_conformance t_device_arena t_device_adam t_config_keys t_engine_create t_model_cuda
     t_model_engine t_engine_equivalence t_engine_twin_flow t_engine_act t_model_checkpoint)
 GPU_MPI_TESTS=(mpi_comm_gpu)
+# Host benchmarks run on the GPU machine for its cores and its drive (issue 25): the compressed moments' Adam
+# kernels against the fp32 one, and the I/O engine against fio (benchmarks/io_peers.sh).
+GPU_BENCHMARKS=(b_adam_moments b_aio)
 # Python tests run with the machine's python3 (its torch has CUDA) against the packed libstrata.so.
 GPU_PY_TESTS=(py_torch_engine)
 

@@ -29,9 +29,13 @@ commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit+=+changes
 echo "$commit, packed $(date -u +%Y-%m-%dT%H:%MZ) from $build" >"$pack/BUILD"
 cp "$build/strata" "$pack/bin/"
-for t in "${GPU_C_TESTS[@]}" "${GPU_MPI_TESTS[@]}"; do
+for t in "${GPU_C_TESTS[@]}" "${GPU_MPI_TESTS[@]}" "${GPU_BENCHMARKS[@]}"; do
     cp "$build/$t" "$pack/bin/"
 done
+# fio, the I/O engine's peer in benchmarks/io_peers.sh, with the libraries it loads (Ceph's and ICU's among them:
+# Debian links them in; about 8 MB of the packed file).
+command -v fio >/dev/null && cp "$(command -v fio)" "$pack/bin/" ||
+    echo "pack.sh: no fio here (apt-get install fio); io_peers will skip on the GPU machine" >&2
 cp -a "$build"/libstrata.so* "$pack/lib/"
 
 # Open MPI as Debian lays it out under /usr; OPAL_PREFIX and PMIX_INSTALL_PREFIX point it at the copy. The Java,
