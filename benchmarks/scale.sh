@@ -11,6 +11,8 @@
 #                   e.g. "gradient_clipping": 1.0)
 #   SCALE_LAYERS:   transformer layers (default 32: 3.05 billion parameters; 16: 1.55 billion, for a disk that cannot
 #                   hold the 3B model's state twice, which step in backward with clipping keeps)
+#   SCALE_HOST_BUDGET: the host budget (default 8GiB); at 16 layers 5GiB leaves the host cache what 8GiB leaves it at
+#                   32: room for every parameter, none for the kept gradients of clipping in backward
 #   STRATA_BIN: the strata binary (default build/strata)
 set -euo pipefail
 
@@ -32,7 +34,7 @@ variants=${SCALE_VARIANTS:-'host cache off|"host_cache": false
 default config|
 step in backward|"step_in_backward": true'}
 model=(--layers "${SCALE_LAYERS:-32}" --hidden 2816 --heads 32 --vocab 256 --context 64 --seq 32 --batch 1)
-budgets=(--device-budget 2GiB --host-budget 8GiB)
+budgets=(--device-budget 2GiB --host-budget "${SCALE_HOST_BUDGET:-8GiB}")
 
 bench_machine
 echo "build:   $bin"
@@ -62,21 +64,22 @@ JSON
     sed -n '/^summary/,$p' "$out/train.out" # time, bytes moved per link, the host cache, peaks
     rss_kib=$(awk -F: '/Maximum resident set size/ {gsub(/ /, "", $2); print $2}' "$out/time.txt")
     params=$(sed -n 's/.* = \([0-9.]*\)M parameters.*/\1/p' "$out/train.out")
-    python3 - "$out/log.jsonl" "$rss_kib" "$params" "$t0" "$t1" "$json" "$name" <<'PY' || fail=1
+    python3 - "$out/log.jsonl" "$rss_kib" "$params" "$t0" "$t1" "$json" "$name" "${SCALE_HOST_BUDGET:-8GiB}" <<'PY' || fail=1
 import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rss = int(sys.argv[2]) * 1024
 params_m, t0, t1, want_json, name = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), sys.argv[6] == "1", sys.argv[7]
+host_budget = sys.argv[8]
 wrong = sum(not math.isfinite(r["loss"]) for r in rows)
-print(f"{'step':>4} {'loss':>8} {'seconds':>9} {'stall s':>8} {'optimizer s':>11} {'NVMe read GB':>12} {'NVMe write GB':>13} {'cache read GB':>13} {'redone':>6} {'#wrong':>6}")
+print(f"{'step':>4} {'loss':>8} {'seconds':>9} {'stall s':>8} {'optimizer s':>11} {'NVMe read GB':>12} {'NVMe write GB':>13} {'cache read GB':>13} {'cache held GB':>13} {'redone':>6} {'#wrong':>6}")
 for r in rows:
     print(f"{r['step']:>4} {r['loss']:8.4f} {r['step_s']:9.1f} {r['stall_s']:8.1f} {r['optimizer_s']:11.1f} "
           f"{r['nvme_to_host_bytes'] / 1e9:12.2f} {r['host_to_nvme_bytes'] / 1e9:13.2f} "
-          f"{r.get('host_cache_read_bytes', 0) / 1e9:13.2f} {'yes' if r.get('redone') else 'no':>6} "
+          f"{r.get('host_cache_read_bytes', 0) / 1e9:13.2f} {r.get('host_cache_held_bytes', 0) / 1e9:13.2f} {'yes' if r.get('redone') else 'no':>6} "
           f"{int(not math.isfinite(r['loss'])):>6}")
 per_step = sum(r["step_s"] for r in rows) / len(rows)
 io = sum(r["nvme_to_host_bytes"] + r["host_to_nvme_bytes"] for r in rows) / len(rows)
-print(f"{name}: parameters {params_m / 1000:.2f} billion; peak RSS {rss / 2**30:.2f} GiB (host budget 8 GiB + device "
+print(f"{name}: parameters {params_m / 1000:.2f} billion; peak RSS {rss / 2**30:.2f} GiB (host budget {host_budget} + device "
       f"budget 2 GiB, which the host backend keeps in RAM); {per_step:.1f} s/step; NVMe {io / 1e9:.1f} GB/step; "
       f"wall {t1 - t0:.0f} s including start-up (initialising the model on NVMe)")
 if want_json:

@@ -39,6 +39,7 @@ STRATA_API strata_status strata_stats_get_sized(strata_engine *e, strata_stats *
     out->host_to_nvme_bytes = atomic_load(&e->tiers.ctr.nvme_write_bytes);
     out->host_cache_hits = atomic_load(&e->tiers.ctr.cache_hits);
     out->host_cache_read_bytes = atomic_load(&e->tiers.ctr.cache_read_bytes);
+    out->host_cache_held_bytes = atomic_load(&e->tiers.ctr.cache_held_bytes);
     out->host_cache_bytes = host_cache_bytes(e);
     act_counters ac;
     act_store_counters(e->acts, &ac);

@@ -42,23 +42,55 @@ strata_status tarr_alloc(tier_array *a, const tier_env *env, strata_tier tier, s
     return STRATA_OK;
 }
 
-strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range *ranges, size_t n)
-{
-    tcache_destroy(a->cache, env->dev);
-    a->cache = NULL;
-    if (n == 0)
-        return STRATA_OK;
-    if (a->tier != STRATA_TIER_NVME)
-        return err_set(STRATA_EINTERNAL, "%s: a host cache over the %s tier", a->what, strata_tier_name(a->tier));
-    return tcache_create(env->dev, ranges, n, a->elem_bytes, a->what, &a->cache);
-}
-
 /* Adds v to one of env's counters (a tier_env may have none). */
 #define COUNT(env, field, v)                                                                            \
     do {                                                                                                \
         if ((env)->ctr)                                                                                 \
             atomic_fetch_add(&(env)->ctr->field, (uint64_t)(v));                                        \
     } while (0)
+
+/* One transfer between mem and elements [first, first + count) of the drive, waited for, counted. */
+static strata_status swap_sync(const tier_array *a, const tier_env *env, bool write, size_t first, size_t count,
+                               void *mem)
+{
+    io_wait w;
+    io_wait_init(&w);
+    size_t off = tarr_bytes(a, first), len = tarr_bytes(a, count);
+    if (write)
+        COUNT(env, nvme_write_bytes, len);
+    else
+        COUNT(env, nvme_read_bytes, len);
+    strata_status st = write ? swap_write(env->swap, &a->ext, off, mem, len, &w)
+                             : swap_read(env->swap, &a->ext, off, mem, len, &w);
+    strata_status wst = io_wait_wait(&w);
+    io_wait_destroy(&w);
+    return st != STRATA_OK ? st : wst;
+}
+
+/* Hands the drive the held blocks of the cache that overlap [first, first + count) (waits): before a read the
+ * mirror cannot serve whole, and before the cache goes. */
+static strata_status write_held(const tier_array *a, const tier_env *env, size_t first, size_t count)
+{
+    size_t at, n;
+    const void *mem;
+    while (tcache_next_held(a->cache, first, count, &at, &n, &mem)) {
+        ERR_CHECK(swap_sync(a, env, true, at, n, (void *)mem));
+        tcache_mark_clean(a->cache, at, n);
+    }
+    return STRATA_OK;
+}
+
+strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range *ranges, size_t n, bool holds)
+{
+    ERR_CHECK(write_held(a, env, 0, a->numel));
+    tcache_destroy(a->cache, env->dev);
+    a->cache = NULL;
+    if (n == 0)
+        return STRATA_OK;
+    if (a->tier != STRATA_TIER_NVME)
+        return err_set(STRATA_EINTERNAL, "%s: a host cache over the %s tier", a->what, strata_tier_name(a->tier));
+    return tcache_create(env->dev, ranges, n, a->elem_bytes, holds, a->what, &a->cache);
+}
 
 const void *tarr_cached(const tier_array *a, const tier_env *env, size_t first, size_t count)
 {
@@ -75,17 +107,9 @@ strata_status tarr_cache_fill(tier_array *a, const tier_env *env, size_t first, 
     void *mem = tcache_fill_target(a->cache, first, count);
     if (!mem)
         return err_set(STRATA_EINTERNAL, "%s: no host cache mirror is [%zu, %zu)", a->what, first, first + count);
-    io_wait w;
-    io_wait_init(&w);
-    COUNT(env, nvme_read_bytes, tarr_bytes(a, count));
-    strata_status st = swap_read(env->swap, &a->ext, tarr_bytes(a, first), mem, tarr_bytes(a, count), &w);
-    strata_status wst = io_wait_wait(&w);
-    io_wait_destroy(&w);
-    if (st == STRATA_OK)
-        st = wst;
-    if (st == STRATA_OK)
-        tcache_mark_valid(a->cache, first, count);
-    return st;
+    ERR_CHECK(swap_sync(a, env, false, first, count, mem));
+    tcache_mark_valid(a->cache, first, count);
+    return STRATA_OK;
 }
 
 void tarr_free(tier_array *a, const tier_env *env)
@@ -138,6 +162,7 @@ strata_status tarr_read(const tier_array *a, const tier_env *env, size_t first, 
             memcpy(buf, mirrored, len);
             return STRATA_OK;
         }
+        ERR_CHECK(write_held(a, env, first, count)); /* the drive's copy of them is older */
         COUNT(env, nvme_read_bytes, len);
         return swap_read(env->swap, &a->ext, off, buf, len, w);
     }
@@ -155,6 +180,10 @@ strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_
     ERR_CHECK(check_range(a, first, count));
     size_t off = tarr_bytes(a, first), len = tarr_bytes(a, count);
     if (a->tier == STRATA_TIER_NVME) {
+        if (tcache_hold(a->cache, first, count, buf)) {
+            COUNT(env, cache_held_bytes, len);
+            return STRATA_OK;
+        }
         tcache_write(a->cache, first, count, buf);
         COUNT(env, nvme_write_bytes, len);
         return swap_write(env->swap, &a->ext, off, buf, len, w);

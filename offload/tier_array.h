@@ -16,11 +16,11 @@
 #include "nvme/swap.h"
 #include "offload/tier_cache.h"
 
-/* What the NVMe tier moved, counted where it moves (any thread): bytes read from and written to the drive, and
- * reads the host cache served instead (count and bytes). */
+/* What the NVMe tier moved, counted where it moves (any thread): bytes read from and written to the drive, reads
+ * the host cache served instead (count and bytes), and bytes of writes it held instead of the drive. */
 typedef struct tier_counters {
     _Atomic uint64_t nvme_read_bytes, nvme_write_bytes;
-    _Atomic uint64_t cache_hits, cache_read_bytes;
+    _Atomic uint64_t cache_hits, cache_read_bytes, cache_held_bytes;
 } tier_counters;
 
 /* What a tier array needs from the engine to allocate and move its bytes. */
@@ -46,10 +46,13 @@ typedef struct tier_array {
 strata_status tarr_alloc(tier_array *a, const tier_env *env, strata_tier tier, size_t numel, size_t elem_bytes,
                          const char *what);
 
-/* Gives an NVMe array a host cache of the given ranges (tier_cache.h; sorted, disjoint), replacing any it had:
- * reads of a whole mirrored valid range come from host memory, writes go to both. The allocator's status naming
- * the array when the memory is not there (the array keeps no cache then). n 0 drops the cache. */
-strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range *ranges, size_t n);
+/* Gives an NVMe array a host cache of the given ranges (tier_cache.h; sorted, disjoint), replacing any it had
+ * (whose held blocks are written to the drive first): reads of a whole mirrored valid range come from host
+ * memory; writes go to both, or with holds, a write one mirror takes whole stays there until a read of a range
+ * the mirror cannot serve, or the cache's replacement, hands it to the drive. The allocator's status naming the
+ * array when the memory is not there (the array keeps no cache then), the drive's when a held block cannot be
+ * written. n 0 drops the cache. */
+strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range *ranges, size_t n, bool holds);
 
 /* Fills the cache's mirror of exactly [first, first + count) from the drive (waits) and makes it valid. */
 strata_status tarr_cache_fill(tier_array *a, const tier_env *env, size_t first, size_t count);
@@ -73,11 +76,12 @@ static inline size_t tarr_bytes(const tier_array *a, size_t count)
 
 /* Reads elements [first, first + count) into buf (host memory; pinned and 4 KiB-aligned when the
  * tier is NVMe). NVMe reads are queued on w (wait with io_wait_wait), unless the host cache holds the range:
- * then, as for the other tiers, the copy is done on return. The range must be 4 KiB-aligned in bytes for NVMe. */
+ * then, as for the other tiers, the copy is done on return. A read the cache cannot serve whole first writes
+ * the held blocks it overlaps to the drive (waits). The range must be 4 KiB-aligned in bytes for NVMe. */
 strata_status tarr_read(const tier_array *a, const tier_env *env, size_t first, size_t count, void *buf, io_wait *w);
 
 /* Writes buf into elements [first, first + count), as tarr_read; on NVMe also into what the host cache mirrors
- * of them (done on return). */
+ * of them (done on return), or only there when the cache holds the range (tarr_cache). */
 strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf,
                          io_wait *w);
 

@@ -1,10 +1,17 @@
 /*
- * The host cache of an NVMe-homed tier array: chosen ranges of it mirrored in pinned host memory and written
- * through. Every write lands in the mirror and on the drive, so NVMe always holds the newest state (checkpoints
- * and a dropped cache lose nothing); a read finds the mirror instead of the drive when the whole range it asks
- * for is mirrored and valid. Validity is kept per TCACHE_BLOCK elements of a range: everything starts invalid,
- * a write makes the blocks it covers valid, tcache_forget (after a failed step or around a load) makes all of
- * them invalid again, so a mirror never serves what the drive does not hold.
+ * The host cache of an NVMe-homed tier array: chosen ranges of it mirrored in pinned host memory. A read finds
+ * the mirror instead of the drive when the whole range it asks for is mirrored and valid. State is kept per
+ * TCACHE_BLOCK elements of a range: everything starts invalid.
+ *
+ * A cache made with holds false is written through: every write lands in the mirror and on the drive
+ * (tcache_write), so the drive holds the newest bytes and tcache_forget (after a failed step, around a load) can
+ * make every block invalid again without losing anything.
+ *
+ * A cache made with holds true may also take a write alone (tcache_hold): the blocks become held, newer than the
+ * drive's, and the drive gets them only when its copy is needed -- a read of a range the mirror cannot serve
+ * whole, the cache replaced (offload/tier_array.c flushes what tcache_next_held finds, then tcache_mark_clean).
+ * The engine holds parameters (engine/plan/host_cache.c): a mirrored module's update then costs the drive no
+ * write at all. tcache_forget leaves held blocks valid: they are the only copy.
  *
  * Not thread-safe: the engine already orders a range's writes before its reads (as it must for the drive).
  */
@@ -25,24 +32,37 @@ typedef struct tcache_range {
 } tcache_range;
 
 /* Mirrors ranges (sorted by first, disjoint) of an array of elem_bytes elements in pinned host memory of dev,
- * all invalid. STRATA_ENOMEM / the allocator's status naming what (the array) when the memory is not there. */
-strata_status tcache_create(device *dev, const tcache_range *ranges, size_t n, size_t elem_bytes, const char *what,
-                            tier_cache **out);
+ * all invalid; holds: whether it may take writes alone (above). STRATA_ENOMEM / the allocator's status naming
+ * what (the array) when the memory is not there. */
+strata_status tcache_create(device *dev, const tcache_range *ranges, size_t n, size_t elem_bytes, bool holds,
+                            const char *what, tier_cache **out);
 /* Frees the mirror; NULL is a no-op. */
 void tcache_destroy(tier_cache *c, device *dev);
 
 /* The mirrored copy of elements [first, first + count) when one range holds all of them, valid; else NULL. */
 const void *tcache_lookup(const tier_cache *c, size_t first, size_t count);
-/* Copies buf (elements [first, first + count)) into what the mirror holds of that span; the blocks it covers
- * whole (or up to their range's end) become valid. */
+/* Copies buf (elements [first, first + count)) into what the mirror holds of that span, for a write that also
+ * goes to the drive; the blocks it covers whole (or up to their range's end) become valid and the drive's. */
 void tcache_write(tier_cache *c, size_t first, size_t count, const void *buf);
+/* Takes the write of buf (elements [first, first + count)) in place of the drive when the cache holds, one mirror
+ * holds the whole span and any block it covers in part is valid already; its blocks become held. False (nothing
+ * copied) otherwise: the caller writes through. */
+bool tcache_hold(tier_cache *c, size_t first, size_t count, const void *buf);
+/* The first run of held blocks that overlaps [first, first + count), whole: its elements and their bytes in the
+ * mirror. False when none does. */
+bool tcache_next_held(const tier_cache *c, size_t first, size_t count, size_t *span_first, size_t *span_count,
+                      const void **mem);
+/* The held blocks of [first, first + count) are the drive's again (the caller has written them). */
+void tcache_mark_clean(tier_cache *c, size_t first, size_t count);
 /* Whether one mirror is exactly elements [first, first + count) (valid or not). */
 bool tcache_mirrors(const tier_cache *c, size_t first, size_t count);
 /* The memory of the mirror that is exactly [first, first + count), to be filled by the caller from the drive and
- * then declared valid with tcache_mark_valid; NULL when no mirror is that range. */
+ * then declared valid with tcache_mark_valid; NULL when no mirror is that range or it holds a block newer than
+ * the drive's. */
 void *tcache_fill_target(tier_cache *c, size_t first, size_t count);
 void tcache_mark_valid(tier_cache *c, size_t first, size_t count);
-/* Every block invalid: the next reads go to the drive until writes refill the mirror. */
+/* Every block the drive also has invalid (held blocks stay): the next reads of them go to the drive until
+ * writes refill the mirror. */
 void tcache_forget(tier_cache *c);
 
 /* Bytes mirrored; elements mirrored. */

@@ -6,8 +6,11 @@
  *    parameters mirrored, the drive serves less than uncached and more than nothing;
  *  - after a load: a fresh engine (whose mirrors hold its initial state) loads a checkpoint and trains on; it must
  *    end where the uninterrupted run ends (a mirror serving the initial state would not);
- *  - after a failed step (an injected I/O error): the mirrors are forgotten, so the next read is the drive's,
- *    and loading the checkpoint from before the fault and training on equals a clean engine doing the same.
+ *  - writes: the parameters' mirrors hold their writes (the drive takes none of a mirrored module's updates),
+ *    the optimizer state's are written through; together they are exactly the uncached run's writes;
+ *  - after a failed step (an injected I/O error on the optimizer's write-back, seen by the step or by the first
+ *    call that waits for it): the optimizer state's mirrors are forgotten, so the next read is the drive's, and
+ *    loading the checkpoint from before the fault and training on equals a clean engine doing the same.
  * The placements sweep of t_engine_equivalence covers bit-identity for every placement with the cache none,
  * partial and all.
  */
@@ -77,9 +80,20 @@ static void traffic(void)
             (unsigned long long)part.nvme_to_host_bytes, (unsigned long long)none.nvme_to_host_bytes);
     T_CHECK(part.host_cache_bytes > 0 && part.host_cache_bytes < all.host_cache_bytes,
             "part mirrored: %zu bytes mirrored, all: %zu", part.host_cache_bytes, all.host_cache_bytes);
-    T_CHECK(all.host_to_nvme_bytes == none.host_to_nvme_bytes,
-            "written through: the drive took %llu bytes with the cache, %llu without",
-            (unsigned long long)all.host_to_nvme_bytes, (unsigned long long)none.host_to_nvme_bytes);
+    /* The parameters' mirrors hold their writes, the optimizer state's are written through: every write the
+     * uncached drive took went to the drive or was held, none twice, and holding saved the drive something. */
+    const strata_stats *runs[] = {&all, &part};
+    const char *names[] = {"all mirrored", "part mirrored"};
+    for (int i = 0; i < 2; i++)
+        T_CHECK(runs[i]->host_to_nvme_bytes + runs[i]->host_cache_held_bytes == none.host_to_nvme_bytes &&
+                    runs[i]->host_cache_held_bytes > 0,
+                "%s: the drive took %llu bytes and the cache held %llu; the uncached drive took %llu", names[i],
+                (unsigned long long)runs[i]->host_to_nvme_bytes, (unsigned long long)runs[i]->host_cache_held_bytes,
+                (unsigned long long)none.host_to_nvme_bytes);
+    T_CHECK(none.host_cache_held_bytes == 0 && part.host_cache_held_bytes < all.host_cache_held_bytes,
+            "held bytes: uncached %llu, part mirrored %llu, all mirrored %llu",
+            (unsigned long long)none.host_cache_held_bytes, (unsigned long long)part.host_cache_held_bytes,
+            (unsigned long long)all.host_cache_held_bytes);
     free(w0);
     free(w1);
     free(w2);
@@ -126,13 +140,18 @@ static void after_failed_step(void)
         goto out;
     T_OK(strata_step(e, NULL, NULL));
     T_OK(strata_save(e, ckpt));
+    float w[16];
     nvme_fault_inject(1, NVME_FAULT_EIO);
-    strata_status st = strata_step(e, NULL, NULL);
+    strata_status st = strata_step(e, NULL, NULL), waited = STRATA_OK;
     nvme_fault_inject(0, NVME_FAULT_NONE);
-    T_CHECK(st == STRATA_EIO, "the step with an injected I/O error returned %s", strata_status_name(st));
+    /* The write-back is asynchronous: the step or the first call that waits for it reports the fault. */
+    if (st == STRATA_OK)
+        waited = strata_param_read_master(e, 0, 0, 16, w);
+    T_CHECK(st == STRATA_EIO || waited == STRATA_EIO,
+            "a step whose write-back had an injected I/O error returned %s, the next read %s",
+            strata_status_name(st), strata_status_name(waited));
     strata_stats before, after;
     T_OK(strata_stats_get(e, &before));
-    float w[16];
     T_OK(strata_param_read_master(e, 0, 0, 16, w));
     T_OK(strata_stats_get(e, &after));
     T_CHECK(after.host_cache_hits == before.host_cache_hits && after.nvme_to_host_bytes > before.nvme_to_host_bytes,

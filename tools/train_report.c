@@ -115,6 +115,7 @@ static void log_step(train_report *r, int64_t step, double loss, double lr, doub
             "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,\"host_to_nvme_bytes\":%llu,"
             "\"rank\":%d,\"world_size\":%d,\"comm_bytes\":%llu,\"device_peak_bytes\":%zu,"
             "\"host_peak_bytes\":%zu,\"nvme_peak_bytes\":%zu,\"fetches\":%llu,\"host_cache_read_bytes\":%llu,"
+            "\"host_cache_held_bytes\":%llu,"
             "\"act_offload_bytes\":%llu,\"act_restore_bytes\":%llu,\"act_stall_s\":%.6f,\"redone\":%s,"
             "\"redo_s\":%.6f,\"redo_nvme_bytes\":%llu}\n",
             (long long)step + 1, loss, lr, tokens_per_s, tokens_per_s * r->flops_per_token / 1e12,
@@ -127,6 +128,7 @@ static void log_step(train_report *r, int64_t step, double loss, double lr, doub
             (unsigned long long)(now->comm_bytes - prev->comm_bytes), now->device_peak_bytes, now->host_peak_bytes,
             now->nvme_peak_bytes, (unsigned long long)(now->fetches - prev->fetches),
             (unsigned long long)(now->host_cache_read_bytes - prev->host_cache_read_bytes),
+            (unsigned long long)(now->host_cache_held_bytes - prev->host_cache_held_bytes),
             (unsigned long long)(now->act_offload_bytes - prev->act_offload_bytes),
             (unsigned long long)(now->act_restore_bytes - prev->act_restore_bytes),
             ns_s(now->act_stall_ns - prev->act_stall_ns), now->steps_redone > prev->steps_redone ? "true" : "false",
@@ -224,10 +226,12 @@ static void summary_traffic(const train_report *r, int64_t steps)
            report_bytes((double)(b->device_to_host_bytes - a->device_to_host_bytes), z, sizeof z),
            report_bytes((double)(b->host_to_nvme_bytes - a->host_to_nvme_bytes), w, sizeof w));
     if (b->host_cache_bytes)
-        printf("  host cache  %s mirrored of NVMe-homed state; it served %s in %llu reads the drive did not have to\n",
+        printf("  host cache  %s mirrored of NVMe-homed state; it served %s in %llu reads and held %s of writes the "
+               "drive did not have to take\n",
                report_bytes((double)b->host_cache_bytes, x, sizeof x),
                report_bytes((double)(b->host_cache_read_bytes - a->host_cache_read_bytes), y, sizeof y),
-               (unsigned long long)(b->host_cache_hits - a->host_cache_hits));
+               (unsigned long long)(b->host_cache_hits - a->host_cache_hits),
+               report_bytes((double)(b->host_cache_held_bytes - a->host_cache_held_bytes), z, sizeof z));
     if (b->act_pushes)
         printf("  activations %llu offloaded: %s off the device and %s back, at most %s kept and %s restored on the "
                "device at once; backward waited %.2f s for them\n",

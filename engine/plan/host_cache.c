@@ -81,12 +81,15 @@ static bool same_ranges(const tier_array *a, const tcache_range *r, size_t n)
     return numel == tcache_numel(a->cache);
 }
 
-/* Mirrors ranges of both parameter copies; fill reads them from NVMe (else the next writes fill them). */
+/* Mirrors ranges of both parameter copies, held (offload/tier_cache.h): a mirrored module's update is written
+ * to host memory only, the drive gets it when a read needs the drive's copy; fill reads them from NVMe (else the
+ * next writes fill them). The optimizer state stays written through: after a failed step the drive is its
+ * truth. */
 static strata_status cache_params(strata_engine *e, const tcache_range *r, size_t n, bool fill)
 {
     for (int c = 0; c < (e->cfg.delayed_update ? 2 : 1); c++) {
         tier_array *a = &e->tiers.param[c];
-        ERR_CHECK(tarr_cache(a, &e->tiers.env, r, n));
+        ERR_CHECK(tarr_cache(a, &e->tiers.env, r, n, true));
         for (size_t i = 0; fill && i < n; i++)
             ERR_CHECK(tarr_cache_fill(a, &e->tiers.env, r[i].first, r[i].count));
     }
@@ -122,7 +125,7 @@ static strata_status cache_optimizer(strata_engine *e, size_t bytes)
     tier_array *arrays[] = {&e->tiers.master, &e->tiers.exp_avg, &e->tiers.exp_avg_sq};
     strata_status st = STRATA_OK;
     for (size_t i = 0; i < ARRAY_LEN(arrays) && st == STRATA_OK; i++)
-        st = tarr_cache(arrays[i], &e->tiers.env, r, n);
+        st = tarr_cache(arrays[i], &e->tiers.env, r, n, false);
     free(r);
     return st;
 }

@@ -114,7 +114,7 @@ class Stats(ctypes.Structure):
         [(name, ctypes.c_uint64) for name in ("act_pushes", "act_offload_bytes", "act_restore_bytes", "act_stall_ns")] + \
         [(name, c_size) for name in ("act_kept_peak_bytes", "act_device_peak_bytes")] + \
         [("adam_threads", c_int), ("adam_cores", ctypes.c_char * 124)] + \
-        [(name, ctypes.c_uint64) for name in ("steps_redone", "redo_ns", "redo_nvme_bytes")]
+        [(name, ctypes.c_uint64) for name in ("steps_redone", "redo_ns", "redo_nvme_bytes", "host_cache_held_bytes")]
 
 
 class CheckpointInfo(ctypes.Structure):
