@@ -174,16 +174,43 @@ strata_status tarr_read(const tier_array *a, const tier_env *env, size_t first, 
     return device_copy(env, buf, (char *)a->mem + off, len);
 }
 
+/* tarr_write through a cache that holds: each part a mirror covers stays there (or, where it cannot hold it, is
+ * written through), the parts between mirrors go to the drive, queued on w. */
+static strata_status write_holding(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf,
+                                   io_wait *w)
+{
+    size_t at = first, end = first + count, lo, hi;
+    while (at < end) {
+        bool mirrored = tcache_next_overlap(a->cache, at, end - at, &lo, &hi);
+        size_t gap_end = mirrored ? lo : end;
+        const char *src = (const char *)buf + tarr_bytes(a, at - first);
+        if (gap_end > at) {
+            COUNT(env, nvme_write_bytes, tarr_bytes(a, gap_end - at));
+            ERR_CHECK(swap_write(env->swap, &a->ext, tarr_bytes(a, at), src, tarr_bytes(a, gap_end - at), w));
+        }
+        if (!mirrored)
+            break;
+        src = (const char *)buf + tarr_bytes(a, lo - first);
+        if (tcache_hold(a->cache, lo, hi - lo, src)) {
+            COUNT(env, cache_held_bytes, tarr_bytes(a, hi - lo));
+        } else {
+            tcache_write(a->cache, lo, hi - lo, src);
+            COUNT(env, nvme_write_bytes, tarr_bytes(a, hi - lo));
+            ERR_CHECK(swap_write(env->swap, &a->ext, tarr_bytes(a, lo), src, tarr_bytes(a, hi - lo), w));
+        }
+        at = hi;
+    }
+    return STRATA_OK;
+}
+
 strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf,
                          io_wait *w)
 {
     ERR_CHECK(check_range(a, first, count));
     size_t off = tarr_bytes(a, first), len = tarr_bytes(a, count);
     if (a->tier == STRATA_TIER_NVME) {
-        if (tcache_hold(a->cache, first, count, buf)) {
-            COUNT(env, cache_held_bytes, len);
-            return STRATA_OK;
-        }
+        if (tcache_holds(a->cache))
+            return write_holding(a, env, first, count, buf, w);
         tcache_write(a->cache, first, count, buf);
         COUNT(env, nvme_write_bytes, len);
         return swap_write(env->swap, &a->ext, off, buf, len, w);

@@ -81,7 +81,8 @@ static inline size_t tarr_bytes(const tier_array *a, size_t count)
 strata_status tarr_read(const tier_array *a, const tier_env *env, size_t first, size_t count, void *buf, io_wait *w);
 
 /* Writes buf into elements [first, first + count), as tarr_read; on NVMe also into what the host cache mirrors
- * of them (done on return), or only there when the cache holds the range (tarr_cache). */
+ * of them (done on return); with a cache that holds (tarr_cache), the parts its mirrors cover stay there and only
+ * the rest is queued for the drive. */
 strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf,
                          io_wait *w);
 

@@ -118,6 +118,28 @@ void tcache_write(tier_cache *c, size_t first, size_t count, const void *buf)
     }
 }
 
+bool tcache_holds(const tier_cache *c)
+{
+    return c && c->holds;
+}
+
+bool tcache_next_overlap(const tier_cache *c, size_t first, size_t count, size_t *lo, size_t *hi)
+{
+    size_t a = 0, b = c ? c->n : 0, end = first + count;
+    while (a < b) { /* the first mirror that ends past first */
+        size_t mid = a + (b - a) / 2;
+        if (c->m[mid].first + c->m[mid].count <= first)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    if (!c || a == c->n || c->m[a].first >= end)
+        return false;
+    *lo = MAX(first, c->m[a].first);
+    *hi = MIN(end, c->m[a].first + c->m[a].count);
+    return true;
+}
+
 bool tcache_hold(tier_cache *c, size_t first, size_t count, const void *buf)
 {
     mirror *m = c && c->holds && count ? (mirror *)find(c, first) : NULL;

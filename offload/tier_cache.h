@@ -44,6 +44,11 @@ const void *tcache_lookup(const tier_cache *c, size_t first, size_t count);
 /* Copies buf (elements [first, first + count)) into what the mirror holds of that span, for a write that also
  * goes to the drive; the blocks it covers whole (or up to their range's end) become valid and the drive's. */
 void tcache_write(tier_cache *c, size_t first, size_t count, const void *buf);
+/* Whether the cache may take writes alone (made with holds). */
+bool tcache_holds(const tier_cache *c);
+/* The part [*lo, *hi) of [first, first + count) that the first mirror overlapping it covers; false when no
+ * mirror overlaps it. */
+bool tcache_next_overlap(const tier_cache *c, size_t first, size_t count, size_t *lo, size_t *hi);
 /* Takes the write of buf (elements [first, first + count)) in place of the drive when the cache holds, one mirror
  * holds the whole span and any block it covers in part is valid already; its blocks become held. False (nothing
  * copied) otherwise: the caller writes through. */
