@@ -3,9 +3,10 @@
 # torch, but none of strata's Debian libraries (the lent machines: see README "Checking on a GPU").
 #   tools/gpu/pack.sh BUILD PACK
 # BUILD is a CUDA build tree (tools/run gpu-pack makes one). PACK (made afresh) gets one file, strata-gpu.tar.xz
-# (about 20 MB: a carried path may take 64 MiB with the source tree, and OpenBLAS alone is 37 MB unpacked), that
-# check.sh unpacks on the GPU machine. It holds:
-#   bin/           the CLI and the test programs tools/gpu/check.sh runs (tools/gpu/items.sh names them)
+# (about 32 MB: a carried path may take 64 MiB with the source tree; OpenBLAS is 37 MB unpacked, fio with its
+# libraries about 70), that check.sh unpacks on the GPU machine. It holds:
+#   bin/           the CLI, the test programs and host benchmarks tools/gpu/check.sh runs (tools/gpu/items.sh names
+#                  them), and fio
 #   lib/           libstrata.so and the Debian libraries they load that such a machine lacks (liburing, hwloc,
 #                  jansson, OpenBLAS, Open MPI, ...); glibc, libstdc++ and the CUDA libraries come from the machine
 #   lib-fallback/  libraries most machines have (zlib, libudev): check.sh adds them only where the machine has none
