@@ -778,9 +778,9 @@ typedef struct strata_stats {
      * trigger; a step where it did is redone at strata_step from the kept state (every update again, clipped).
      * The steps redone, the time the redos took and the NVMe bytes they moved (reads and writes). */
     uint64_t steps_redone, redo_ns, redo_nvme_bytes;
-    /* The writes of mirrored parameters the host cache held instead of the drive (host_to_nvme_bytes counts only
-     * what the drive took): a mirrored module's updated parameters reach the drive only when a read needs the
-     * drive's copy. */
+    /* The writes of mirrored state the host cache held instead of the drive (host_to_nvme_bytes counts only what
+     * the drive took): a mirrored module's parameters or sub-group's optimizer state reach the drive only when a
+     * read needs the drive's copy. */
     uint64_t host_cache_held_bytes;
 } strata_stats;
 

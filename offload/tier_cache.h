@@ -10,8 +10,8 @@
  * A cache made with holds true may also take a write alone (tcache_hold): the blocks become held, newer than the
  * drive's, and the drive gets them only when its copy is needed -- a read of a range the mirror cannot serve
  * whole, the cache replaced (offload/tier_array.c flushes what tcache_next_held finds, then tcache_mark_clean).
- * The engine holds parameters (engine/plan/host_cache.c): a mirrored module's update then costs the drive no
- * write at all. tcache_forget leaves held blocks valid: they are the only copy.
+ * The engine's mirrors hold (engine/plan/host_cache.c): a mirrored module's or sub-group's update then costs the
+ * drive no write at all. tcache_forget leaves held blocks valid: they are the only copy.
  *
  * Not thread-safe: the engine already orders a range's writes before its reads (as it must for the drive).
  */

@@ -276,7 +276,8 @@ static void print_tiers(const strata_config *cfg, const plan_input *in, const pl
     if (p->nvme_param_bytes || p->nvme_opt_bytes)
         printf("\nhost cache (strata.host_cache%s): mirrors %s of %s of NVMe parameters (read at every fetch, written at every "
                "update: a mirrored module does neither on NVMe) and %s of %s of NVMe optimizer state (read once per "
-               "step; written through), from what the host budget leaves\n",
+               "step, written at every update: a mirrored sub-group does neither on NVMe), from what the host budget "
+               "leaves\n",
                cfg->host_cache ? "" : " = false", size_format(p->cache_param_bytes, b1, sizeof b1),
                size_format(p->nvme_param_bytes, b2, sizeof b2), size_format(p->cache_opt_bytes, b3, sizeof b3),
                size_format(p->nvme_opt_bytes, b4, sizeof b4));

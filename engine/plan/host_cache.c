@@ -8,6 +8,10 @@
 #include "base/util.h"
 #include "engine/engine.h"
 
+/* Every mirror holds its writes (offload/tier_cache.h): a mirrored module's or sub-group's update is written to host
+ * memory only; the drive gets it when a read needs the drive's copy or the choice changes. */
+#define MIRRORS_HOLD true
+
 typedef struct module_rank {
     strata_module_id id;
     size_t fetches, first_use;
@@ -81,15 +85,12 @@ static bool same_ranges(const tier_array *a, const tcache_range *r, size_t n)
     return numel == tcache_numel(a->cache);
 }
 
-/* Mirrors ranges of both parameter copies, held (offload/tier_cache.h): a mirrored module's update is written
- * to host memory only, the drive gets it when a read needs the drive's copy; fill reads them from NVMe (else the
- * next writes fill them). The optimizer state stays written through: after a failed step the drive is its
- * truth. */
+/* Mirrors ranges of both parameter copies; fill reads them from NVMe (else the next writes fill them). */
 static strata_status cache_params(strata_engine *e, const tcache_range *r, size_t n, bool fill)
 {
     for (int c = 0; c < (e->cfg.delayed_update ? 2 : 1); c++) {
         tier_array *a = &e->tiers.param[c];
-        ERR_CHECK(tarr_cache(a, &e->tiers.env, r, n, true));
+        ERR_CHECK(tarr_cache(a, &e->tiers.env, r, n, MIRRORS_HOLD));
         for (size_t i = 0; fill && i < n; i++)
             ERR_CHECK(tarr_cache_fill(a, &e->tiers.env, r[i].first, r[i].count));
     }
@@ -125,7 +126,7 @@ static strata_status cache_optimizer(strata_engine *e, size_t bytes)
     tier_array *arrays[] = {&e->tiers.master, &e->tiers.exp_avg, &e->tiers.exp_avg_sq};
     strata_status st = STRATA_OK;
     for (size_t i = 0; i < ARRAY_LEN(arrays) && st == STRATA_OK; i++)
-        st = tarr_cache(arrays[i], &e->tiers.env, r, n, false);
+        st = tarr_cache(arrays[i], &e->tiers.env, r, n, MIRRORS_HOLD);
     free(r);
     return st;
 }

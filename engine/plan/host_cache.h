@@ -2,10 +2,10 @@
  * What the host cache mirrors (offload/tier_cache.h is how): within the plan's cache bytes, the parameter modules
  * the trainer fetches most per step, soonest first (the fetch order once it is known, else the modules' order),
  * then the optimizer state sub-group by sub-group in the step's order. Chosen at finalize, chosen again once a
- * step's fetch order is known if that changes the choice, and forgotten after a failed step and around a load.
- * The parameters' mirrors hold their writes (the drive gets a mirrored module's update only when a read needs the
- * drive's copy or the choice changes), so forgetting keeps those blocks: they are the newest copy. The optimizer
- * state's mirrors are written through and forgotten whole, so they never serve what the drive does not hold.
+ * step's fetch order is known if that changes the choice. The mirrors hold their writes (the drive gets a mirrored
+ * module's or sub-group's update only when a read needs the drive's copy or the choice changes). After a failed
+ * step and around a load they are forgotten: what they share with the drive is dropped (a write the drive did not
+ * take may have reached them), what only they hold is kept, the newest copy.
  */
 #ifndef STRATA_ENGINE_HOST_CACHE_H
 #define STRATA_ENGINE_HOST_CACHE_H

@@ -286,7 +286,7 @@ strata_status step_settle(strata_engine *e, step_pipeline *sp)
             first = st;
     if (first == STRATA_OK)
         return STRATA_OK;
-    /* As after a failed step: the drive is the truth, and it did not take the write. */
+    /* As after a failed step: the drive did not take the write, so the mirrors drop what they share with it. */
     step_forget(sp);
     host_cache_forget(e);
     char why[ERR_MSG_BYTES];
