@@ -108,12 +108,13 @@ def main():
     if timed_s:
         log("%.0f tokens/s over steps %d..%d" % (timed_tokens / timed_s, start + 1, args.steps - 1))
     st = engine.stats()
-    # NVMe is the home of parameters and optimizer state; the host cache keeps what fits the host budget in memory,
-    # so a model this small is read from the drive rarely or never (written through at every step all the same).
-    log("strata: NVMe read %.1f MB, written %.1f MB (host cache %.1f MB, read %.1f MB from it); stalled %.1f s; "
-        "device peak %.1f MiB of %.1f MiB" % (
+    # NVMe is the home of parameters and optimizer state; the host cache keeps what fits the host budget in memory
+    # and holds its updates there, so a model this small is read from and written to the drive rarely or never.
+    log("strata: NVMe read %.1f MB, written %.1f MB (host cache %.1f MB, read %.1f MB from it, %.1f MB of writes "
+        "held); stalled %.1f s; device peak %.1f MiB of %.1f MiB" % (
             st["nvme_to_host_bytes"] / 1e6, st["host_to_nvme_bytes"] / 1e6, st["host_cache_bytes"] / 1e6,
-            st["host_cache_read_bytes"] / 1e6, st["stall_ns"] / 1e9, st["device_peak_bytes"] / 2**20,
+            st["host_cache_read_bytes"] / 1e6, st["host_cache_held_bytes"] / 1e6, st["stall_ns"] / 1e9,
+            st["device_peak_bytes"] / 2**20,
             st["device_budget_bytes"] / 2**20))
     if args.save:
         client_state = {"step": args.steps, "scheduler": scheduler.state_dict()}
