@@ -80,7 +80,7 @@ static strata_status write_held(const tier_array *a, const tier_env *env, size_t
     return STRATA_OK;
 }
 
-strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range *ranges, size_t n, bool holds)
+strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range *ranges, size_t n)
 {
     ERR_CHECK(write_held(a, env, 0, a->numel));
     tcache_destroy(a->cache, env->dev);
@@ -89,7 +89,7 @@ strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range 
         return STRATA_OK;
     if (a->tier != STRATA_TIER_NVME)
         return err_set(STRATA_EINTERNAL, "%s: a host cache over the %s tier", a->what, strata_tier_name(a->tier));
-    return tcache_create(env->dev, ranges, n, a->elem_bytes, holds, a->what, &a->cache);
+    return tcache_create(env->dev, ranges, n, a->elem_bytes, a->what, &a->cache);
 }
 
 const void *tarr_cached(const tier_array *a, const tier_env *env, size_t first, size_t count)
@@ -174,9 +174,9 @@ strata_status tarr_read(const tier_array *a, const tier_env *env, size_t first, 
     return device_copy(env, buf, (char *)a->mem + off, len);
 }
 
-/* tarr_write through a cache that holds: each part a mirror covers stays there (or, where it cannot hold it, is
- * written through), the parts between mirrors go to the drive, queued on w. */
-static strata_status write_holding(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf,
+/* tarr_write on NVMe: each part a mirror covers stays there (or, where it cannot hold it, is written through), the
+ * parts between mirrors go to the drive, queued on w. */
+static strata_status write_nvme(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf,
                                    io_wait *w)
 {
     size_t at = first, end = first + count, lo, hi;
@@ -208,13 +208,8 @@ strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_
 {
     ERR_CHECK(check_range(a, first, count));
     size_t off = tarr_bytes(a, first), len = tarr_bytes(a, count);
-    if (a->tier == STRATA_TIER_NVME) {
-        if (tcache_holds(a->cache))
-            return write_holding(a, env, first, count, buf, w);
-        tcache_write(a->cache, first, count, buf);
-        COUNT(env, nvme_write_bytes, len);
-        return swap_write(env->swap, &a->ext, off, buf, len, w);
-    }
+    if (a->tier == STRATA_TIER_NVME)
+        return write_nvme(a, env, first, count, buf, w);
     void *dst = tarr_host_ptr(a, env, first);
     if (dst) {
         memcpy(dst, buf, len);

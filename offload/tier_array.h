@@ -48,11 +48,10 @@ strata_status tarr_alloc(tier_array *a, const tier_env *env, strata_tier tier, s
 
 /* Gives an NVMe array a host cache of the given ranges (tier_cache.h; sorted, disjoint), replacing any it had
  * (whose held blocks are written to the drive first): reads of a whole mirrored valid range come from host
- * memory; writes go to both, or with holds, a write one mirror takes whole stays there until a read of a range
- * the mirror cannot serve, or the cache's replacement, hands it to the drive. The allocator's status naming the
- * array when the memory is not there (the array keeps no cache then), the drive's when a held block cannot be
- * written. n 0 drops the cache. */
-strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range *ranges, size_t n, bool holds);
+ * memory; a write's mirrored parts stay there until a read of a range the mirrors cannot serve, or the cache's
+ * replacement, hands them to the drive. The allocator's status naming the array when the memory is not there (the
+ * array keeps no cache then), the drive's when a held block cannot be written. n 0 drops the cache. */
+strata_status tarr_cache(tier_array *a, const tier_env *env, const tcache_range *ranges, size_t n);
 
 /* Fills the cache's mirror of exactly [first, first + count) from the drive (waits) and makes it valid. */
 strata_status tarr_cache_fill(tier_array *a, const tier_env *env, size_t first, size_t count);
@@ -80,9 +79,8 @@ static inline size_t tarr_bytes(const tier_array *a, size_t count)
  * the held blocks it overlaps to the drive (waits). The range must be 4 KiB-aligned in bytes for NVMe. */
 strata_status tarr_read(const tier_array *a, const tier_env *env, size_t first, size_t count, void *buf, io_wait *w);
 
-/* Writes buf into elements [first, first + count), as tarr_read; on NVMe also into what the host cache mirrors
- * of them (done on return); with a cache that holds (tarr_cache), the parts its mirrors cover stay there and only
- * the rest is queued for the drive. */
+/* Writes buf into elements [first, first + count), as tarr_read; on NVMe the parts the host cache mirrors stay
+ * there (done on return) and only the rest is queued for the drive. */
 strata_status tarr_write(tier_array *a, const tier_env *env, size_t first, size_t count, const void *buf,
                          io_wait *w);
 

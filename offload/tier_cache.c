@@ -1,4 +1,4 @@
-/* A host mirror of chosen ranges of an NVMe array, written through or held; see tier_cache.h. */
+/* A host mirror of chosen ranges of an NVMe array that holds its writes; see tier_cache.h. */
 #include "offload/tier_cache.h"
 
 #include <stdint.h>
@@ -21,20 +21,18 @@ typedef struct mirror {
 
 struct tier_cache {
     size_t elem_bytes, numel;
-    bool holds;
     size_t n;
     mirror m[];
 };
 
-strata_status tcache_create(device *dev, const tcache_range *ranges, size_t n, size_t elem_bytes, bool holds,
-                            const char *what, tier_cache **out)
+strata_status tcache_create(device *dev, const tcache_range *ranges, size_t n, size_t elem_bytes, const char *what,
+                            tier_cache **out)
 {
     *out = NULL;
     tier_cache *c = calloc(1, sizeof *c + n * sizeof c->m[0]);
     if (!c)
         return err_set(STRATA_ENOMEM, "%s: out of memory for the host cache's table", what);
     c->elem_bytes = elem_bytes;
-    c->holds = holds;
     for (size_t i = 0; i < n; i++) {
         mirror *m = &c->m[c->n++]; /* counted first: destroy frees whatever it holds */
         m->first = ranges[i].first;
@@ -67,20 +65,26 @@ void tcache_destroy(tier_cache *c, device *dev)
     free(c);
 }
 
-/* The mirror whose range holds element at, or NULL (ranges are sorted: binary search). */
-static const mirror *find(const tier_cache *c, size_t at)
+/* The index of the first mirror that ends past element at, c->n when none does (ranges are sorted and disjoint:
+ * binary search). The mirrors that overlap a span starting at `at` are this one and those after it. */
+static size_t first_ending_after(const tier_cache *c, size_t at)
 {
     size_t lo = 0, hi = c->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (at < c->m[mid].first)
-            hi = mid;
-        else if (at >= c->m[mid].first + c->m[mid].count)
+        if (c->m[mid].first + c->m[mid].count <= at)
             lo = mid + 1;
         else
-            return &c->m[mid];
+            hi = mid;
     }
-    return NULL;
+    return lo;
+}
+
+/* The mirror whose range holds element at, or NULL. */
+static const mirror *find(const tier_cache *c, size_t at)
+{
+    size_t i = first_ending_after(c, at);
+    return i < c->n && c->m[i].first <= at ? &c->m[i] : NULL;
 }
 
 const void *tcache_lookup(const tier_cache *c, size_t first, size_t count)
@@ -100,11 +104,9 @@ void tcache_write(tier_cache *c, size_t first, size_t count, const void *buf)
     if (!c)
         return;
     size_t end = first + count;
-    for (size_t i = 0; i < c->n; i++) {
+    for (size_t i = first_ending_after(c, first); i < c->n && c->m[i].first < end; i++) {
         mirror *m = &c->m[i];
         size_t lo = MAX(first, m->first), hi = MIN(end, m->first + m->count);
-        if (hi <= lo)
-            continue;
         memcpy(m->mem + (lo - m->first) * c->elem_bytes, (const char *)buf + (lo - first) * c->elem_bytes,
                (hi - lo) * c->elem_bytes);
         /* A block is the drive's once a write has covered all of it (a range's last block ends at the range's
@@ -118,31 +120,19 @@ void tcache_write(tier_cache *c, size_t first, size_t count, const void *buf)
     }
 }
 
-bool tcache_holds(const tier_cache *c)
-{
-    return c && c->holds;
-}
-
 bool tcache_next_overlap(const tier_cache *c, size_t first, size_t count, size_t *lo, size_t *hi)
 {
-    size_t a = 0, b = c ? c->n : 0, end = first + count;
-    while (a < b) { /* the first mirror that ends past first */
-        size_t mid = a + (b - a) / 2;
-        if (c->m[mid].first + c->m[mid].count <= first)
-            a = mid + 1;
-        else
-            b = mid;
-    }
-    if (!c || a == c->n || c->m[a].first >= end)
+    size_t i = c ? first_ending_after(c, first) : 0, end = first + count;
+    if (!c || i == c->n || c->m[i].first >= end)
         return false;
-    *lo = MAX(first, c->m[a].first);
-    *hi = MIN(end, c->m[a].first + c->m[a].count);
+    *lo = MAX(first, c->m[i].first);
+    *hi = MIN(end, c->m[i].first + c->m[i].count);
     return true;
 }
 
 bool tcache_hold(tier_cache *c, size_t first, size_t count, const void *buf)
 {
-    mirror *m = c && c->holds && count ? (mirror *)find(c, first) : NULL;
+    mirror *m = c && count ? (mirror *)find(c, first) : NULL;
     if (!m || first + count > m->first + m->count)
         return false;
     size_t lo = (first - m->first) / TCACHE_BLOCK, hi = (first + count - m->first - 1) / TCACHE_BLOCK;
@@ -161,11 +151,9 @@ bool tcache_next_held(const tier_cache *c, size_t first, size_t count, size_t *s
                       const void **mem)
 {
     size_t end = first + count;
-    for (size_t i = 0; c && i < c->n; i++) {
+    for (size_t i = c ? first_ending_after(c, first) : 0; c && i < c->n && c->m[i].first < end; i++) {
         const mirror *m = &c->m[i];
         size_t lo = MAX(first, m->first), hi = MIN(end, m->first + m->count);
-        if (hi <= lo)
-            continue;
         size_t b = (lo - m->first) / TCACHE_BLOCK, b_hi = (hi - m->first - 1) / TCACHE_BLOCK;
         while (b <= b_hi && m->state[b] != BLOCK_HELD)
             b++;

@@ -3,15 +3,13 @@
  * the mirror instead of the drive when the whole range it asks for is mirrored and valid. State is kept per
  * TCACHE_BLOCK elements of a range: everything starts invalid.
  *
- * A cache made with holds false is written through: every write lands in the mirror and on the drive
- * (tcache_write), so the drive holds the newest bytes and tcache_forget (after a failed step, around a load) can
- * make every block invalid again without losing anything.
- *
- * A cache made with holds true may also take a write alone (tcache_hold): the blocks become held, newer than the
- * drive's, and the drive gets them only when its copy is needed -- a read of a range the mirror cannot serve
- * whole, the cache replaced (offload/tier_array.c flushes what tcache_next_held finds, then tcache_mark_clean).
- * The engine's mirrors hold (engine/plan/host_cache.c): a mirrored module's or sub-group's update then costs the
- * drive no write at all. tcache_forget leaves held blocks valid: they are the only copy.
+ * Every write lands in the mirror alone (tcache_hold): its blocks become held, newer than the drive's, and the
+ * drive gets them only when its copy is needed -- a read of a range the mirror cannot serve whole, the cache
+ * replaced (offload/tier_array.c writes what tcache_next_held finds, then tcache_mark_clean). A write that covers
+ * part of a block not yet valid cannot be held (the mirror would hold a mix): it goes to the mirror and the drive
+ * (tcache_write), and the blocks it covers whole become clean, equal to the drive's. A mirrored module's or sub-group's update (engine/plan/host_cache.c) then costs the drive no write at all.
+ * tcache_forget (after a failed step, around a load) makes the clean blocks invalid, as a write the drive did not
+ * take may have reached them, and leaves held blocks valid: they are the only copy.
  *
  * Not thread-safe: the engine already orders a range's writes before its reads (as it must for the drive).
  */
@@ -32,10 +30,9 @@ typedef struct tcache_range {
 } tcache_range;
 
 /* Mirrors ranges (sorted by first, disjoint) of an array of elem_bytes elements in pinned host memory of dev,
- * all invalid; holds: whether it may take writes alone (above). STRATA_ENOMEM / the allocator's status naming
- * what (the array) when the memory is not there. */
-strata_status tcache_create(device *dev, const tcache_range *ranges, size_t n, size_t elem_bytes, bool holds,
-                            const char *what, tier_cache **out);
+ * all invalid. STRATA_ENOMEM / the allocator's status naming what (the array) when the memory is not there. */
+strata_status tcache_create(device *dev, const tcache_range *ranges, size_t n, size_t elem_bytes, const char *what,
+                            tier_cache **out);
 /* Frees the mirror; NULL is a no-op. */
 void tcache_destroy(tier_cache *c, device *dev);
 
@@ -44,13 +41,11 @@ const void *tcache_lookup(const tier_cache *c, size_t first, size_t count);
 /* Copies buf (elements [first, first + count)) into what the mirror holds of that span, for a write that also
  * goes to the drive; the blocks it covers whole (or up to their range's end) become valid and the drive's. */
 void tcache_write(tier_cache *c, size_t first, size_t count, const void *buf);
-/* Whether the cache may take writes alone (made with holds). */
-bool tcache_holds(const tier_cache *c);
 /* The part [*lo, *hi) of [first, first + count) that the first mirror overlapping it covers; false when no
  * mirror overlaps it. */
 bool tcache_next_overlap(const tier_cache *c, size_t first, size_t count, size_t *lo, size_t *hi);
-/* Takes the write of buf (elements [first, first + count)) in place of the drive when the cache holds, one mirror
- * holds the whole span and any block it covers in part is valid already; its blocks become held. False (nothing
+/* Takes the write of buf (elements [first, first + count)) in place of the drive when one mirror holds the whole
+ * span and any block it covers in part is valid already; its blocks become held. False (nothing
  * copied) otherwise: the caller writes through. */
 bool tcache_hold(tier_cache *c, size_t first, size_t count, const void *buf);
 /* The first run of held blocks that overlaps [first, first + count), whole: its elements and their bytes in the

@@ -8,10 +8,6 @@
 #include "base/util.h"
 #include "engine/engine.h"
 
-/* Every mirror holds its writes (offload/tier_cache.h): a mirrored module's or sub-group's update is written to host
- * memory only; the drive gets it when a read needs the drive's copy or the choice changes. */
-#define MIRRORS_HOLD true
-
 typedef struct module_rank {
     strata_module_id id;
     size_t fetches, first_use;
@@ -90,7 +86,7 @@ static strata_status cache_params(strata_engine *e, const tcache_range *r, size_
 {
     for (int c = 0; c < (e->cfg.delayed_update ? 2 : 1); c++) {
         tier_array *a = &e->tiers.param[c];
-        ERR_CHECK(tarr_cache(a, &e->tiers.env, r, n, MIRRORS_HOLD));
+        ERR_CHECK(tarr_cache(a, &e->tiers.env, r, n));
         for (size_t i = 0; fill && i < n; i++)
             ERR_CHECK(tarr_cache_fill(a, &e->tiers.env, r[i].first, r[i].count));
     }
@@ -126,7 +122,7 @@ static strata_status cache_optimizer(strata_engine *e, size_t bytes)
     tier_array *arrays[] = {&e->tiers.master, &e->tiers.exp_avg, &e->tiers.exp_avg_sq};
     strata_status st = STRATA_OK;
     for (size_t i = 0; i < ARRAY_LEN(arrays) && st == STRATA_OK; i++)
-        st = tarr_cache(arrays[i], &e->tiers.env, r, n, MIRRORS_HOLD);
+        st = tarr_cache(arrays[i], &e->tiers.env, r, n);
     free(r);
     return st;
 }
