@@ -12,10 +12,13 @@ static _Thread_local err_slot tls_err;
 
 strata_status err_set(strata_status status, const char *fmt, ...)
 {
+    /* Formatted aside first: a message that wraps the last one passes err_last(), this very buffer, as an argument. */
+    char msg[sizeof tls_err.msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tls_err.msg, sizeof tls_err.msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(tls_err.msg, msg, sizeof msg);
     tls_err.status = status;
     LOG_DEBUG(LOG_CORE, "%s: %s", strata_status_name(status), tls_err.msg);
     return status;
