@@ -10,6 +10,7 @@
 #include "base/size.h"
 #include "base/util.h"
 #include "engine/act_store.h"
+#include "engine/config/config.h"
 #include "engine/engine.h"
 #include "engine/plan/host_cache.h"
 #include "engine/plan/plan.h"
@@ -40,9 +41,8 @@ static void plan_input_of(const strata_engine *e, plan_input *in)
         .zero_stage = e->cfg.zero_stage,
         .shard_numel = registry_view_numel(e->reg, REG_SHARD),
         .step_in_backward = e->cfg.step_in_backward,
-        .speculate = e->cfg.step_in_backward &&
-                     (e->cfg.gradient_clipping > 0 || e->cfg.param_dtype == STRATA_DTYPE_FP16),
-        .keep_grads = e->cfg.step_in_backward && e->cfg.gradient_clipping > 0,
+        .speculate = cfg_speculates(&e->cfg),
+        .keep_grads = cfg_keeps_grads(&e->cfg),
         .moments = e->cfg.optimizer_moments,
     };
     size_t opt_numel = registry_view_numel(e->reg, e->views.opt);
@@ -65,7 +65,7 @@ static strata_status make_plan(strata_engine *e, plan *pl)
         e->placement.placed = false;
     }
     /* Step in backward names the settings it cannot run with, whatever else is pending. */
-    if (e->cfg.step_in_backward)
+    if (e->cfg.step_in_backward || e->cfg.norm_pass)
         ERR_CHECK(step_in_backward_check_config(e));
     ranks_views(e->cfg.zero_stage, &e->views.param, &e->views.opt, &e->views.grad);
     ERR_CHECK(registry_layout(e->reg, e->cfg.param_persistence_threshold, e->world));

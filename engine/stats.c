@@ -40,6 +40,8 @@ STRATA_API strata_status strata_stats_get_sized(strata_engine *e, strata_stats *
     out->host_cache_hits = atomic_load(&e->tiers.ctr.cache_hits);
     out->host_cache_read_bytes = atomic_load(&e->tiers.ctr.cache_read_bytes);
     out->host_cache_held_bytes = atomic_load(&e->tiers.ctr.cache_held_bytes);
+    out->norm_passes = atomic_load(&e->ctr.norm_passes);
+    out->norm_pass_ns = atomic_load(&e->ctr.norm_pass_ns);
     out->host_cache_bytes = host_cache_bytes(e);
     act_counters ac;
     act_store_counters(e->acts, &ac);

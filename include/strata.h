@@ -262,7 +262,8 @@ typedef struct strata_config {
      * device's Adam, concurrently. 1 = all on the CPU (default), 0 = all on the device. */
     double offload_optimizer_ratio;
     /* strata.step_in_backward: with gradient accumulation 1, a module's optimizer update starts as soon as its
-     * gradients are complete, and the fp32 gradient store is never written. Default false. */
+     * gradients are complete, and the fp32 gradient store is never written. Default false. With gradient clipping
+     * or fp16 the updates speculate, unless norm_pass (at the struct's end) measures the norm first. */
     bool step_in_backward;
     /* Offloaded activations (strata_act_push, below): where the activations a trainer hands strata are kept until
      * backward: STRATA_TIER_DEVICE ("none": not offloaded, pushes are refused), HOST ("cpu": pinned host memory),
@@ -281,10 +282,14 @@ typedef struct strata_config {
     strata_grad_reduction gradient_reduction;
     /* strata.optimizer_moments: the storage of Adam's moments in every tier (default fp32). bf16 rounds them
      * stochastically, with random bits drawn from (optimizer_moments_seed, the step count, the element), so a resumed
-     * run gives the bits of an uninterrupted one; 8-bit keeps them block-wise quantized. The ordinary optimizer step
-     * only: finalize refuses the others with the step in backward and offload_optimizer.ratio < 1. */
+     * run gives the bits of an uninterrupted one; 8-bit keeps them block-wise quantized. Finalize refuses the others
+     * with offload_optimizer.ratio < 1 (the device's Adam keeps fp32 moments). */
     strata_moments optimizer_moments;
     int optimizer_moments_seed;      /* strata.optimizer_moments_seed, in [0, INT_MAX]; default 0 */
+    /* strata.norm_pass: with step_in_backward and gradient clipping (or fp16), the trainer runs each step's forward
+     * and backward twice; the first only measures the global gradient norm (strata_norm_pass_end), so the updates
+     * of the second run clipped from the start instead of speculating. Default false. */
+    bool norm_pass;
 } strata_config;
 
 /* Sets every field to its default (see `strata config check` for the values) and struct_size.
@@ -587,6 +592,19 @@ typedef struct strata_step_result {
  * not yet finished by strata_step; STRATA_EINVAL for a negative or non-finite lr. */
 STRATA_API strata_status strata_step_begin(strata_engine *engine, const strata_step_args *args);
 
+/* Ends a step's norm pass (strata.norm_pass: the step in backward with gradient clipping or fp16). With it on, the
+ * trainer runs each step's forward and backward twice on the same batch, with the same hand-overs:
+ *   strata_step_begin; forward + backward (the norm pass: every hand-over only adds to the gradient statistics);
+ *   strata_norm_pass_end; forward + backward again (each update runs, clipped as the norm says); strata_step.
+ * Here the global gradient norm is summed as the ordinary step sums it (with ranks, a collective) and the step
+ * decided: clipped, or (fp16 overflow) skipped, when the second backward updates nothing. *grad_norm (or NULL)
+ * gets the norm of the unscaled gradients. Each hand-over of the second backward must carry the gradients of the
+ * first, bit for bit (the same batch and a deterministic backward: no dropout drawn anew, no atomics); one that
+ * does not fails its update, before it writes anything, and strata_step reports it naming the module, with the
+ * modules updated before it final: load the last checkpoint. STRATA_ESTATE when norm_pass is off, no step was
+ * begun, or the norm pass of this step already ended; strata_step before it is STRATA_ESTATE too. */
+STRATA_API strata_status strata_norm_pass_end(strata_engine *engine, double *grad_norm);
+
 /* Runs the optimizer over all accumulated gradients and zeroes them. With delayed_update (after the
  * warm-up steps) the update runs on strata's optimizer thread and this returns at once; the result of
  * a delayed step describes the previous step's update. args and result may be NULL.
@@ -782,6 +800,9 @@ typedef struct strata_stats {
      * the drive took): a mirrored module's parameters or sub-group's optimizer state reach the drive only when a
      * read needs the drive's copy. */
     uint64_t host_cache_held_bytes;
+    /* strata.norm_pass: the norm passes run (one per step) and the time from strata_step_begin to
+     * strata_norm_pass_end, the trainer's first forward and backward: what measuring the norm first costs. */
+    uint64_t norm_passes, norm_pass_ns;
 } strata_stats;
 
 /* Fills out with the counters since the engine was created. strata_stats only ever grows at its end: a caller

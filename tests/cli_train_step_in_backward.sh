@@ -6,7 +6,9 @@
 # clipping (the updates speculate; a step where it triggers is redone, counted in the log), and with 2 ranks at stage 3;
 # fp16 (a step whose gradients overflow is skipped, the updates made in backward undone); --grad-accum 2 and the delayed
 # update
-# are refused with their messages; --step-in-backward sets the key.
+# are refused with their messages; --step-in-backward sets the key. With strata.norm_pass (each step's forward and
+# backward run twice, the first measuring the norm) the clipped runs end with the same weights, nothing redone, less
+# written to the drive than speculating, and the summary and log count the passes.
 set -u
 bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 here=$(dirname "${BASH_SOURCE[0]}")
@@ -21,6 +23,8 @@ printf '{"strata": {"host_cache": false, "gradients_on_nvme": true}}' >"$scratch
 printf '{"strata": {"host_cache": false, "gradients_on_nvme": true, "step_in_backward": true}}' >"$scratch/sib-nvme.json"
 printf '{"gradient_clipping": %s}' "${STRATA_TEST_CLIP:-1.0}" >"$scratch/ordinary-clip.json"
 printf '{"gradient_clipping": %s, "strata": {"step_in_backward": true}}' "${STRATA_TEST_CLIP:-1.0}" >"$scratch/sib-clip.json"
+printf '{"gradient_clipping": %s, "strata": {"step_in_backward": true, "norm_pass": true}}' "${STRATA_TEST_CLIP:-1.0}" \
+    >"$scratch/np-clip.json"
 common=(train --model tiny --steps 4 --batch 2 --seq 32 --seed "$seed" --threads 2 --device host --quiet)
 
 check "grad-accum 2" 1 "the module's gradients were already handed over in this step and its update has started" -- \
@@ -70,10 +74,35 @@ if name == "nvme":
 EOF
 done
 
+# The norm pass on NVMe with clipping: the clip run's weights and losses, no step redone, every step's pass counted,
+# and less written to the drive than the speculating run (no second copy and no kept gradients).
+mkdir -p "$scratch/nvme-np"
+"$bin" "${common[@]}" --dtype bf16 --offload nvme --nvme-dir "$scratch/nvme-np" --config "$scratch/np-clip.json" \
+    --dump-weights "$scratch/clip-np.bin" --log-jsonl "$scratch/clip-np.jsonl" >"$scratch/clip-np.txt" 2>&1 ||
+    { fail "norm pass: exit $?"; cat "$scratch/clip-np.txt"; }
+python3 - "$scratch/clip" <<'EOF' && ok || fail "norm pass: differs from the ordinary step"
+import json, sys
+base = sys.argv[1]
+raw = {s: open(f"{base}-{s}.bin", "rb").read() for s in ("ordinary", "np")}
+log = {s: [json.loads(l) for l in open(f"{base}-{s}.jsonl")] for s in ("ordinary", "sib", "np")}
+summary = open(f"{base}-np.txt").read()
+written = {s: sum(l["host_to_nvme_bytes"] for l in log[s]) for s in log}
+print(f"norm pass: weights {'bit-identical' if raw['ordinary'] == raw['np'] else 'DIFFERENT'}; losses "
+      f"{[l['loss'] for l in log['ordinary']]} vs {[l['loss'] for l in log['np']]}; redone "
+      f"{[l['redone'] for l in log['np']]}; norm pass s {[l['norm_pass_s'] for l in log['np']]}; NVMe written "
+      f"{written} B; summary: {[l for l in summary.splitlines() if 'norm pass' in l]}")
+assert len(raw["np"]) > 0 and raw["ordinary"] == raw["np"], "weights differ"
+assert [l["loss"] for l in log["ordinary"]] == [l["loss"] for l in log["np"]], "losses differ"
+assert not any(l["redone"] for l in log["np"]), "a norm-pass step was redone"
+assert all(l["norm_pass_s"] > 0 for l in log["np"]), "a step without its norm pass's time"
+assert f"norm pass   {len(log['np'])} of {len(log['np'])} steps" in summary, "the summary's norm pass line"
+assert written["np"] < written["sib"], "the norm pass wrote no less than speculating"
+EOF
+
 # 2 ranks at stage 3 with clipping (the embeddings, tied to the head, reduce-scattered at both hand-overs and their
 # parts summed): the same weights as the ordinary step of the same 2 ranks. Skipped without MPI.
 if cli_mpi_strata "${common[@]}" --steps 1; then
-    for mode in ordinary sib; do
+    for mode in ordinary sib np; do
         timeout 120 bash "$here/helpers/mpi.sh" 2 "$bin" "${common[@]}" --offload host --config "$scratch/$mode-clip.json" \
             --dump-weights "$scratch/ranks-$mode.bin" --log-jsonl "$scratch/ranks-$mode.jsonl" >"$scratch/ranks-$mode.txt" \
             2>&1 || { fail "2 ranks, $mode: exit $?"; cat "$scratch/ranks-$mode.txt"; }
@@ -84,6 +113,12 @@ if cli_mpi_strata "${common[@]}" --steps 1; then
         ok
     else
         fail "2 ranks, stage 3, clipping: step in backward's weights differ from the ordinary step's"
+    fi
+    if cmp -s "$scratch/ranks-ordinary.bin" "$scratch/ranks-np.bin" && [ -s "$scratch/ranks-np.bin" ]; then
+        echo "2 ranks, stage 3, clipping, norm pass: weights bit-identical"
+        ok
+    else
+        fail "2 ranks, stage 3, clipping: the norm pass's weights differ from the ordinary step's"
     fi
 else
     echo "2 ranks: skipped (no mpirun, or strata built without MPI)"

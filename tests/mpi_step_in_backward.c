@@ -3,9 +3,10 @@
  * over and its update takes this rank's part, during backward. N ranks end with the weights, and report the
  * gradient norms, of the same N ranks' ordinary step, bit for bit: without clipping, with clipping that is certain
  * from the first hand-over, and with a threshold between the steps' norms (some steps redone), in host memory and
- * on NVMe; in fp16 with a loss scale that overflows the first steps (skipped alike). Every rank holds what rank 0
- * holds. With several ranks stages 0 and 1 are refused with the stage named (STRATA_ECONFIG, or STRATA_ECOMM with
- * the refusing rank's message on the others); one rank runs them.
+ * on NVMe; in fp16 with a loss scale that overflows the first steps (skipped alike); and with strata.norm_pass (the
+ * world's norm measured by a first backward, nothing redone). Every rank holds what rank 0 holds. With several
+ * ranks stages 0 and 1 are refused with the stage named (STRATA_ECONFIG, or STRATA_ECOMM with the refusing rank's
+ * message on the others); one rank runs them.
  */
 #include <math.h>
 #include <stdio.h>
@@ -64,7 +65,7 @@ static double probe_clip(const synth_opts *o, strata_config c)
     return (lo + hi) / 2;
 }
 
-static void run_case(int stage, const synth_placement *pl, int clip_mode, strata_dtype dtype)
+static void run_case(int stage, const synth_placement *pl, int clip_mode, strata_dtype dtype, bool norm_pass)
 {
     synth_opts o;
     model(&o);
@@ -78,14 +79,15 @@ static void run_case(int stage, const synth_placement *pl, int clip_mode, strata
     cfg.sub_group_size = 4096;
     cfg.gradient_clipping = clip_mode == 0 ? 0 : clip_mode == 1 ? 1e-6 : probe_clip(&o, cfg);
     char what[256];
-    snprintf(what, sizeof what, "%s, stage %d, %s, clipping %g, %d ranks", strata_dtype_name(dtype), stage, pl->name,
-             cfg.gradient_clipping, world.size);
+    snprintf(what, sizeof what, "%s, stage %d, %s, clipping %g%s, %d ranks", strata_dtype_name(dtype), stage,
+             pl->name, cfg.gradient_clipping, norm_pass ? ", norm pass" : "", world.size);
     double norms[2][STEPS];
     float *w[2] = {NULL, NULL};
     size_t n[2] = {0, 0};
     strata_stats stats[2] = {{0}};
     for (int sib = 0; sib < 2; sib++) {
         cfg.step_in_backward = sib;
+        cfg.norm_pass = sib && norm_pass;
         o.grad_norms = norms[sib];
         if (!train(what, &o, &cfg, &w[sib], &n[sib], &stats[sib]))
             goto out;
@@ -100,8 +102,12 @@ static void run_case(int stage, const synth_placement *pl, int clip_mode, strata
                 "backward, %.17g by the ordinary step", what, s, norms[1][s], norms[0][s]);
         clipped += cfg.gradient_clipping > 0 && isfinite(norms[0][s]) && norms[0][s] > cfg.gradient_clipping;
     }
-    T_CHECK(stats[1].steps_redone == clipped, "%s: %llu steps redone, %llu clipped", what,
+    if (norm_pass) /* decided before the updates: nothing redone */
+        clipped = 0;
+    T_CHECK(stats[1].steps_redone == clipped, "%s: %llu steps redone, %llu expected", what,
             (unsigned long long)stats[1].steps_redone, (unsigned long long)clipped);
+    T_CHECK(stats[1].norm_passes == (norm_pass ? (uint64_t)STEPS : 0), "%s: %llu norm passes", what,
+            (unsigned long long)stats[1].norm_passes);
     T_CHECK(stats[1].skipped_steps == stats[0].skipped_steps, "%s: %llu steps skipped, the ordinary step %llu", what,
             (unsigned long long)stats[1].skipped_steps, (unsigned long long)stats[0].skipped_steps);
     if (world.rank == 0)
@@ -143,12 +149,16 @@ int main(void)
     refused(0);
     refused(1);
     for (int clip = 0; clip < 3; clip++) {
-        run_case(2, &synth_placements[1], clip, STRATA_DTYPE_BF16); /* the optimizer on the host */
-        run_case(3, &synth_placements[2], clip, STRATA_DTYPE_BF16); /* parameters and optimizer on the host */
-        run_case(3, &synth_placements[3], clip, STRATA_DTYPE_BF16); /* on NVMe */
+        run_case(2, &synth_placements[1], clip, STRATA_DTYPE_BF16, false); /* the optimizer on the host */
+        run_case(3, &synth_placements[2], clip, STRATA_DTYPE_BF16, false); /* parameters and optimizer on the host */
+        run_case(3, &synth_placements[3], clip, STRATA_DTYPE_BF16, false); /* on NVMe */
     }
-    run_case(3, &synth_placements[3], 2, STRATA_DTYPE_FP16); /* overflows skip steps, the rest some clipped */
-    run_case(2, &synth_placements[1], 0, STRATA_DTYPE_FP16);
+    run_case(3, &synth_placements[3], 2, STRATA_DTYPE_FP16, false); /* overflows skip steps, the rest some clipped */
+    run_case(2, &synth_placements[1], 0, STRATA_DTYPE_FP16, false);
+    /* The norm pass: the world's norm summed at strata_norm_pass_end, the updates run once, clipped. */
+    run_case(2, &synth_placements[1], 2, STRATA_DTYPE_BF16, true);
+    run_case(3, &synth_placements[3], 2, STRATA_DTYPE_BF16, true);
+    run_case(3, &synth_placements[3], 2, STRATA_DTYPE_FP16, true);
     t_scratch_cleanup();
     strata_comm_destroy(world.comm);
     return t_done();

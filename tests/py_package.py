@@ -217,6 +217,53 @@ def check_engine_round_trip(rng):
     engine.close()
 
 
+def check_engine_norm_pass(rng):
+    """strata.norm_pass from Python: step_begin, a backward that only measures, norm_pass_end, the backward again,
+    step; the weights and the norm are the ordinary step's, bit for bit, with clipping that triggers."""
+    sizes = {"w": 3000, "b": 40}
+    init = {name: rng.standard_normal(n).astype(np.float32) for name, n in sizes.items()}
+    grads = [{name: rng.standard_normal(n).astype(np.float32) for name, n in sizes.items()} for _ in range(3)]
+    runs = {}
+    for mode in ("ordinary", "norm pass"):
+        on = mode == "norm pass"
+        engine = strata.Engine({"gradient_clipping": 0.5, "optimizer": {"params": {"lr": 0.01}},
+                                "strata": {"backend": "host", "step_in_backward": on, "norm_pass": on}})
+        module = engine.add_module("layer0")
+        params = {name: engine.add_param(module, name, n,
+                                         init=lambda off, cnt, out, name=name: ctypes.memmove(
+                                             out, init[name][off:off + cnt].ctypes.data, cnt * 4))
+                  for name, n in sizes.items()}
+        engine.finalize()
+        norms = []
+        for g in grads:
+            engine.step_begin()
+            for measuring in ((True, False) if on else (False,)):
+                engine.fetch(module)
+                for name, n in sizes.items():
+                    f32_view(engine.grad_data(params[name]), n)[:] = g[name]
+                engine.grads_ready(module)
+                engine.release(module)
+                if measuring:
+                    measured = engine.norm_pass_end()
+            result = engine.step()
+            norms.append(result["grad_norm"])
+            if on:
+                T.check(measured == result["grad_norm"], "norm_pass_end returns the step's norm", measured,
+                        result["grad_norm"])
+        engine.sync()
+        out = {name: np.zeros(n, np.float32) for name, n in sizes.items()}
+        for name, n in sizes.items():
+            engine.read_master(params[name], 0, n, out[name].ctypes.data)
+        runs[mode] = (out, norms, engine.stats())
+        engine.close()
+    (w0, n0, _), (w1, n1, st) = runs["ordinary"], runs["norm pass"]
+    same = all(np.array_equal(w0[name], w1[name]) for name in sizes)
+    T.check(same and n0 == n1, "norm pass: weights and norms bit-identical to the ordinary step", n1, n0)
+    T.check(all(n > 0.5 for n in n0), "clipping triggered at every step", n0, "> 0.5")
+    T.check(st["norm_passes"] == len(grads) and st["steps_redone"] == 0, "stats: a norm pass per step, nothing "
+            "redone", (st["norm_passes"], st["steps_redone"]), (len(grads), 0))
+
+
 def check_placement():
     """Engine.placement(): the tiers finalize chose for offload device "auto", and why."""
     engine = strata.Engine({"zero_optimization": {"offload_param": {"device": "auto"},
@@ -367,6 +414,7 @@ def main():
     check_batch_sizes()
     check_engine_round_trip(rng)
     check_init_error()
+    check_engine_norm_pass(rng)
     check_placement()
     check_not_found(scratch)
     check_cli(scratch)

@@ -564,6 +564,11 @@ static const probe probes[] = {
     /* The same weights, without the gradient store's NVMe writes (t_engine_step_in_backward proves both). */
     {"strata.step_in_backward", "true", OPT_ON_NVME ", \"strata\": {\"host_cache\": false, \"gradients_on_nvme\": true}}",
      obs_train_one_micro_batch, NULL},
+    /* Clipping decided by a first backward: nothing redone, no second copy nor kept gradients on NVMe (the same
+     * weights: t_engine_step_in_backward). */
+    {"strata.norm_pass", "true",
+     OPT_ON_NVME ", \"gradient_clipping\": 0.001, \"strata\": {\"host_cache\": false, \"step_in_backward\": true}}",
+     obs_train_one_micro_batch, NULL},
     /* Offloaded activations: what the plan holds for them (strata_act_push itself: t_engine_act). */
     {"strata.offload_activations.device", "\"cpu\"", "{\"strata\": {\"offload_activations\": {\"bytes\": \"1MiB\"}}}",
      obs_finalize, NULL},

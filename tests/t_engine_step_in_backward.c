@@ -2,9 +2,10 @@
  * Step in backward (strata.step_in_backward): each module's update runs during backward from its hand-over's
  * staging, and must give bit for bit what the ordinary step gives from the fp32 gradient store, in every placement
  * and dtype where both apply, over several steps of fresh random data, also with gradient clipping that triggers
- * (steps redone) and that does not, fp16 steps skipped, and compressed moments. The store is never written (NVMe writes of
- * a run with the store on NVMe shrink by exactly the store's bytes). The combinations it refuses and the misuse of
- * its calls each give their message.
+ * (steps redone) and that does not, fp16 steps skipped, and compressed moments; the same with strata.norm_pass (the
+ * norm measured by a first backward: nothing redone, nothing kept), whose second backward must repeat the first.
+ * The store is never written (NVMe writes of a run with the store on NVMe shrink by exactly the store's bytes). The
+ * combinations it refuses and the misuse of its calls each give their message.
  */
 #include <math.h>
 #include <string.h>
@@ -41,9 +42,11 @@ static void compare(const char *label, const synth_opts *o, strata_config c, str
     float *ref = NULL, *w = NULL, *init = NULL;
     size_t nref = 0, n = 0, ninit = 0;
     strata_stats s0, s1;
-    c.step_in_backward = false;
+    bool norm_pass = c.norm_pass;
+    c.step_in_backward = c.norm_pass = false;
     T_OK(synth_train(o, &c, &ref, &nref, NULL, &s0));
     c.step_in_backward = true;
+    c.norm_pass = norm_pass;
     double sib_norms[16];
     synth_opts sib = *o;
     if (o->grad_norms)
@@ -113,7 +116,7 @@ static double probe_clip(const synth_opts *o, strata_config c)
     return (lo + hi) / 2;
 }
 
-static void run_placements(strata_dtype dtype, clip_mode mode, strata_moments moments)
+static void run_placements(strata_dtype dtype, clip_mode mode, strata_moments moments, bool norm_pass)
 {
     for (size_t p = 0; p < synth_placement_count; p++) {
         synth_opts o;
@@ -132,10 +135,12 @@ static void run_placements(strata_dtype dtype, clip_mode mode, strata_moments mo
         }
         c.optimizer_moments = moments;
         c.gradient_clipping = mode == CLIP_MID ? probe_clip(&o, c) : clips[mode];
+        c.norm_pass = norm_pass;
         static const char *moments_name[] = {"fp32", "bf16", "8-bit"};
         char label[200];
-        snprintf(label, sizeof label, "%s / %s / %s (%g) / %s moments", strata_dtype_name(dtype),
-                 synth_placements[p].name, clip_mode_name[mode], c.gradient_clipping, moments_name[moments]);
+        snprintf(label, sizeof label, "%s / %s / %s (%g) / %s moments%s", strata_dtype_name(dtype),
+                 synth_placements[p].name, clip_mode_name[mode], c.gradient_clipping, moments_name[moments],
+                 norm_pass ? " / norm pass" : "");
         double norms[8];
         o.grad_norms = norms;
         strata_stats s0 = {0}, s1 = {0};
@@ -147,10 +152,18 @@ static void run_placements(strata_dtype dtype, clip_mode mode, strata_moments mo
                "%.3f s and %llu NVMe bytes in redos\n", label, (unsigned long long)s1.steps_redone, o.steps,
                (unsigned long long)redone, (unsigned long long)s1.skipped_steps, s1.redo_ns * 1e-9,
                (unsigned long long)s1.redo_nvme_bytes);
+        if (norm_pass) /* the step is decided before its updates: nothing is redone */
+            redone = 0;
         T_CHECK(s1.steps_redone == redone, "%s: %llu steps redone, %llu expected", label,
                 (unsigned long long)s1.steps_redone, (unsigned long long)redone);
-        T_CHECK(mode != CLIP_MID || (redone > 0 && redone < (uint64_t)o.steps), "%s: %llu of %d steps clipped; the "
-                "threshold was to clip some", label, (unsigned long long)redone, o.steps);
+        T_CHECK(s1.norm_passes == (norm_pass ? (uint64_t)o.steps : 0) && (s1.norm_pass_ns > 0) == norm_pass,
+                "%s: %llu norm passes in %llu ns, for %d steps", label, (unsigned long long)s1.norm_passes,
+                (unsigned long long)s1.norm_pass_ns, o.steps);
+        uint64_t clipped = 0;
+        for (int s = 0; mode != CLIP_OFF && s < o.steps; s++)
+            clipped += isfinite(norms[s]) && norms[s] > c.gradient_clipping;
+        T_CHECK(mode != CLIP_MID || (clipped > 0 && clipped < (uint64_t)o.steps), "%s: %llu of %d steps clipped; the "
+                "threshold was to clip some", label, (unsigned long long)clipped, o.steps);
         T_CHECK(s0.steps_redone == 0, "%s: the ordinary step counted %llu redone steps", label,
                 (unsigned long long)s0.steps_redone);
         T_CHECK(dtype != STRATA_DTYPE_FP16 || (s1.skipped_steps > 0 && s1.skipped_steps < (uint64_t)o.steps),
@@ -267,7 +280,7 @@ static void write_grads(strata_engine *e, const synth_opts *o, int l, int step, 
  * is followed by a second use of layer 0 before backward, layer 0 is handed over twice per step. The first
  * hand-over is summed (fp32) and the update starts at the second: bit-identical to the ordinary step's store.
  * Without a declared order (step 1 records it) the first hand-over is the last, and the second is refused. */
-static void tied(strata_dtype dtype, double clip)
+static void tied(strata_dtype dtype, double clip, bool norm_pass)
 {
     synth_opts o;
     synth_defaults(&o, t_rand_u64());
@@ -283,9 +296,11 @@ static void tied(strata_dtype dtype, double clip)
     for (int l = 0; l < L; l++)
         n += (size_t)o.width[l + 1] * o.width[l];
     float *w[2] = {calloc(n, 4), calloc(n, 4)};
-    for (int mode = 0; mode < 3 && w[0] && w[1]; mode++) {
+    /* modes: the ordinary step; step in backward (with norm_pass, each step's hand-overs made twice); no order */
+    for (int mode = 0; mode < (norm_pass ? 2 : 3) && w[0] && w[1]; mode++) {
         strata_config c = synth_config(dtype);
         c.step_in_backward = mode != 0;
+        c.norm_pass = norm_pass && mode != 0;
         c.gradient_clipping = clip;
         strata_engine *e = NULL;
         T_OK(synth_engine(&o, &c, &e));
@@ -295,27 +310,32 @@ static void tied(strata_dtype dtype, double clip)
             T_OK(strata_module_order(e, order, k));
         for (int s = 0; s < 3; s++) {
             T_OK(strata_step_begin(e, NULL));
-            for (int l = 0; l < L; l++) {
-                T_OK(strata_fetch(e, (strata_module_id)l));
-                T_OK(strata_release(e, (strata_module_id)l));
-            }
-            T_OK(strata_fetch(e, 0)); /* the tied use */
-            write_grads(e, &o, 0, s, 0, dtype);
-            T_OK(strata_grads_ready(e, 0));
-            T_OK(strata_release(e, 0));
-            for (int l = L - 1; l >= 0; l--) {
-                T_OK(strata_fetch(e, (strata_module_id)l));
-                write_grads(e, &o, l, s, 1, dtype);
-                strata_status st = strata_grads_ready(e, (strata_module_id)l);
-                if (mode == 2 && l == 0) {
-                    T_CHECK(st == STRATA_ESTATE, "tied, no declared order: the second hand-over gave %s",
-                            strata_status_name(st));
-                    T_CONTAINS(strata_last_error(e), "the module's gradients were already handed over in this step");
-                    T_CONTAINS(strata_last_error(e), "only when the fetch order is declared (strata_module_order)");
-                } else {
-                    T_CHECK(st == STRATA_OK, "tied: grads_ready(%d): %s", l, strata_last_error(e));
+            for (int pass = c.norm_pass ? 0 : 1; pass < 2; pass++) {
+                if (pass == 1 && c.norm_pass)
+                    T_OK(strata_norm_pass_end(e, NULL));
+                for (int l = 0; l < L; l++) {
+                    T_OK(strata_fetch(e, (strata_module_id)l));
+                    T_OK(strata_release(e, (strata_module_id)l));
                 }
-                T_OK(strata_release(e, (strata_module_id)l));
+                T_OK(strata_fetch(e, 0)); /* the tied use */
+                write_grads(e, &o, 0, s, 0, dtype);
+                T_OK(strata_grads_ready(e, 0));
+                T_OK(strata_release(e, 0));
+                for (int l = L - 1; l >= 0; l--) {
+                    T_OK(strata_fetch(e, (strata_module_id)l));
+                    write_grads(e, &o, l, s, 1, dtype);
+                    strata_status st = strata_grads_ready(e, (strata_module_id)l);
+                    if (mode == 2 && l == 0) {
+                        T_CHECK(st == STRATA_ESTATE, "tied, no declared order: the second hand-over gave %s",
+                                strata_status_name(st));
+                        T_CONTAINS(strata_last_error(e),
+                                   "the module's gradients were already handed over in this step");
+                        T_CONTAINS(strata_last_error(e), "only when the fetch order is declared (strata_module_order)");
+                    } else {
+                        T_CHECK(st == STRATA_OK, "tied: grads_ready(%d): %s", l, strata_last_error(e));
+                    }
+                    T_OK(strata_release(e, (strata_module_id)l));
+                }
             }
             T_OK(strata_step(e, NULL, NULL));
             if (mode == 2)
@@ -330,8 +350,8 @@ static void tied(strata_dtype dtype, double clip)
         strata_engine_destroy(e);
     }
     size_t first, diffs = synth_count_diff(w[0], w[1], n, &first);
-    printf("tied %s, clipping %g: %zu of %zu weights differ from the ordinary step\n", strata_dtype_name(dtype), clip,
-           diffs, n);
+    printf("tied %s, clipping %g%s: %zu of %zu weights differ from the ordinary step\n", strata_dtype_name(dtype), clip,
+           norm_pass ? ", norm pass" : "", diffs, n);
     T_CHECK(diffs == 0, "tied %s, clipping %g: %zu of %zu weights differ; first at %zu: %.9g vs %.9g",
             strata_dtype_name(dtype), clip, diffs, n, first, first < n ? (double)w[0][first] : 0.0, first < n ? (double)w[1][first] : 0.0);
     free(w[0]);
@@ -374,6 +394,32 @@ static void checkpoint(void)
     free(tmp);
 }
 
+/* strata.norm_pass whose second backward gives other gradients than the first: strata_step fails naming the module,
+ * before anything is updated (the module that differs is the first handed over), and the step run again with the
+ * first's gradients ends where the ordinary step ends, bit for bit. */
+static void norm_pass_differs(strata_dtype dtype, void (*place)(strata_config *, const char *), const char *where)
+{
+    synth_opts o;
+    synth_defaults(&o, t_rand_u64());
+    o.micro_batches = 1;
+    o.steps = 3;
+    strata_config c = synth_config(dtype);
+    place(&c, nvme_dir);
+    c.gradient_clipping = 1e-6; /* triggers: the clip factor the norm pass fixed is the one the updates use */
+    c.norm_pass = true;
+    char error[1024] = "(not failed)";
+    o.norm_pass_differ_at = 2;
+    o.norm_pass_error = error;
+    char label[160];
+    snprintf(label, sizeof label, "norm pass, second backward differs at step 2 (%s, %s)", strata_dtype_name(dtype),
+             where);
+    compare(label, &o, c, NULL, NULL);
+    printf("%s: strata_step said: %s\n", label, error);
+    T_CONTAINS(error, "module \"layer3\": its gradients in the second backward are not the norm pass's (sum of "
+               "squares");
+    T_CONTAINS(error, "load the last checkpoint, and make the backward repeatable or set strata.norm_pass to false");
+}
+
 static void refused(const char *label, strata_config c, const char *key_text)
 {
     synth_opts o;
@@ -397,6 +443,22 @@ static void refusals(void)
     c.offload_optimizer.device = STRATA_TIER_HOST;
     c.offload_optimizer_ratio = 0.5;
     refused("twin-flow", c, "ratio = 0.5: step in backward runs every update on the CPU");
+    c = synth_config(STRATA_DTYPE_FP32);
+    c.norm_pass = true;
+    c.step_in_backward = true;
+    synth_opts o;
+    synth_defaults(&o, 1);
+    strata_engine *e = NULL;
+    T_STATUS(synth_engine(&o, &c, &e), STRATA_ECONFIG);
+    printf("norm pass without clipping: %s\n", strata_last_error(NULL));
+    T_CONTAINS(strata_last_error(NULL), "strata.norm_pass = true without gradient_clipping or fp16: the norm pass "
+               "decides clipping (and an fp16 overflow) before the updates run");
+    c.gradient_clipping = 1;
+    c.step_in_backward = false;
+    T_STATUS(synth_engine(&o, &c, &e), STRATA_ECONFIG);
+    printf("norm pass without step in backward: %s\n", strata_last_error(NULL));
+    T_CONTAINS(strata_last_error(NULL), "strata.norm_pass = true with strata.step_in_backward = false");
+    strata_engine_destroy(e);
 }
 
 /* The calls' contract: begin before the hand-overs, one hand-over per module and step, strata_step's lr. */
@@ -451,6 +513,29 @@ static void misuse(void)
     T_OK(strata_step_begin(e, NULL));
     T_OK(strata_step_begin(e, NULL));
     T_STATUS(strata_step_begin(e, &(strata_step_args){.lr = 1.0 / 0.0}), STRATA_EINVAL);
+    T_STATUS(strata_norm_pass_end(e, NULL), STRATA_ESTATE);
+    T_CONTAINS(strata_last_error(e), "strata_norm_pass_end: strata.norm_pass is off");
+    strata_engine_destroy(e);
+
+    /* With the norm pass: strata_norm_pass_end once per begun step, before strata_step. */
+    c.step_in_backward = c.norm_pass = true;
+    c.gradient_clipping = 1;
+    T_OK(synth_engine(&o, &c, &e));
+    if (!e)
+        return;
+    T_STATUS(strata_norm_pass_end(e, NULL), STRATA_ESTATE);
+    T_CONTAINS(strata_last_error(e), "strata_norm_pass_end: no step was begun");
+    T_OK(strata_step_begin(e, NULL));
+    T_STATUS(strata_step(e, NULL, NULL), STRATA_ESTATE);
+    T_CONTAINS(strata_last_error(e), "strata_step: strata.norm_pass is on and this step's norm pass did not end");
+    double norm = -2;
+    T_OK(strata_norm_pass_end(e, &norm));
+    T_CHECK(norm == 0, "a norm pass without hand-overs measured %g", norm);
+    T_STATUS(strata_norm_pass_end(e, NULL), STRATA_ESTATE);
+    T_CONTAINS(strata_last_error(e), "strata_norm_pass_end: this step's norm pass already ended");
+    T_OK(strata_step(e, NULL, &r));
+    T_EQ_INT(r.step, 1);
+    T_CHECK(r.grad_norm == 0, "grad_norm %g", r.grad_norm);
     strata_engine_destroy(e);
 }
 
@@ -461,25 +546,35 @@ int main(void)
     misuse();
     refusals();
     no_gradients();
-    tied(STRATA_DTYPE_FP32, 0);
-    tied(STRATA_DTYPE_BF16, 0);
-    tied(STRATA_DTYPE_BF16, 1e-3); /* triggers: the tied module's redo reads its fp32 sum */
+    tied(STRATA_DTYPE_FP32, 0, false);
+    tied(STRATA_DTYPE_BF16, 0, false);
+    tied(STRATA_DTYPE_BF16, 1e-3, false); /* triggers: the tied module's redo reads its fp32 sum */
     checkpoint();
     store_never_written();
     optimizer_state_cached();
-    run_placements(STRATA_DTYPE_FP32, CLIP_OFF, STRATA_MOMENTS_FP32);
-    run_placements(STRATA_DTYPE_BF16, CLIP_OFF, STRATA_MOMENTS_FP32);
-    run_placements(STRATA_DTYPE_FP32, CLIP_MID, STRATA_MOMENTS_FP32);
-    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_FP32);
-    run_placements(STRATA_DTYPE_BF16, CLIP_CERTAIN, STRATA_MOMENTS_FP32);
-    run_placements(STRATA_DTYPE_BF16, CLIP_NEVER, STRATA_MOMENTS_FP32);
-    run_placements(STRATA_DTYPE_FP16, CLIP_OFF, STRATA_MOMENTS_FP32); /* overflows skip steps: the updates undone */
-    run_placements(STRATA_DTYPE_FP16, CLIP_MID, STRATA_MOMENTS_FP32);
+    run_placements(STRATA_DTYPE_FP32, CLIP_OFF, STRATA_MOMENTS_FP32, false);
+    run_placements(STRATA_DTYPE_BF16, CLIP_OFF, STRATA_MOMENTS_FP32, false);
+    run_placements(STRATA_DTYPE_FP32, CLIP_MID, STRATA_MOMENTS_FP32, false);
+    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_FP32, false);
+    run_placements(STRATA_DTYPE_BF16, CLIP_CERTAIN, STRATA_MOMENTS_FP32, false);
+    run_placements(STRATA_DTYPE_BF16, CLIP_NEVER, STRATA_MOMENTS_FP32, false);
+    /* overflows skip steps: the updates undone */
+    run_placements(STRATA_DTYPE_FP16, CLIP_OFF, STRATA_MOMENTS_FP32, false);
+    run_placements(STRATA_DTYPE_FP16, CLIP_MID, STRATA_MOMENTS_FP32, false);
     /* Compressed moments (strata.optimizer_moments): the bf16 rounding bits are drawn by element index, so the
      * module pieces of the updates in backward draw what the ordinary step's sub-groups draw. */
-    run_placements(STRATA_DTYPE_BF16, CLIP_OFF, STRATA_MOMENTS_BF16);
-    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_BF16);
-    run_placements(STRATA_DTYPE_BF16, CLIP_OFF, STRATA_MOMENTS_8BIT);
-    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_8BIT);
+    run_placements(STRATA_DTYPE_BF16, CLIP_OFF, STRATA_MOMENTS_BF16, false);
+    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_BF16, false);
+    run_placements(STRATA_DTYPE_BF16, CLIP_OFF, STRATA_MOMENTS_8BIT, false);
+    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_8BIT, false);
+    /* The norm pass: each step decided before its updates, which then run once, clipped. */
+    run_placements(STRATA_DTYPE_FP32, CLIP_MID, STRATA_MOMENTS_FP32, true);
+    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_FP32, true);
+    run_placements(STRATA_DTYPE_BF16, CLIP_NEVER, STRATA_MOMENTS_FP32, true);
+    run_placements(STRATA_DTYPE_FP16, CLIP_OFF, STRATA_MOMENTS_FP32, true); /* an overflow skips: nothing updated */
+    run_placements(STRATA_DTYPE_BF16, CLIP_MID, STRATA_MOMENTS_8BIT, true);
+    tied(STRATA_DTYPE_BF16, 1e-3, true);
+    norm_pass_differs(STRATA_DTYPE_BF16, synth_placements[0].apply, synth_placements[0].name);
+    norm_pass_differs(STRATA_DTYPE_FP32, opt_nvme_grads_nvme, "optimizer on NVMe");
     return t_done();
 }

@@ -6,6 +6,7 @@
 
 #include "base/size.h"
 #include "base/util.h"
+#include "engine/config/config.h"
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_auto.h"
 #include "engine/plan/plan_ranks.h"
@@ -178,9 +179,7 @@ static plan_input plan_input_of(const estimate_ranks *ranks, const strata_config
                      .sub_group_numel = align_up(cfg->sub_group_size, PLAN_MODULE_ALIGN),
                      .activation_bytes = cfg->activation_bytes, .world_size = ranks->world_size,
                      .zero_stage = ranks->zero_stage, .step_in_backward = cfg->step_in_backward,
-                     .speculate = cfg->step_in_backward &&
-                                  (cfg->gradient_clipping > 0 || cfg->param_dtype == STRATA_DTYPE_FP16),
-                     .keep_grads = cfg->step_in_backward && cfg->gradient_clipping > 0,
+                     .speculate = cfg_speculates(cfg), .keep_grads = cfg_keeps_grads(cfg),
                      .moments = cfg->optimizer_moments};
     plan_windows(cfg, in.param_bytes, &in.prefetch_bytes, &in.max_live_bytes);
     /* Each module is partitioned on its own (a rank owns a slice of every module, so a fetch gathers one

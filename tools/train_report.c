@@ -117,7 +117,7 @@ static void log_step(train_report *r, int64_t step, double loss, double lr, doub
             "\"host_peak_bytes\":%zu,\"nvme_peak_bytes\":%zu,\"fetches\":%llu,\"host_cache_read_bytes\":%llu,"
             "\"host_cache_held_bytes\":%llu,"
             "\"act_offload_bytes\":%llu,\"act_restore_bytes\":%llu,\"act_stall_s\":%.6f,\"redone\":%s,"
-            "\"redo_s\":%.6f,\"redo_nvme_bytes\":%llu}\n",
+            "\"redo_s\":%.6f,\"redo_nvme_bytes\":%llu,\"norm_pass_s\":%.6f}\n",
             (long long)step + 1, loss, lr, tokens_per_s, tokens_per_s * r->flops_per_token / 1e12,
             step_wall_s, ns_s(now->stall_ns - prev->stall_ns), ns_s(now->step_ns - prev->step_ns),
             res->skipped ? "true" : "false", res->loss_scale,
@@ -132,7 +132,8 @@ static void log_step(train_report *r, int64_t step, double loss, double lr, doub
             (unsigned long long)(now->act_offload_bytes - prev->act_offload_bytes),
             (unsigned long long)(now->act_restore_bytes - prev->act_restore_bytes),
             ns_s(now->act_stall_ns - prev->act_stall_ns), now->steps_redone > prev->steps_redone ? "true" : "false",
-            ns_s(now->redo_ns - prev->redo_ns), (unsigned long long)(now->redo_nvme_bytes - prev->redo_nvme_bytes));
+            ns_s(now->redo_ns - prev->redo_ns), (unsigned long long)(now->redo_nvme_bytes - prev->redo_nvme_bytes),
+            ns_s(now->norm_pass_ns - prev->norm_pass_ns));
     /* Unbuffered, the write fails in fprintf itself, which leaves errno saying why. */
     int e = written < 0 ? (errno ? errno : EIO) : stream_flush_errno(r->jsonl);
     if (e) {
@@ -247,6 +248,11 @@ static void summary_traffic(const train_report *r, int64_t steps)
                steps > 0 ? 100.0 * (double)redone / (double)steps : 0.0, ns_s(b->redo_ns - a->redo_ns),
                report_bytes((double)(b->redo_nvme_bytes - a->redo_nvme_bytes), x, sizeof x));
     }
+    uint64_t passes = b->norm_passes - a->norm_passes;
+    if (passes)
+        printf("  norm pass   %llu of %lld steps measured the gradient norm first, with one more forward and "
+               "backward: %.2f s\n", (unsigned long long)passes, (long long)steps,
+               ns_s(b->norm_pass_ns - a->norm_pass_ns));
     uint64_t fetches = b->fetches - a->fetches;
     printf("  fetches     %llu (%.1f per step), %llu found resident or in flight\n", (unsigned long long)fetches,
            steps > 0 ? (double)fetches / (double)steps : 0.0, (unsigned long long)(b->prefetch_hits - a->prefetch_hits));

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/stream.h"
+#include "engine/config/config.h"
 #include "model/gpt_engine.h"
 #include "tools/ckpt_locate.h"
 #include "tools/train_msg.h"
@@ -202,17 +203,13 @@ static int resume(run *r, const trainer_opts *o, int64_t *start)
     return 0;
 }
 
-/* One step: the micro-batches' forward and backward, a pass of trainer_pass_micro_batches at a time, then
- * strata_step; 0, or the exit code. */
-static int train_step(run *r, const trainer_opts *o, int64_t s, train_report *rep)
+/* Step s's micro-batches' forward and backward, a pass of trainer_pass_micro_batches at a time; *loss: this rank's
+ * mean. 0, or the exit code. */
+static int forward_backward(run *r, const trainer_opts *o, int64_t s, double *loss)
 {
-    double t0 = now_s(), loss = 0;
     int world = strata_comm_size(o->comm), rank = strata_comm_rank(o->comm), held = trainer_pass_micro_batches(o);
     size_t ntok = (size_t)o->batch * o->seq;
-    strata_step_args args = {.lr = trainer_lr(o, s)};
-    /* Fixes the step's lr before backward: with strata.step_in_backward the updates run during it. */
-    if (strata_step_begin(r->e, &args) != STRATA_OK)
-        return fail(r->e, "beginning the step (strata_step_begin)");
+    *loss = 0;
     for (int first = 0; first < o->grad_accum; first += held) {
         /* The ranks split the step's micro-batches round robin, so N ranks x k see what 1 rank x N*k sees. */
         for (int j = 0; j < held; j++)
@@ -228,8 +225,25 @@ static int train_step(run *r, const trainer_opts *o, int64_t s, train_report *re
             return 1;
         }
         for (int j = 0; j < held; j++)
-            loss += r->losses[j] / o->grad_accum;
+            *loss += r->losses[j] / o->grad_accum;
     }
+    return 0;
+}
+
+/* One step: forward and backward (twice with strata.norm_pass: the first only measures the gradient norm), then
+ * strata_step; 0, or the exit code. */
+static int train_step(run *r, const trainer_opts *o, int64_t s, bool norm_pass, train_report *rep)
+{
+    double t0 = now_s(), loss = 0;
+    int world = strata_comm_size(o->comm), rc;
+    strata_step_args args = {.lr = trainer_lr(o, s)};
+    /* Fixes the step's lr before backward: with strata.step_in_backward the updates run during it. */
+    if (strata_step_begin(r->e, &args) != STRATA_OK)
+        return fail(r->e, "beginning the step (strata_step_begin)");
+    if (norm_pass && ((rc = forward_backward(r, o, s, &loss)) != 0 || strata_norm_pass_end(r->e, NULL) != STRATA_OK))
+        return rc ? rc : fail(r->e, "the norm pass (strata_norm_pass_end)");
+    if ((rc = forward_backward(r, o, s, &loss)) != 0)
+        return rc;
     double t1 = now_s(), lr = args.lr;
     strata_step_result res;
     if (strata_step(r->e, &args, &res) != STRATA_OK)
@@ -293,11 +307,11 @@ static int train_loop(run *r, const trainer_opts *o, int64_t start, strata_confi
                  o->quiet || !train_msg_root(), r->jsonl, r->jsonl_path);
     rep.flops_per_token = gpt_flops_per_token(&o->dims, o->seq);
     rep.startup_s = r->startup_s;
-    rep.speculating = cfg->step_in_backward && cfg->gradient_clipping > 0;
+    rep.speculating = cfg_keeps_grads(cfg);
     int64_t s = start, last_saved = -1;
     int rc = 0;
     for (; s < o->steps && !stop_signal && rc == 0; s++) {
-        if ((rc = train_step(r, o, s, &rep)) != 0)
+        if ((rc = train_step(r, o, s, cfg->norm_pass, &rep)) != 0)
             break;
         rc = save_every(r, o, s, &rep, &last_saved);
     }

@@ -61,6 +61,7 @@ static void set_defaults(strata_config *cfg)
     cfg->param_max_in_cpu = STRATA_NO_CAP; /* the host budget bounds the cache (DeepSpeed caps it at 1e9) */
     cfg->offload_optimizer_ratio = 1.0;
     cfg->step_in_backward = false;
+    cfg->norm_pass = false;
     cfg->comm_timeout_s = 120.0;
     cfg->gradient_reduction = STRATA_REDUCE_SUM;
     cfg->optimizer_moments = STRATA_MOMENTS_FP32;
@@ -168,6 +169,17 @@ void cfg_reconcile_exact(strata_config *cfg)
         if (!((float)*exact == single)) /* the float was set on its own: it is the value meant */
             *exact = single;
     }
+}
+
+bool cfg_speculates(const strata_config *cfg)
+{
+    return cfg->step_in_backward && !cfg->norm_pass &&
+           (cfg->gradient_clipping > 0 || cfg->param_dtype == STRATA_DTYPE_FP16);
+}
+
+bool cfg_keeps_grads(const strata_config *cfg)
+{
+    return cfg_speculates(cfg) && cfg->gradient_clipping > 0;
 }
 
 strata_adam_hparams cfg_adam_hparams(const strata_config *cfg, double lr)

@@ -24,6 +24,11 @@ const double *cfg_exact_of(const strata_config *cfg, size_t single_offset);
 void cfg_reconcile_exact(strata_config *cfg);
 /* The Adam hyperparameters of a reconciled config (a whole struct of this layout) at lr. */
 strata_adam_hparams cfg_adam_hparams(const strata_config *cfg, double lr);
+/* Whether a step in backward's updates speculate (engine/step/step_rollback.h): with gradient clipping or fp16 they
+ * cannot know the global norm (or an overflow) when they run, unless strata.norm_pass measured it first. With
+ * clipping they also keep their gradients for a redo (cfg_keeps_grads). */
+bool cfg_speculates(const strata_config *cfg);
+bool cfg_keeps_grads(const strata_config *cfg);
 /* cfg_from_caller, then cfg_validate_into: STRATA_ECONFIG with every problem as the thread's error. */
 strata_status config_from_caller(const strata_config *in, strata_config *out);
 /* strata.optimizer_moments as the JSON spells it: "fp32", "bf16", "8bit" ("?" outside the enum), for messages. */

@@ -165,6 +165,7 @@ const cfg_key cfg_keys[] = {
     {"strata.gradients_on_nvme", CFG_ENUM, OFF(gradients_on_nvme), 0, 0, switch_choices, NULL},
     {"strata.host_cache", CFG_BOOL, OFF(host_cache), 0, 0, NULL, NULL},
     {"strata.step_in_backward", CFG_BOOL, OFF(step_in_backward), 0, 0, NULL, NULL},
+    {"strata.norm_pass", CFG_BOOL, OFF(norm_pass), 0, 0, NULL, NULL},
     {"strata.optimizer_moments", CFG_ENUM, OFF(optimizer_moments), 0, 0, moments_choices, NULL},
     {"strata.optimizer_moments_seed", CFG_INT, OFF(optimizer_moments_seed), 0, INT_MAX_D, NULL, NULL},
     {"strata.offload_activations", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},

@@ -42,6 +42,7 @@ static const char *const agreed_keys[] = {
     "strata.delayed_update",
     "strata.delayed_warmup_steps",
     "strata.step_in_backward",
+    "strata.norm_pass",
     "strata.gradient_reduction",
 };
 #define AGREED_KEYS (sizeof agreed_keys / sizeof agreed_keys[0])

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "engine/config/config.h"
 #include "engine/engine.h"
 #include "engine/ranks/ranks.h"
 #include "engine/step/step.h"
@@ -16,8 +17,8 @@ strata_status updater_create(module_updater *u, strata_engine *e)
     u->e = e;
     u->threads = e->cfg.cpu_threads ? e->cfg.cpu_threads : adam_default_threads();
     u->chunk = step_piece_numel(e);
-    u->keep_grads = e->cfg.gradient_clipping > 0;
-    u->speculate = u->keep_grads || e->cfg.param_dtype == STRATA_DTYPE_FP16;
+    u->keep_grads = cfg_keeps_grads(&e->cfg);
+    u->speculate = cfg_speculates(&e->cfg);
     u->kept_dtype = e->world > 1 ? STRATA_DTYPE_FP32 : e->cfg.param_dtype;
     if (posix_memalign((void **)&u->zeros, 4096, u->chunk * 4) != 0) {
         u->zeros = NULL;

@@ -61,6 +61,13 @@ struct step_in_backward {
     bool overflow;                 /* one of them is not finite (the worker's) */
     uint8_t *held;                 /* per module: its update waited (certain) */
 
+    /* strata.norm_pass: the step's first backward only measures; the second updates, decided */
+    bool measuring;                /* in the norm pass (from strata_step_begin to strata_norm_pass_end) */
+    adam_gradstats *measured;      /* per module: the norm pass's statistics, which the second backward must give */
+    bool skip;                     /* the norm pass found an fp16 overflow: the second backward updates nothing */
+    double norm;                   /* the global norm the norm pass measured */
+    uint64_t pass_t0;              /* when the norm pass began */
+
     /* the begun step */
     bool open;
     double lr;
@@ -77,12 +84,23 @@ struct step_in_backward {
     pthread_cond_t work, idle;
     strata_module_id *queue;       /* ring of nmods */
     size_t head, count;
-    err_latch failed;              /* the first failure of an update, until wait_updates reports it */
+    err_latch failed;              /* the first failure of an update in this step: reported by every wait for the
+                                      updates until the step closes, and the step's later updates skipped */
 };
 
 strata_status step_in_backward_check_config(const strata_engine *e)
 {
     const strata_config *c = &e->cfg;
+    if (c->norm_pass && !c->step_in_backward)
+        return err_set(STRATA_ECONFIG, "strata.norm_pass = true with strata.step_in_backward = false: the norm pass "
+                       "measures the gradient norm for the updates that run during backward, and the ordinary step "
+                       "knows the norm when it runs; turn strata.step_in_backward on, or strata.norm_pass off");
+    if (c->norm_pass && !(c->gradient_clipping > 0 || c->param_dtype == STRATA_DTYPE_FP16))
+        return err_set(STRATA_ECONFIG, "strata.norm_pass = true without gradient_clipping or fp16: the norm pass "
+                       "decides clipping (and an fp16 overflow) before the updates run, and without either there is "
+                       "nothing to decide; set gradient_clipping > 0, or strata.norm_pass to false");
+    if (!c->step_in_backward)
+        return STRATA_OK;
     if (c->delayed_update)
         return err_set(STRATA_ECONFIG, "strata.step_in_backward = true with strata.delayed_update = true: both "
                        "overlap the optimizer with the trainer, in two ways that exclude each other; turn one off");
@@ -138,6 +156,35 @@ static strata_status wait_reduced(step_in_backward *s, strata_module_id id)
     return st;
 }
 
+/* strata.norm_pass: module id's statistics in the second backward must be the norm pass's, from which the step was
+ * decided. */
+static strata_status check_measured(const step_in_backward *s, strata_module_id id)
+{
+    const adam_gradstats *was = &s->measured[id], *now = &s->stats[id];
+    if (memcmp(&was->sumsq, &now->sumsq, sizeof now->sumsq) == 0 && was->nonfinite == now->nonfinite)
+        return STRATA_OK;
+    return err_set(STRATA_ESTATE, "its gradients in the second backward are not the norm pass's (sum of squares "
+                   "%.17g, the norm pass's %.17g): strata.norm_pass decides the step from the first backward, so the "
+                   "second must give the same gradients bit for bit (the same batch and hand-overs, a backward "
+                   "without fresh dropout or atomics); the modules updated before it are final and it and the rest "
+                   "are not: load the last checkpoint, and make the backward repeatable or set strata.norm_pass to "
+                   "false", now->sumsq, was->sumsq);
+}
+
+/* strata.norm_pass: a hand-over's statistics. In the norm pass they are all it gives; in the second backward they
+ * must be the norm pass's before the update runs, and a step the norm pass skipped (fp16 overflow) updates nothing.
+ * *update: whether the update runs. */
+static strata_status norm_pass_take(step_in_backward *s, strata_module_id id, const grad_src *g, bool *update)
+{
+    *update = false;
+    ERR_CHECK(updater_stats(&s->up, id, g->mem, g->dtype, &s->stats[id]));
+    if (s->measuring || s->skip)
+        return STRATA_OK;
+    ERR_CHECK(check_measured(s, id));
+    *update = true;
+    return STRATA_OK;
+}
+
 /* The update of a handed-over module: waits for its copy off the device, updates, gives the staging back.
  * Speculating, it counts the gradients' statistics first; once they make clipping certain, the module's update
  * waits for strata_step instead (its gradients kept), where it runs once, clipped, instead of twice, and once an
@@ -158,6 +205,9 @@ static strata_status update_handed(step_in_backward *s, strata_module_id id)
         g = (grad_src){.mem = s->pending[id], .dtype = STRATA_DTYPE_FP32};
     }
     s->kept_at[id] = g.keep ? KEPT_ARRAY : KEPT_PENDING;
+    bool update = true;
+    if (st == STRATA_OK && e->cfg.norm_pass)
+        st = norm_pass_take(s, id, &g, &update);
     if (st == STRATA_OK && s->up.speculate) {
         st = updater_stats(&s->up, id, g.mem, g.dtype, &s->stats[id]);
         s->partial += s->stats[id].sumsq;
@@ -165,9 +215,9 @@ static strata_status update_handed(step_in_backward *s, strata_module_id id)
         s->certain = s->certain || speculation_fails(s);
     }
     s->held[id] = s->certain;
-    if (st == STRATA_OK && s->certain)
+    if (st == STRATA_OK && update && s->certain)
         st = g.keep ? updater_keep(&s->up, id, &g) : STRATA_OK; /* the fp32 sums of tied weights stay in pending */
-    else if (st == STRATA_OK)
+    else if (st == STRATA_OK && update)
         st = updater_run(&s->up, id, &g, &s->consts, s->released[id]);
     pool_release(e->tiers.pool, s->staging[id]);
     s->staging[id] = NULL;
@@ -241,11 +291,12 @@ strata_status step_in_backward_create(strata_engine *e, step_in_backward **out)
     s->kept_at = calloc(n, 1);
     s->held = calloc(n, 1);
     s->stats = calloc(n, sizeof *s->stats);
+    s->measured = calloc(n, sizeof *s->measured);
     s->full = calloc(n, sizeof *s->full);
     s->part = calloc(n, sizeof *s->part);
     s->req = calloc(n, sizeof *s->req);
     if (!s->state || !s->staging || !s->copied || !s->released || !s->queue || !s->pending || !s->summed ||
-        !s->kept_at || !s->held || !s->stats || !s->full || !s->part || !s->req)
+        !s->kept_at || !s->held || !s->stats || !s->measured || !s->full || !s->part || !s->req)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for step in backward");
     for (; s->nmods < n; s->nmods++) {
         ERR_CHECK(dev_event_create(e->dev, &s->copied[s->nmods]));
@@ -299,6 +350,7 @@ void step_in_backward_destroy(strata_engine *e, step_in_backward *s)
     free(s->kept_at);
     free(s->held);
     free(s->stats);
+    free(s->measured);
     free(s->full);
     free(s->part);
     free(s->req);
@@ -452,14 +504,15 @@ strata_status step_in_backward_released(strata_engine *e, strata_module_id id)
     return STRATA_OK;
 }
 
-/* Waits until no update is queued or running; the first failure of one since the last call. */
+/* Waits until no update is queued or running; the first failure of one in this step (kept: a hand-over that met it
+ * while waiting for staging does not make the step's end forget it). */
 static strata_status wait_updates(step_in_backward *s)
 {
     pthread_mutex_lock(&s->lock);
     while (s->count > 0 || s->busy)
         pthread_cond_wait(&s->idle, &s->lock);
     pthread_mutex_unlock(&s->lock);
-    return err_latch_take(&s->failed, NULL);
+    return err_latch_raise(&s->failed, NULL);
 }
 
 /* grad_handoff_ops.reclaim: the updates hold the staging of their hand-overs until they are done. */
@@ -482,12 +535,14 @@ strata_status step_in_backward_begin(step_in_backward *s, double lr, double loss
     s->loss_scale = loss_scale;
     s->fixed = false;
     s->open = true;
+    s->measuring = s->e->cfg.norm_pass;
+    s->pass_t0 = now_ns();
     return STRATA_OK;
 }
 
-/* The decisions of a speculating step, made as the ordinary step makes them (step.c, step_run) from the global
- * norm, the modules' statistics summed in id order: skipped (an fp16 gradient overflowed) or clipped; *consts gets
- * the step's constants with the clip factor. */
+/* The decisions of a speculating step, or of the norm pass, made as the ordinary step makes them (step.c, step_run)
+ * from the global norm, the modules' statistics summed in id order: skipped (an fp16 gradient overflowed) or
+ * clipped; *consts gets the step's constants with the clip factor. */
 static strata_status decide(step_in_backward *s, adam_consts *consts, double *grad_norm, bool *clipped, bool *skipped)
 {
     strata_engine *e = s->e;
@@ -575,6 +630,81 @@ static strata_status settle_speculation(step_in_backward *s, adam_consts *consts
     return redo_updates(s, consts);
 }
 
+/* The step is over (or, after the norm pass, its second backward begins): no module handed over, no statistics. */
+static void clear_modules(step_in_backward *s)
+{
+    memset(s->state, 0, s->nmods);
+    memset(s->summed, 0, s->nmods);
+    memset(s->stats, 0, s->nmods * sizeof *s->stats);
+    memset(s->held, 0, s->nmods);
+    s->partial = 0;
+    s->certain = s->overflow = false;
+}
+
+static void close_step(step_in_backward *s)
+{
+    clear_modules(s);
+    s->open = s->measuring = s->skip = false;
+    err_latch_take_copy(&s->failed, NULL, 0); /* reported by the call that closed it */
+}
+
+/* The norm pass's end, once its hand-offs are done: the modules handed over but never for the last time count too;
+ * the step decided (with ranks, the collective of the world's norm); the second backward begins. */
+static strata_status end_norm_pass(step_in_backward *s, double *grad_norm)
+{
+    strata_engine *e = s->e;
+    fix_step(s); /* a norm pass without hand-overs */
+    ERR_CHECK(wait_updates(s));
+    for (size_t i = 0; i < s->nmods; i++)
+        if (s->state[i] == MOD_PARTIAL)
+            ERR_CHECK(updater_stats(&s->up, (strata_module_id)i, s->pending[i], STRATA_DTYPE_FP32, &s->stats[i]));
+    bool clipped;
+    ERR_CHECK(decide(s, &s->consts, &s->norm, &clipped, &s->skip));
+    if (clipped)
+        LOG_INFO(LOG_ADAM, "step %lld: gradient norm %g > gradient_clipping %g (norm pass): the updates run clipped",
+                 (long long)s->step, s->norm, e->cfg.gradient_clipping);
+    memcpy(s->measured, s->stats, s->nmods * sizeof *s->stats);
+    clear_modules(s);
+    s->measuring = false;
+    *grad_norm = s->norm;
+    uint64_t t1 = now_ns();
+    atomic_fetch_add(&e->ctr.norm_passes, 1);
+    atomic_fetch_add(&e->ctr.norm_pass_ns, t1 - s->pass_t0);
+    trace_event(e->trace, TRACK_TRAINER, "norm pass (forward and backward, measured)", NULL, s->pass_t0, t1);
+    return STRATA_OK;
+}
+
+strata_status step_in_backward_norm_pass_end(strata_engine *e, double *grad_norm)
+{
+    step_in_backward *s = e->in_backward;
+    if (!s->open)
+        return err_set(STRATA_ESTATE, "strata_norm_pass_end: no step was begun: call strata_step_begin, then the "
+                       "norm pass's forward and backward, then strata_norm_pass_end");
+    if (!s->measuring)
+        return err_set(STRATA_ESTATE, "strata_norm_pass_end: this step's norm pass already ended: run the second "
+                       "forward and backward, then strata_step");
+    strata_status st = end_norm_pass(s, grad_norm);
+    if (st != STRATA_OK) /* the step is lost: the next strata_step_begin begins another */
+        close_step(s);
+    return st;
+}
+
+/* strata.norm_pass: the modules the second backward's hand-overs did not check (those without a last hand-over, or
+ * without any) must match the norm pass too. */
+static strata_status check_unhanded(step_in_backward *s)
+{
+    for (size_t i = 0; i < s->nmods; i++) {
+        if (s->state[i] == MOD_QUEUED)
+            continue; /* checked before its update */
+        if (s->state[i] == MOD_PARTIAL)
+            ERR_CHECK(updater_stats(&s->up, (strata_module_id)i, s->pending[i], STRATA_DTYPE_FP32, &s->stats[i]));
+        if (check_measured(s, (strata_module_id)i) != STRATA_OK)
+            return err_set(STRATA_ESTATE, "strata_step: module \"%s\": %s",
+                           registry_module(s->e->reg, (strata_module_id)i)->name, err_last());
+    }
+    return STRATA_OK;
+}
+
 strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *args, double *grad_norm,
                                       bool *skipped)
 {
@@ -588,11 +718,20 @@ strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *
         return err_set(STRATA_EINVAL, "strata_step: lr = %.17g, but strata_step_begin began this step with lr = "
                        "%.17g, and with strata.step_in_backward the updates ran with it; pass the same lr (or 0, or "
                        "NULL args) to strata_step", args->lr, s->lr);
+    if (s->measuring)
+        return err_set(STRATA_ESTATE, "strata_step: strata.norm_pass is on and this step's norm pass did not end: "
+                       "call strata_norm_pass_end after the step's first forward and backward, then run them again");
     fix_step(s);
     strata_status st = wait_updates(s);
     adam_consts consts = s->consts;
     if (st == STRATA_OK && s->up.speculate)
         st = settle_speculation(s, &consts, grad_norm, skipped);
+    if (e->cfg.norm_pass) {
+        *grad_norm = s->norm;
+        *skipped = s->skip;
+        if (st == STRATA_OK && !s->skip)
+            st = check_unhanded(s);
+    }
     /* Modules that got no gradients are updated with zero gradients, as the ordinary step updates them. */
     for (size_t i = 0; st == STRATA_OK && !*skipped && i < s->nmods; i++) {
         grad_src partial = {.mem = s->pending[i], .dtype = STRATA_DTYPE_FP32};
@@ -606,13 +745,7 @@ strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *
             st = err_set(st, "strata_step: the update of module \"%s\" (no last hand-over this step): %s",
                          registry_module(e->reg, (strata_module_id)i)->name, err_last());
     }
-    memset(s->state, 0, s->nmods);
-    memset(s->summed, 0, s->nmods);
-    memset(s->stats, 0, s->nmods * sizeof *s->stats);
-    memset(s->held, 0, s->nmods);
-    s->partial = 0;
-    s->certain = s->overflow = false;
-    s->open = false;
+    close_step(s);
     if (st != STRATA_OK) {
         host_cache_forget(e); /* a mirror may hold a write the drive did not take */
         return st;

@@ -24,6 +24,11 @@
  * strata_step, once the global norm is known (summed as the ordinary step sums it: each module's statistics over
  * its pieces, in module order), commits them, redoes them clipped, or (an fp16 overflow) skips the step, putting
  * the parameters they wrote back.
+ * With strata.norm_pass the trainer runs the step's forward and backward twice instead: in the first (the norm pass)
+ * each hand-over only adds to the statistics, strata_norm_pass_end decides the step from the global norm, and in the
+ * second each update runs as the ordinary step would run it, clipped, after its statistics are found to be the norm
+ * pass's. Nothing speculates, so nothing is kept: the optimizer state is written in place (and host-cached), and a
+ * step costs one more forward and backward instead of the kept gradients' round trip.
  * With several ranks (stages 2 and 3) each hand-over's gradients are reduce-scattered on the comm's thread, started
  * by the trainer's in its order, and the update takes this rank's part (the worker waits for it).
  * Refused at finalize (step_in_backward_check_config): the delayed update, several ranks at stages 0 and 1 (they
@@ -54,6 +59,9 @@ strata_status step_in_backward_begin(step_in_backward *s, double lr, double loss
 double step_in_backward_lr(const step_in_backward *s);
 /* The trainer released id: a hand-over waiting for it is queued for its update. */
 strata_status step_in_backward_released(struct strata_engine *e, strata_module_id id);
+/* strata_norm_pass_end's part (strata.norm_pass), once the norm pass's hand-offs are done: the step decided from the
+ * global norm (*grad_norm), as the ordinary step decides it; the second backward's updates run with it. */
+strata_status step_in_backward_norm_pass_end(struct strata_engine *e, double *grad_norm);
 /* strata_step's part: checks args against the begun step, waits for the updates, with gradient clipping decides it
  * (*grad_norm: the norm, else -1) and redoes the updates when it triggers, updates the modules without gradients,
  * counts the step. The step is over (begun again by the next strata_step_begin) even on failure. */

@@ -254,6 +254,33 @@ STRATA_API strata_status strata_step_begin(strata_engine *e, const strata_step_a
     return err_copy(&e->err, step_begin(e, args));
 }
 
+/* strata_norm_pass_end: the norm pass's hand-offs done, the step decided, and the fetch order at a boundary: the
+ * second backward fetches what the first did, as a step's next micro-batch would, prefetched from its start. */
+static strata_status norm_pass_end(strata_engine *e, double *grad_norm)
+{
+    ERR_CHECK(engine_require_finalized(e, "strata_norm_pass_end"));
+    if (!e->cfg.norm_pass)
+        return err_set(STRATA_ESTATE, "strata_norm_pass_end: strata.norm_pass is off, so the step in backward "
+                       "does not measure the norm first (without it the trainer runs one backward per step); set "
+                       "strata.norm_pass to true, or do not call strata_norm_pass_end");
+    double norm = -1;
+    strata_status st = grads_drain(e);
+    if (st == STRATA_OK)
+        st = step_in_backward_norm_pass_end(e, &norm);
+    if (grad_norm)
+        *grad_norm = norm;
+    ERR_CHECK(st);
+    fetch_order_step_boundary(e->order);
+    return residency_prefetch(e);
+}
+
+STRATA_API strata_status strata_norm_pass_end(strata_engine *e, double *grad_norm)
+{
+    if (!e)
+        return err_set(STRATA_EINVAL, "strata_norm_pass_end: engine is NULL");
+    return err_copy(&e->err, norm_pass_end(e, grad_norm));
+}
+
 STRATA_API strata_status strata_step(strata_engine *e, const strata_step_args *args, strata_step_result *result)
 {
     if (!e)

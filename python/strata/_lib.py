@@ -114,7 +114,8 @@ class Stats(ctypes.Structure):
         [(name, ctypes.c_uint64) for name in ("act_pushes", "act_offload_bytes", "act_restore_bytes", "act_stall_ns")] + \
         [(name, c_size) for name in ("act_kept_peak_bytes", "act_device_peak_bytes")] + \
         [("adam_threads", c_int), ("adam_cores", ctypes.c_char * 124)] + \
-        [(name, ctypes.c_uint64) for name in ("steps_redone", "redo_ns", "redo_nvme_bytes", "host_cache_held_bytes")]
+        [(name, ctypes.c_uint64) for name in ("steps_redone", "redo_ns", "redo_nvme_bytes", "host_cache_held_bytes",
+                                              "norm_passes", "norm_pass_ns")]
 
 
 class CheckpointInfo(ctypes.Structure):
@@ -174,6 +175,7 @@ _SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "strata_param_home_data": (c_voidp, [c_voidp, c_uint32]),
     "strata_params_to_host": (c_status, [c_voidp, c_uint32, ctypes.POINTER(c_voidp), c_size]),
     "strata_step_begin": (c_status, [c_voidp, ctypes.POINTER(StepArgs)]),
+    "strata_norm_pass_end": (c_status, [c_voidp, ctypes.POINTER(c_double)]),
     "strata_step": (c_status, [c_voidp, ctypes.POINTER(StepArgs), ctypes.POINTER(StepResult)]),
     "strata_loss_scale": (c_double, [c_voidp]),
     "strata_sync": (c_status, [c_voidp]),

@@ -306,6 +306,15 @@ class Engine:
         args = _lib.StepArgs(lr=float(lr))
         self._check(self._lib.strata_step_begin(self._p(), ctypes.byref(args)), "strata_step_begin")
 
+    def norm_pass_end(self) -> float:
+        """Ends the step's norm pass (strata.norm_pass, with step_in_backward and gradient clipping): after
+        step_begin the trainer ran the step's forward and backward once, and each hand-over was only measured.
+        Returns the global gradient norm the step is decided from; then run forward and backward again on the same
+        batch (the updates run, clipped, and each hand-over must repeat the first's gradients) and step()."""
+        norm = ctypes.c_double(-1)
+        self._check(self._lib.strata_norm_pass_end(self._p(), ctypes.byref(norm)), "strata_norm_pass_end")
+        return norm.value
+
     def step(self, lr: Optional[float] = None) -> Dict[str, Any]:
         """Runs the optimizer over the accumulated gradients at lr (None: the configured one; 0 is a step at lr 0,
         as a schedule may reach: the moments advance, the weights stay). Returns a dict: step, skipped, delayed,

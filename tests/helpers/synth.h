@@ -38,6 +38,12 @@ typedef struct synth_opts {
     /* Gradients on a grid where fp32 sums of up to 16 micro-batches are exact in any order (multiples of 2^-26,
      * clamped to +-2^-6): N ranks summing in the reduce-scatter's order then match one rank bit for bit. */
     bool exact_sums;
+    /* strata.norm_pass (cfg->norm_pass): every step runs its backward twice, strata_norm_pass_end between. At step
+     * norm_pass_differ_at (1-based; 0 = never) the second backward's gradients of the last layer, the first handed
+     * over, differ from the first's in one element: that strata_step must fail before anything is updated; its error
+     * goes to norm_pass_error (when not NULL, 1024 bytes) and the step is run again, unchanged. */
+    int norm_pass_differ_at;
+    char *norm_pass_error;
 } synth_opts;
 
 /* Trains with cfg and returns every parameter's master weights concatenated (malloc'd) in *weights,
