@@ -33,6 +33,12 @@ check "grad-accum 2" 1 "the module's gradients were already handed over in this 
 check "the flag" 0 "delayed update off; step in backward" -- "$bin" "${common[@]}" --step-in-backward --steps 1
 check "the flag with the delayed update" 1 "strata.step_in_backward = true with strata.delayed_update = true" -- \
     "$bin" "${common[@]}" --delayed-update --step-in-backward
+# --norm-pass is strata.norm_pass's flag: the header says so, and it is refused without clipping.
+printf '{"gradient_clipping": 1.0}' >"$scratch/clip-only.json"
+check "the norm pass's flag" 0 "delayed update off; step in backward after a norm pass" -- \
+    "$bin" "${common[@]}" --step-in-backward --norm-pass --config "$scratch/clip-only.json" --steps 1
+check "the norm pass without clipping" 1 "strata.norm_pass = true without gradient_clipping or fp16" -- \
+    "$bin" "${common[@]}" --step-in-backward --norm-pass --steps 1
 
 mkdir -p "$scratch/nvme-ordinary" "$scratch/nvme-sib"
 # NAME SUFFIX FLAGS...

@@ -33,7 +33,7 @@ typedef struct args {
     int batch, grad_accum, seq, threads, keep, delayed_warmup;
     long long steps, warmup, save_every, seed;
     double lr, min_lr;
-    bool delayed, quiet, step_in_backward, checkpointing;
+    bool delayed, quiet, step_in_backward, norm_pass, checkpointing;
     trainer_opts topts;
 } args;
 
@@ -90,6 +90,10 @@ static const cli_opt train_opts[] = {
     SWITCH("--step-in-backward", step_in_backward,
            "each module's optimizer update as soon as its gradients are complete, during backward, without a "
            "gradient store (strata.step_in_backward; --grad-accum 1)"),
+    SWITCH("--norm-pass", norm_pass,
+           "with --step-in-backward and gradient clipping: each step's forward and backward run twice, the first "
+           "measuring the gradient norm, so the updates in backward run clipped at once, with no second copy of the "
+           "optimizer state and no kept gradients (strata.norm_pass)"),
     SWITCH("--activation-checkpointing", checkpointing,
            "each block keeps only its input and runs its forward again in backward: 2/3 of a block forward more "
            "per block, its internals held once instead of per block"),
@@ -229,6 +233,8 @@ static int apply_engine_flags(const args *a, strata_config *cfg)
         cfg->delayed_warmup_steps = a->delayed_warmup;
     if (a->step_in_backward)
         cfg->step_in_backward = true;
+    if (a->norm_pass)
+        cfg->norm_pass = true;
     if (a->threads)
         cfg->cpu_threads = a->threads;
     if (a->trace)
@@ -310,7 +316,8 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
            cfg->lr, (long long)t->warmup, t->min_lr, cfg->backend == STRATA_BACKEND_CUDA ? "cuda" : "host",
            strata_dtype_name(cfg->param_dtype), strata_tier_name(cfg->offload_param.device),
            strata_tier_name(cfg->offload_optimizer.device),
-           cfg->delayed_update ? "on" : "off", cfg->step_in_backward ? "; step in backward" : "");
+           cfg->delayed_update ? "on" : "off",
+           cfg->step_in_backward ? (cfg->norm_pass ? "; step in backward after a norm pass" : "; step in backward") : "");
     print_schedule(t);
     /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master weights and the
      * moments in their form (12, 8 or 6 bytes of optimizer state an element). */
