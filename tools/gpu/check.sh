@@ -131,6 +131,7 @@ runs=$ROOT/tools/gpu/runs.sh
 item cuda_checkpointing 150 bash "$runs" checkpointing
 item cuda_twin_flow 150 bash "$runs" twin_flow
 item cuda_ranks_np2 150 bash "$runs" ranks
+item cuda_norm_pass 150 bash "$runs" norm_pass
 item zero_offload_6.7B 300 bash "$runs" flagship z7b "${RUN_ZERO_OFFLOAD_7B[@]}" --steps 4 --warmup 1 --lr 1e-4
 item train_cuda 240 bash "$ROOT/benchmarks/train_cuda.sh" --steps 12
 # The device-resident 124M step against the same GPT in PyTorch (bf16 autocast, SDPA, fused AdamW) on the same GPU.

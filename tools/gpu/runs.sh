@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks and runs of tools/gpu/check.sh that are built from `strata train` on the GPU (it runs them, with
 # STRATA_BIN, STRATA_GPU_WORK and Open MPI's environment set):
-#   runs.sh checkpointing | twin_flow | ranks     exactness checks; each prints a FIGURE line and fails when inexact
+#   runs.sh checkpointing | twin_flow | ranks | norm_pass
+#                                                 exactness checks; each prints a FIGURE line and fails when inexact
 #   runs.sh flagship NAME ARGS...                 a timed run; FIGURE: tokens/s, TFLOPS and the step's split
 #   runs.sh kernels SKIP COUNT ARGS...            GPU time per kernel (Nsight Compute) of launches SKIP..SKIP+COUNT
 #   runs.sh twin_speed ARGS...                    optimizer seconds per step at offload_optimizer.ratio 1, 0.5, 0
@@ -39,6 +40,18 @@ ranks() { # 2 ranks on one GPU (MPI staging through pinned memory) against 1 ran
         mpi_run 2 "$bin" train --seed 7 --quiet --log-jsonl "$work/rank2.jsonl" --dump-weights "$work/rank2.bin" \
             "${small[@]}" --offload host --batch 4 &&
         python3 "$ROOT/tools/gpu/compare_runs.py" --tolerance 1e-5 "$work/rank1" "$work/rank2" "2 ranks vs 1"
+}
+norm_pass() { # clipping in backward on CUDA: speculating and after a norm pass (the CUDA backward run twice must
+    # give the same gradients bit for bit, or the step fails naming the module), against the ordinary step
+    echo '{"gradient_clipping": 1.0}' >"$work/clip.json"
+    mkdir -p "$work/np-o" "$work/np-s" "$work/np-n"
+    train clip-ordinary "${small[@]}" --offload nvme --nvme-dir "$work/np-o" --config "$work/clip.json" &&
+        train clip-sib "${small[@]}" --offload nvme --nvme-dir "$work/np-s" --config "$work/clip.json" \
+            --step-in-backward &&
+        train clip-np "${small[@]}" --offload nvme --nvme-dir "$work/np-n" --config "$work/clip.json" \
+            --step-in-backward --norm-pass &&
+        same clip-ordinary clip-sib "step in backward, clipping 1.0" &&
+        same clip-ordinary clip-np "step in backward after a norm pass, clipping 1.0"
 }
 # ratio_config R: the path of a config with offload_optimizer.ratio R.
 ratio_config() {
@@ -81,6 +94,6 @@ twin_speed() {
 }
 
 case ${1:-} in
-checkpointing | twin_flow | ranks | flagship | kernels | twin_speed) "$@" ;;
-*) echo "usage: runs.sh checkpointing|twin_flow|ranks|flagship|kernels|twin_speed ARGS..." >&2; exit 2 ;;
+checkpointing | twin_flow | ranks | norm_pass | flagship | kernels | twin_speed) "$@" ;;
+*) echo "usage: runs.sh checkpointing|twin_flow|ranks|norm_pass|flagship|kernels|twin_speed ARGS..." >&2; exit 2 ;;
 esac
