@@ -38,10 +38,11 @@ typedef struct plan_input {
      * the step's pinned buffers are one piece's master weights, moments and parameter staging
      * (engine/step/step_in_backward.c). */
     bool step_in_backward;
-    /* With gradient clipping or fp16 too, the updates speculate (engine/step/step_rollback.h): a second copy of
-     * master weights and moments in the optimizer state's tier, and no host cache of the optimizer state (its copies
-     * trade places every step); with clipping (keep_grads) also the gradients kept for a redo (parameter dtype, fp32
-     * with ranks) there or in host memory (plan.kept_tier), and one piece of them pinned for a read-back from NVMe. */
+    /* With gradient clipping or fp16 too, unless strata.norm_pass measures the norm first (cfg_speculates), the
+     * updates speculate (engine/step/step_rollback.h): a second copy of master weights and moments in the optimizer
+     * state's tier, and no host cache of the optimizer state (its copies trade places every step); with clipping
+     * (keep_grads) also the gradients kept for a redo (parameter dtype, fp32 with ranks) there or in host memory
+     * (plan.kept_tier), and one piece of them pinned for a read-back from NVMe. */
     bool speculate, keep_grads;
     /* Offloaded activations (strata_act_push): their tier (DEVICE: none), what the trainer keeps at once and the
      * largest one (engine/act_store.h). */

@@ -1,9 +1,10 @@
 /*
  * One module's optimizer update for the step in backward (step_in_backward.h), in pieces of step_piece_numel
  * elements: each piece's master weights and moments read from NVMe into pinned buffers (or updated in host memory),
- * Adam, the new parameters sent to their home. Speculating (gradient clipping or fp16, step_rollback.h) it reads
- * the front copy of the optimizer state and writes the back one; with clipping it keeps the gradients it took, and a
- * redo takes the kept ones; a skipped fp16 step puts the parameters back.
+ * Adam, the new parameters sent to their home. Speculating (gradient clipping or fp16 without strata.norm_pass:
+ * cfg_speculates, step_rollback.h) it reads the front copy of the optimizer state and writes the back one; with
+ * clipping it keeps the gradients it took, and a redo takes the kept ones; a skipped fp16 step puts the parameters
+ * back.
  * Private to the step in backward.
  */
 #ifndef STRATA_ENGINE_MODULE_UPDATE_H
@@ -23,8 +24,8 @@ typedef struct module_updater {
     const adam_ops *adam;
     int threads;
     size_t chunk;                  /* elements per piece: the optimizer sub-group (what POOL_STEP holds) */
-    bool speculate;                /* gradient clipping or fp16: the back copy is written */
-    bool keep_grads;               /* gradient clipping: the gradients are kept for a redo */
+    bool speculate;                /* cfg_speculates: the back copy is written */
+    bool keep_grads;               /* cfg_keeps_grads: the gradients are kept for a redo */
     strata_dtype kept_dtype;       /* of the gradients an update takes: the parameter dtype, or fp32 parts (ranks) */
     int64_t step;                  /* the update's step count (the bf16 moments' rounding key): set per step */
     step_rollback rb;
