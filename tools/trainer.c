@@ -235,7 +235,7 @@ static int forward_backward(run *r, const trainer_opts *o, int64_t s, double *lo
 static int train_step(run *r, const trainer_opts *o, int64_t s, bool norm_pass, train_report *rep)
 {
     double t0 = now_s(), loss = 0;
-    int world = strata_comm_size(o->comm), rc;
+    int world = strata_comm_size(o->comm), rc = 0;
     strata_step_args args = {.lr = trainer_lr(o, s)};
     /* Fixes the step's lr before backward: with strata.step_in_backward the updates run during it. */
     if (strata_step_begin(r->e, &args) != STRATA_OK)
