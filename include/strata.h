@@ -725,7 +725,9 @@ STRATA_API strata_status strata_save(strata_engine *engine, const char *dir);
  * of ranks and stage, training continues bit-identically; with another, the state loaded is bit-identical and
  * the steps differ from an uninterrupted run only as that world's sums differ. With several ranks it is a
  * collective (same dir on every rank): the ranks agree on every check before any state is touched, and a failure
- * on any rank fails the load on every rank with the same status, naming that rank. */
+ * on any rank fails the load on every rank with the same status, naming that rank. With strata.step_in_backward
+ * a load between a step's first hand-over (or its norm pass) and its strata_step is STRATA_ESTATE: the step's
+ * updates ran, or were decided, on the state before it. */
 STRATA_API strata_status strata_load(strata_engine *engine, const char *dir);
 
 /* What a checkpoint's manifest says (validated; data not checksummed: see strata_checkpoint_verify). */

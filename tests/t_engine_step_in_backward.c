@@ -536,6 +536,15 @@ static void misuse(void)
     T_OK(strata_step(e, NULL, &r));
     T_EQ_INT(r.step, 1);
     T_CHECK(r.grad_norm == 0, "grad_norm %g", r.grad_norm);
+    /* A load between the two backwards would update the loaded state with what the norm pass measured of the old. */
+    T_OK(strata_step_begin(e, NULL));
+    T_OK(strata_fetch(e, 0));
+    T_CHECK(strata_grad_data(e, 0) && strata_grad_data(e, 1), "grad_data: %s", strata_last_error(e));
+    T_OK(strata_grads_ready(e, 0));
+    T_OK(strata_release(e, 0));
+    T_OK(strata_norm_pass_end(e, NULL));
+    T_STATUS(strata_load(e, nvme_dir), STRATA_ESTATE);
+    T_CONTAINS(strata_last_error(e), "strata_load: a step in backward is under way");
     strata_engine_destroy(e);
 }
 

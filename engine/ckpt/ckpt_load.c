@@ -24,6 +24,7 @@
 #include "engine/plan/host_cache.h"
 #include "engine/ranks/ranks.h"
 #include "engine/step/step.h"
+#include "engine/step/step_in_backward.h"
 #include "engine/step/train_step.h"
 #include "engine/step/twin_flow.h"
 
@@ -355,6 +356,10 @@ static strata_status load(strata_engine *e, const char *dir)
     load_ctx lc;
     memset(&lc, 0, sizeof lc);
     strata_status st = dir && dir[0] ? STRATA_OK : err_set(STRATA_EINVAL, "strata_load: dir is NULL or empty");
+    if (st == STRATA_OK && e->in_backward && step_in_backward_under_way(e->in_backward))
+        st = err_set(STRATA_ESTATE, "strata_load: a step in backward is under way (its hand-overs have begun: updates "
+                     "ran, or its norm pass measured the state as it was); end it with strata_step (which reports "
+                     "its failure, if any), then load, or load before the step's backward");
     bool dropped = false;
     if (st == STRATA_OK)
         dropped = (st = drop_in_flight(e)) == STRATA_OK;

@@ -521,6 +521,11 @@ static strata_status reclaim_staging(grad_handoff *h, strata_engine *e)
     return wait_updates(e->in_backward);
 }
 
+bool step_in_backward_under_way(const step_in_backward *s)
+{
+    return s->open && s->fixed;
+}
+
 double step_in_backward_lr(const step_in_backward *s)
 {
     return s->lr;

@@ -62,6 +62,9 @@ strata_status step_in_backward_released(struct strata_engine *e, strata_module_i
 /* strata_norm_pass_end's part (strata.norm_pass), once the norm pass's hand-offs are done: the step decided from the
  * global norm (*grad_norm), as the ordinary step decides it; the second backward's updates run with it. */
 strata_status step_in_backward_norm_pass_end(struct strata_engine *e, double *grad_norm);
+/* Whether the begun step's hand-overs have started (its step count and constants are fixed, and updates or the norm
+ * pass's statistics depend on the state as it was): a strata_load now would mix two states. */
+bool step_in_backward_under_way(const step_in_backward *s);
 /* strata_step's part: checks args against the begun step, waits for the updates, with gradient clipping decides it
  * (*grad_norm: the norm, else -1) and redoes the updates when it triggers, updates the modules without gradients,
  * counts the step. The step is over (begun again by the next strata_step_begin) even on failure. */
