@@ -161,7 +161,7 @@ int main(int argc, char **argv)
     bench b = {.n = (size_t)(o.melem * (1 << 20)), .tile = 64 * MOMENTS_Q8_BLOCK, .threads = o.threads};
     adam_ops_for(ADAM_ISA_AVX2, &b.fp32);
     setup(&b, &o);
-    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true};
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_MUL_ADD};
     double *t = calloc((size_t)o.reps * FORMS, sizeof *t);
     for (int rep = -1; rep < o.reps; rep++) { /* rep -1 warms pages, caches and threads */
         adam_consts c;

@@ -40,6 +40,11 @@ typedef struct adam_consts {
     float decay;        /* AdamW: 1 - lr * weight_decay; Adam: 1 */
     float l2;           /* Adam: weight_decay added to the gradient as l2 * param; AdamW: 0 */
     bool use_l2;        /* Adam with weight_decay != 0 (PyTorch skips the add when it is 0) */
+    /* STRATA_ADAM_LERP: m = fma(lerp_coeff, g - m, lerp_from_m ? m : g), torch's lerp of weight w = 1 - beta1
+     * (ATen's Lerp.h: from m with coefficient w while |w| < 0.5, else from g with coefficient w - 1). */
+    bool lerp;
+    bool lerp_from_m;
+    float lerp_coeff;
 } adam_consts;
 
 /* The arrays of one update. Element i of every array belongs to parameter element i. */

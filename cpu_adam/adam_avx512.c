@@ -15,7 +15,10 @@ AVX512_ALWAYS_INLINE void step16(const adam_consts *c, const adam_arrays *a, siz
     __m512 g = _mm512_mul_ps(avx512_load_grad(a->grad, gd, i, k, full), _mm512_set1_ps(c->grad_scale));
     if (l2)
         g = _mm512_fmadd_ps(p, _mm512_set1_ps(c->l2), g);
-    m = _mm512_fmadd_ps(g, _mm512_set1_ps(c->one_minus_beta1), _mm512_mul_ps(m, _mm512_set1_ps(c->beta1)));
+    if (c->lerp)
+        m = _mm512_fmadd_ps(_mm512_set1_ps(c->lerp_coeff), _mm512_sub_ps(g, m), c->lerp_from_m ? m : g);
+    else
+        m = _mm512_fmadd_ps(g, _mm512_set1_ps(c->one_minus_beta1), _mm512_mul_ps(m, _mm512_set1_ps(c->beta1)));
     v = _mm512_fmadd_ps(_mm512_mul_ps(g, _mm512_set1_ps(c->one_minus_beta2)), g,
                         _mm512_mul_ps(v, _mm512_set1_ps(c->beta2)));
     __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), _mm512_set1_ps(c->bc2_sqrt)),

@@ -5,7 +5,9 @@
  *
  *   g     = grad * grad_scale                      unscale and clip in one multiply
  *   g     = fma(p, weight_decay, g)                Adam only, when weight_decay != 0 (L2 decay)
- *   m     = fma(g, 1 - beta1, m * beta1)           exp_avg.mul_(beta1).add_(g, alpha=1-beta1)
+ *   m     = fma(g, 1 - beta1, m * beta1)           exp_avg.mul_(beta1).add_(g, alpha=1-beta1)   (torch < 2.0)
+ *     or  fma(w, g - m, m), w = 1 - beta1          exp_avg.lerp_(g, w)   (torch >= 2.0, STRATA_ADAM_LERP;
+ *         fma(w - 1, g - m, g) when w >= 0.5)      ATen's lerp, vectorised and scalar, fuses this way)
  *   v     = fma(g * (1 - beta2), g, v * beta2)     exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1-beta2)
  *   denom = sqrt(v) / sqrt(1 - beta2^t) + eps      (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
  *   p     = p * decay                              param.mul_(1 - lr * weight_decay)  (AdamW; decay = 1 for Adam)
@@ -16,7 +18,7 @@
  * The multiply-adds are fused exactly where PyTorch's CPU kernels fuse them (its vectorised add with
  * alpha and addcmul are FMAs; the decay is a separate mul_), and written out as fma or kept rounded with
  * ADAM_KEEP_ROUNDED, so no compiler can contract them one way here and another way in a SIMD file:
- * every variant is bit-identical to this one, and on this machine to PyTorch 1.13 as well
+ * every variant is bit-identical to this one, and on this machine to PyTorch 1.13 and 2.x as well
  * (benchmarks/adam_vs_torch.py checks it). sqrt and division are exact IEEE operations in every
  * variant; nothing uses an approximate reciprocal.
  */
@@ -42,6 +44,11 @@ void adam_consts_init(adam_consts *c, const strata_adam_hparams *hp, int64_t ste
     c->decay = adamw ? (float)(1.0 - hp->lr * hp->weight_decay) : 1.0f;
     c->use_l2 = !adamw && hp->weight_decay != 0.0;
     c->l2 = c->use_l2 ? (float)hp->weight_decay : 0.0f;
+    /* torch passes 1 - beta1 to lerp_ as a Python double, which its kernel rounds to the fp32 weight. */
+    float w = c->one_minus_beta1;
+    c->lerp = hp->formula == STRATA_ADAM_LERP;
+    c->lerp_from_m = fabsf(w) < 0.5f;
+    c->lerp_coeff = c->lerp_from_m ? w : w - 1.0f;
 }
 
 void adam_step_ref(const adam_consts *c, const adam_arrays *a, size_t begin, size_t end)

@@ -38,7 +38,8 @@ static inline void adam_update_element(const adam_consts *c, float g, float *p, 
     g = g * c->grad_scale;
     if (c->use_l2)
         g = fmaf(pv, c->l2, g);
-    float mv = fmaf(g, c->one_minus_beta1, *m * c->beta1);
+    float mv = c->lerp ? fmaf(c->lerp_coeff, g - *m, c->lerp_from_m ? *m : g)
+                       : fmaf(g, c->one_minus_beta1, *m * c->beta1);
     float vv = fmaf(g * c->one_minus_beta2, g, *v * c->beta2);
     float denom = sqrtf(vv) / c->bc2_sqrt + c->eps;
     pv = pv * c->decay;

@@ -26,6 +26,9 @@ static strata_status check_hparams(const char *fn, const strata_adam_hparams *hp
     ERR_CHECK(check_range(fn, "hp->beta2", hp->beta2, 0.0, 1.0, true));
     ERR_CHECK(check_range(fn, "hp->eps", hp->eps, 0.0, HUGE_VAL, false));
     ERR_CHECK(check_range(fn, "hp->weight_decay", hp->weight_decay, 0.0, HUGE_VAL, false));
+    if (hp->formula != STRATA_ADAM_MUL_ADD && hp->formula != STRATA_ADAM_LERP)
+        return err_set(STRATA_EINVAL, "%s: hp->formula = %d is not a first-moment formula; use STRATA_ADAM_MUL_ADD "
+                       "(torch < 2.0) or STRATA_ADAM_LERP (torch >= 2.0)", fn, (int)hp->formula);
     return STRATA_OK;
 }
 

@@ -89,7 +89,10 @@ AVX2_ALWAYS_INLINE void avx2_adam_update(const adam_consts *c, __m256 g, __m256 
     g = _mm256_mul_ps(g, _mm256_set1_ps(c->grad_scale));
     if (l2)
         g = _mm256_fmadd_ps(*p, _mm256_set1_ps(c->l2), g);
-    *m = _mm256_fmadd_ps(g, _mm256_set1_ps(c->one_minus_beta1), _mm256_mul_ps(*m, _mm256_set1_ps(c->beta1)));
+    if (c->lerp)
+        *m = _mm256_fmadd_ps(_mm256_set1_ps(c->lerp_coeff), _mm256_sub_ps(g, *m), c->lerp_from_m ? *m : g);
+    else
+        *m = _mm256_fmadd_ps(g, _mm256_set1_ps(c->one_minus_beta1), _mm256_mul_ps(*m, _mm256_set1_ps(c->beta1)));
     *v = _mm256_fmadd_ps(_mm256_mul_ps(g, _mm256_set1_ps(c->one_minus_beta2)), g,
                          _mm256_mul_ps(*v, _mm256_set1_ps(c->beta2)));
     __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(*v), _mm256_set1_ps(c->bc2_sqrt)),

@@ -146,6 +146,14 @@ typedef enum strata_optimizer_kind {
     STRATA_OPTIMIZER_ADAM,      /* L2 weight decay added to the gradient (torch.optim.Adam) */
 } strata_optimizer_kind;
 
+/* How Adam updates its first moment (strata.adam_first_moment). The two round differently, and Adam amplifies
+ * a one-rounding difference through near-zero gradients, so a trainer that must match a torch bit for bit picks
+ * the formula of that torch. */
+typedef enum strata_adam_formula {
+    STRATA_ADAM_MUL_ADD = 0, /* "mul_add": exp_avg.mul_(beta1).add_(grad, alpha=1-beta1): torch < 2.0 */
+    STRATA_ADAM_LERP,        /* "lerp": exp_avg.lerp_(grad, 1-beta1): torch >= 2.0 */
+} strata_adam_formula;
+
 /* How the ranks' gradients are combined (strata.gradient_reduction). */
 typedef enum strata_grad_reduction {
     STRATA_REDUCE_SUM = 0,  /* the sum over ranks: a trainer divides its loss by the global batch itself */
@@ -290,6 +298,9 @@ typedef struct strata_config {
      * and backward twice; the first only measures the global gradient norm (strata_norm_pass_end), so the updates
      * of the second run clipped from the start instead of speculating. Default false. */
     bool norm_pass;
+    /* strata.adam_first_moment: the first moment's formula (strata_adam_formula). Default "mul_add"; strata.torch
+     * sets "lerp" under torch >= 2.0. */
+    strata_adam_formula adam_formula;
 } strata_config;
 
 /* Sets every field to its default (see `strata config check` for the values) and struct_size.
@@ -889,10 +900,11 @@ STRATA_API void strata_aio_buffer_free(strata_aio *aio, void *buf);
 /*
  * The CPU Adam on caller arrays, usable without an engine (what DeepSpeedCPUAdam is used for).
  * One pass per element: reads the fp32 master weights, both moments and the gradient, writes them
- * back plus a low-precision copy of the parameters. The formula is PyTorch 1.13's torch.optim.AdamW
+ * back plus a low-precision copy of the parameters. The formula is PyTorch's torch.optim.AdamW
  * (decoupled decay) or torch.optim.Adam (L2 decay), fp32 throughout, with multiply-adds fused where
- * PyTorch's CPU kernels fuse them: bit-identical to PyTorch 1.13 (Debian's build, checked by
- * benchmarks/adam_vs_torch.py) and between strata's ISA variants.
+ * PyTorch's CPU kernels fuse them, and the first moment as the torch of hparams.formula updates it:
+ * bit-identical to PyTorch 1.13 (MUL_ADD, Debian's build) and 2.x (LERP, PyPI's; both checked by
+ * benchmarks/adam_vs_torch.py and the Python tests) and between strata's ISA variants.
  * The kernel (scalar, AVX2, AVX-512) is chosen once per process; STRATA_ISA=ref|avx2|avx512 forces one.
  */
 
@@ -904,6 +916,7 @@ typedef struct strata_adam_hparams {
     double eps;                   /* >= 0 */
     double weight_decay;          /* >= 0 */
     bool bias_correction;
+    strata_adam_formula formula;  /* the first moment's update; 0 (MUL_ADD) for callers that predate it */
 } strata_adam_hparams;
 
 /* The arrays of one update; element i of each belongs to parameter element i. Arrays of one call

@@ -32,7 +32,7 @@ static void on_tile(size_t offset, size_t numel, void *user)
 
 static void step_matches_reference(void)
 {
-    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true};
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_MUL_ADD};
     for (int round = 0; round < 12; round++) {
         strata_dtype gd = grad_types[round % 3], pd = param_types[round % 4];
         size_t n = t_rand_range(1, 300000);
@@ -108,7 +108,7 @@ static void grad_stats(void)
 
 static void overflow_writes_nothing(void)
 {
-    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0.0, true};
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0.0, true, STRATA_ADAM_MUL_ADD};
     size_t n = 77777;
     ta_state s, before;
     ta_alloc(&s, n, STRATA_DTYPE_FP16, STRATA_DTYPE_FP16);
@@ -142,7 +142,7 @@ static void argument_errors(void)
 {
     float x[4] = {0};
     uint16_t h[4] = {0};
-    strata_adam_hparams ok = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.0, true};
+    strata_adam_hparams ok = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.0, true, STRATA_ADAM_MUL_ADD};
     strata_adam_tensors t = {x, x + 1, x + 2, h, STRATA_DTYPE_BF16, h + 1, STRATA_DTYPE_BF16, 1};
     strata_adam_step_args args = {.step = 1};
 

@@ -47,7 +47,7 @@ static void run(const adam_cores *set, seen *s)
     T_CHECK(a != NULL, "out of memory");
     if (!a)
         return;
-    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true};
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_MUL_ADD};
     adam_job job = {.numel = n, .threads = TEAM, .tile_numel = ADAM_TILE_ALIGN, .on_tile = on_tile, .on_tile_user = s,
                     .arrays = {a, a + n, a + 2 * n, a + 3 * n, NULL, STRATA_DTYPE_FP32, STRATA_DTYPE_NONE, false}};
     T_OK(adam_ops_default(&job.ops));

@@ -38,7 +38,7 @@ static int unsupported_child(const char *name, const char *got)
 {
     float x[3] = {0};
     uint16_t g = 0;
-    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.0, true};
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.0, true, STRATA_ADAM_MUL_ADD};
     strata_adam_tensors t = {x, x + 1, x + 2, &g, STRATA_DTYPE_BF16, NULL, STRATA_DTYPE_NONE, 1};
     strata_adam_step_args a = {.step = 1};
     strata_status st = strata_adam_step(&hp, &t, &a, NULL);
@@ -71,7 +71,7 @@ static int child(const char *name)
     ta_fill_master(&ref);
     ta_fill_grad(&ref, 0, true);
     ta_copy(&s, &ref);
-    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.1, true};
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.1, true, STRATA_ADAM_MUL_ADD};
     adam_consts c;
     adam_consts_init(&c, &hp, 1, 1.0);
     adam_step_ref(&c, &(adam_arrays){ref.master, ref.m, ref.v, ref.grad, ref.param, ref.gd, ref.pd, false}, 0, n);

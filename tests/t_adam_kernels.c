@@ -1,6 +1,7 @@
 /*
  * Proves that every SIMD kernel this CPU runs gives the bits of the scalar reference (adam_step_ref):
- * every gradient x parameter dtype, AdamW and Adam (with and without decay), bias correction on and off,
+ * every gradient x parameter dtype, AdamW and Adam (with and without decay), bias correction on and off, both
+ * first-moment formulas (torch < 2.0's mul_add, torch >= 2.0's lerp from m and from the gradient),
  * odd lengths and unaligned starts (so both streaming and regular parameter stores), and six steps with the state carried over and a new gradient (with
  * a few inf/NaN in it) each step. The tolerance is zero: the kernels do the same IEEE operations in the
  * same order, each multiply-add written as one fma (adam_ref.c). Only NaN payloads may differ.
@@ -21,9 +22,9 @@ static void run_case(const adam_ops *ops, strata_dtype gd, strata_dtype pd, cons
     ta_alloc(&simd, n, gd, pd);
     ta_fill_master(&ref);
     char what[160];
-    snprintf(what, sizeof what, "%s grad=%s param=%s %s wd=%g bias=%d n=%zu begin=%zu", ops->name,
+    snprintf(what, sizeof what, "%s grad=%s param=%s %s%s wd=%g bias=%d n=%zu begin=%zu", ops->name,
              strata_dtype_name(gd), strata_dtype_name(pd), hp->kind == STRATA_OPTIMIZER_ADAMW ? "adamw" : "adam",
-             hp->weight_decay, hp->bias_correction, n, begin);
+             hp->formula == STRATA_ADAM_LERP ? " lerp" : "", hp->weight_decay, hp->bias_correction, n, begin);
     for (int step = 1; step <= 6; step++) {
         ta_fill_grad(&ref, 500, true);
         ta_copy(&simd, &ref);
@@ -47,7 +48,7 @@ static void run_case(const adam_ops *ops, strata_dtype gd, strata_dtype pd, cons
 static void conversion_paths(const adam_ops *ops)
 {
     size_t n = 100003;
-    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 0.0, 0.9, 0.999, 1e-8, 0.0, true};
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 0.0, 0.9, 0.999, 1e-8, 0.0, true, STRATA_ADAM_MUL_ADD};
     adam_consts c;
     adam_consts_init(&c, &hp, 1, 1.0);
     for (size_t k = 0; k < 3; k++) {
@@ -88,10 +89,13 @@ int main(void)
         tested++;
         conversion_paths(ops);
         const strata_adam_hparams hps[] = {
-            {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true},
-            {STRATA_OPTIMIZER_ADAM, 3e-4, 0.8, 0.95, 1e-6, 0.1, true},
-            {STRATA_OPTIMIZER_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0.0, false},
-            {STRATA_OPTIMIZER_ADAMW, 5e-2, 0.0, 0.5, 0.0, 0.0, false},
+            {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_MUL_ADD},
+            {STRATA_OPTIMIZER_ADAM, 3e-4, 0.8, 0.95, 1e-6, 0.1, true, STRATA_ADAM_MUL_ADD},
+            {STRATA_OPTIMIZER_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0.0, false, STRATA_ADAM_MUL_ADD},
+            {STRATA_OPTIMIZER_ADAMW, 5e-2, 0.0, 0.5, 0.0, 0.0, false, STRATA_ADAM_MUL_ADD},
+            /* torch >= 2.0's first moment, from m (small lerp weight) and from the gradient (large). */
+            {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_LERP},
+            {STRATA_OPTIMIZER_ADAM, 3e-4, 0.3, 0.95, 1e-6, 0.1, true, STRATA_ADAM_LERP},
         };
         for (size_t h = 0; h < sizeof hps / sizeof hps[0]; h++)
             for (size_t g = 0; g < 3; g++)

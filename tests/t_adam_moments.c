@@ -397,7 +397,7 @@ static double drift(const float *p0, const float *a, const float *b, size_t n)
 static void many_steps(void)
 {
     size_t n = 4 * MOMENTS_Q8_BLOCK + 77, steps = 200;
-    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true};
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_MUL_ADD};
     cstate fp, b, q;
     cs_alloc(&fp, n, STRATA_DTYPE_FP32, STRATA_DTYPE_NONE);
     cs_alloc(&b, n, STRATA_DTYPE_FP32, STRATA_DTYPE_NONE);
@@ -450,7 +450,7 @@ static void splits(void)
     cs_alloc(&parts, n, STRATA_DTYPE_BF16, STRATA_DTYPE_BF16);
     ta_fill_master(&whole.s);
     cs_fill_moments(&whole);
-    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true};
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_MUL_ADD};
     uint64_t seed = t_rand_u64();
     cs_copy(&parts, &whole);
     for (int step = 1; step <= 3; step++) {
@@ -537,7 +537,7 @@ static void simd_past_2_32(const variant *v)
     ta_fill_grad(&ref.s, 0, false);
     cs_fill_moments(&ref);
     cs_copy(&simd, &ref);
-    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true};
+    strata_adam_hparams hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_MUL_ADD};
     adam_consts k;
     adam_consts_init(&k, &hp, 1, 1.0);
     cstate *both[2] = {&ref, &simd};
@@ -567,11 +567,13 @@ int main(void)
     check_map(moments_q8_unsigned(), false);
     check_sr();
     const strata_adam_hparams hps[] = {
-        {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true},
-        {STRATA_OPTIMIZER_ADAM, 3e-4, 0.8, 0.95, 1e-6, 0.1, true},
-        {STRATA_OPTIMIZER_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0.0, false},
+        {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_MUL_ADD},
+        {STRATA_OPTIMIZER_ADAM, 3e-4, 0.8, 0.95, 1e-6, 0.1, true, STRATA_ADAM_MUL_ADD},
+        {STRATA_OPTIMIZER_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0.0, false, STRATA_ADAM_MUL_ADD},
+        {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_LERP}, /* torch >= 2.0's */
     };
-    for (size_t h = 0; h < 3; h++)
+    const size_t n_hps = sizeof hps / sizeof hps[0];
+    for (size_t h = 0; h < n_hps; h++)
         for (size_t g = 0; g < 3; g++)
             one_step(&hps[h], grad_types[g], param_types[t_rand_range(0, 3)]);
     many_steps();
@@ -583,7 +585,7 @@ int main(void)
             continue;
         }
         simd_past_2_32(v);
-        for (size_t h = 0; h < 3; h++)
+        for (size_t h = 0; h < n_hps; h++)
             for (size_t g = 0; g < 3; g++)
                 for (size_t p = 0; p < 4; p++)
                     for (int q8 = 0; q8 < 2; q8++)

@@ -95,10 +95,51 @@ static void test_error_classes(void)
     expect_error("{\"aio\": {\"queue_depth\": 4, \"queue_depth\": 8}}",
                  "config: test.json:1:40: malformed JSON: duplicate object key near '\"queue_depth\"'");
     /* a DeepSpeed key strata does not implement */
-    expect_error("{\"zero_optimization\": {\"overlap_comm\": true}}",
-                 "config: zero_optimization.overlap_comm is a DeepSpeed key that strata does not implement: strata "
-                 "always overlaps transfers on dedicated streams; remove the key; or set "
+    expect_error("{\"zero_optimization\": {\"overlap_comm\": false}}",
+                 "config: zero_optimization.overlap_comm = false is a DeepSpeed setting that strata does not "
+                 "implement: strata always overlaps its transfers and collectives with compute, on dedicated streams; "
+                 "write true (what strata does) or remove the key; or set strata.ignore_unimplemented = true to only "
+                 "warn");
+    expect_error("{\"zero_optimization\": {\"contiguous_gradients\": false}}",
+                 "config: zero_optimization.contiguous_gradients = false is a DeepSpeed setting that strata does not "
+                 "implement: strata always keeps each module's gradients in one contiguous buffer; write true (what "
+                 "strata does) or remove the key; or set strata.ignore_unimplemented = true to only warn");
+    expect_error("{\"zero_optimization\": {\"allgather_partitions\": false}}",
+                 "config: zero_optimization.allgather_partitions = false is a DeepSpeed setting that strata does not "
+                 "implement: strata always gathers parameters with all-gather collectives (false would broadcast "
+                 "them); write true (what strata does) or remove the key; or set strata.ignore_unimplemented = true "
+                 "to only warn");
+    expect_error("{\"zero_optimization\": {\"reduce_scatter\": false}}",
+                 "config: zero_optimization.reduce_scatter = false is a DeepSpeed setting that strata does not "
+                 "implement: strata always reduce-scatters gradients to their owners from stage 1 on (stage 0 "
+                 "all-reduces them); write true (what strata does) or remove the key; or set "
                  "strata.ignore_unimplemented = true to only warn");
+    expect_error("{\"zero_optimization\": {\"stage3_gather_16bit_weights_on_model_save\": false}}",
+                 "config: zero_optimization.stage3_gather_16bit_weights_on_model_save = false is a DeepSpeed setting "
+                 "that strata does not implement: strata always saves a model's full weights, its master weights in "
+                 "the model's dtype (strata.torch's state_dict(), so Trainer.save_model and save_pretrained, and "
+                 "`strata ckpt export`), never empty partitions; write true (what strata does) or remove the key; or "
+                 "set strata.ignore_unimplemented = true to only warn");
+    expect_error("{\"wall_clock_breakdown\": true}",
+                 "config: wall_clock_breakdown = true is a DeepSpeed setting that strata does not implement: strata "
+                 "prints no per-step timing breakdown; strata.trace_path writes a per-stream timeline instead; write "
+                 "false (what strata does) or remove the key; or set strata.ignore_unimplemented = true to only warn");
+    /* a tuning hint strata plans itself takes a value of its type, and nothing else */
+    expect_error("{\"zero_optimization\": {\"reduce_bucket_size\": \"big\"}}",
+                 "config: zero_optimization.reduce_bucket_size = \"big\" has the wrong type (string); expected a "
+                 "whole number of elements (at least 0) or \"auto\"");
+    expect_error("{\"zero_optimization\": {\"allgather_bucket_size\": -1}}",
+                 "config: zero_optimization.allgather_bucket_size = -1 is out of range: at least 0 and below 2^64 "
+                 "allowed");
+    expect_error("{\"zero_optimization\": {\"round_robin_gradients\": 1}}",
+                 "config: zero_optimization.round_robin_gradients = 1 has the wrong type (integer); expected true or "
+                 "false");
+    /* "auto" where strata has nothing to fill it with: the message says who fills it */
+    expect_error("{\"optimizer\": {\"params\": {\"lr\": \"auto\"}}}",
+                 "config: optimizer.params.lr = \"auto\" has the wrong type (string); expected a number in (0, 1e+06]; "
+                 "\"auto\" is filled in by transformers' Trainer from its TrainingArguments "
+                 "(strata.torch.hf.StrataTrainer and strata.torch.hf.fill_auto fill it the same way): elsewhere write "
+                 "the value");
     /* DeepSpeed keys strata validated once but never read: refused with what strata does instead */
     expect_error("{\"zero_optimization\": {\"offload_param\": {\"buffer_count\": 5}}}",
                  "config: zero_optimization.offload_param.buffer_count is a DeepSpeed key that strata does not "
@@ -262,6 +303,45 @@ static void test_what_strata_does_passes(void)
     T_CHECK(memcmp(&c, &before, sizeof c) == 0, "accepting what strata does anyway changed the config");
 }
 
+/* The zero_optimization keys of transformers' stock ZeRO-2 and ZeRO-3 offload configs load. The tuning hints strata
+ * plans itself each log one warning that says so, once per process however often a config is loaded; the settings
+ * whose value is what strata does load silently; neither changes the config. */
+static void test_stock_keys_and_planned_notices(void)
+{
+    const char *json =
+        "{\"zero_optimization\": {\"overlap_comm\": true, \"contiguous_gradients\": true, \"reduce_scatter\": true,"
+        " \"allgather_partitions\": true, \"stage3_gather_16bit_weights_on_model_save\": true,"
+        " \"offload_param\": {\"pin_memory\": true}, \"reduce_bucket_size\": 2e8, \"allgather_bucket_size\": 2e8,"
+        " \"round_robin_gradients\": true, \"stage3_max_reuse_distance\": 1e9},"
+        " \"wall_clock_breakdown\": false}";
+    strata_config c = defaults(), before = c;
+    log_capture_start();
+    T_OK(strata_config_load_json_string(&c, json, NULL, NULL, 0));
+    log_capture_stop();
+    T_EQ_STR(captured,
+             "config: zero_optimization.reduce_bucket_size = 200000000.0 is a DeepSpeed tuning hint that strata plans "
+             "itself (strata reduce-scatters gradients one module at a time: a module is its bucket); accepted, not "
+             "read\n"
+             "config: zero_optimization.allgather_bucket_size = 200000000.0 is a DeepSpeed tuning hint that strata "
+             "plans itself (strata all-gathers parameters one module at a time: a module is its bucket); accepted, not "
+             "read\n"
+             "config: zero_optimization.round_robin_gradients = true is a DeepSpeed tuning hint that strata plans "
+             "itself (strata cuts every module into equal shards, one per rank, and hands a module's gradients over "
+             "as its backward ends); accepted, not read\n"
+             "config: zero_optimization.stage3_max_reuse_distance = 1000000000.0 is a DeepSpeed tuning hint that "
+             "strata plans itself (strata keeps a released module on the device while it is needed again within the "
+             "prefetch window (stage3_prefetch_bucket_size) and the residency cap (stage3_max_live_parameters) "
+             "allows); accepted, not read\n");
+    T_CHECK(memcmp(&c, &before, sizeof c) == 0, "the stock keys changed the config");
+    /* Loaded again (strata.torch loads a config several times): no second notice. */
+    log_capture_start();
+    T_OK(strata_config_load_json_string(&c, "{\"zero_optimization\": {\"reduce_bucket_size\": \"auto\"}}", NULL,
+                                        NULL, 0));
+    log_capture_stop();
+    T_EQ_STR(captured, "");
+    T_CHECK(memcmp(&c, &before, sizeof c) == 0, "\"auto\" for a planned key changed the config");
+}
+
 static void test_file_errors(void)
 {
     strata_config c = defaults();
@@ -386,6 +466,7 @@ int main(void)
     test_deepspeed_config_resolves();
     test_ignore_unimplemented_warns();
     test_what_strata_does_passes();
+    test_stock_keys_and_planned_notices();
     test_file_errors();
     test_validate_from_c();
     test_to_json();

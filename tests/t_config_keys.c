@@ -533,6 +533,8 @@ static const probe probes[] = {
     {"optimizer.params.weight_decay", "0.5", NULL, obs_train, NULL},
     {"optimizer.params.bias_correction", "false", NULL, obs_train, NULL},
     {"optimizer.params.adam_w_mode", "false", NULL, obs_train, NULL},
+    /* torch >= 2.0's first moment rounds differently: other weights after a few steps (t_adam_formula: which). */
+    {"strata.adam_first_moment", "\"lerp\"", NULL, obs_train, NULL},
 
     {"bf16.enabled", "true", NULL, obs_finalize, NULL},
     {"fp16.enabled", "true", NULL, obs_finalize, NULL},

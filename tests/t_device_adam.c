@@ -52,8 +52,9 @@ static void run_case(device *dev, dev_stream *s, strata_dtype pd, const strata_a
     if (pd != STRATA_DTYPE_NONE)
         T_OK(dev_alloc(dev, n * 4, &d.param));
     char what[160];
-    snprintf(what, sizeof what, "%s param=%s %s wd=%g bias=%d n=%zu", dev_name(dev), strata_dtype_name(pd),
-             hp->kind == STRATA_OPTIMIZER_ADAMW ? "adamw" : "adam", hp->weight_decay, hp->bias_correction, n);
+    snprintf(what, sizeof what, "%s param=%s %s%s wd=%g bias=%d n=%zu", dev_name(dev), strata_dtype_name(pd),
+             hp->kind == STRATA_OPTIMIZER_ADAMW ? "adamw" : "adam", hp->formula == STRATA_ADAM_LERP ? " lerp" : "",
+             hp->weight_decay, hp->bias_correction, n);
     ta_copy(&got, &ref);
     up(s, &d, &got);
     for (int step = 1; step <= 6; step++) {
@@ -91,10 +92,13 @@ static void run_backend(strata_backend_kind kind)
     dev_stream *s = NULL;
     T_OK(dev_stream_create(dev, "adam", &s));
     const strata_adam_hparams hps[] = {
-        {STRATA_OPTIMIZER_ADAMW, 1e-2, 0.9, 0.999, 1e-8, 0.05, true},
-        {STRATA_OPTIMIZER_ADAM, 3e-3, 0.9, 0.95, 1e-6, 0.01, true},
-        {STRATA_OPTIMIZER_ADAM, 1e-3, 0.8, 0.999, 1e-8, 0.0, true},
-        {STRATA_OPTIMIZER_ADAMW, 2e-2, 0.9, 0.99, 1e-8, 0.1, false},
+        {STRATA_OPTIMIZER_ADAMW, 1e-2, 0.9, 0.999, 1e-8, 0.05, true, STRATA_ADAM_MUL_ADD},
+        {STRATA_OPTIMIZER_ADAM, 3e-3, 0.9, 0.95, 1e-6, 0.01, true, STRATA_ADAM_MUL_ADD},
+        {STRATA_OPTIMIZER_ADAM, 1e-3, 0.8, 0.999, 1e-8, 0.0, true, STRATA_ADAM_MUL_ADD},
+        {STRATA_OPTIMIZER_ADAMW, 2e-2, 0.9, 0.99, 1e-8, 0.1, false, STRATA_ADAM_MUL_ADD},
+        /* torch >= 2.0's first moment, from m and from the gradient (the CUDA kernel's own branch). */
+        {STRATA_OPTIMIZER_ADAMW, 1e-2, 0.9, 0.999, 1e-8, 0.05, true, STRATA_ADAM_LERP},
+        {STRATA_OPTIMIZER_ADAM, 3e-3, 0.3, 0.95, 1e-6, 0.01, true, STRATA_ADAM_LERP},
     };
     int before = t_failures;
     for (size_t p = 0; p < ARRAY_LEN(param_types); p++)

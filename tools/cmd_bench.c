@@ -130,7 +130,7 @@ static int parse_adam_opts(int argc, char **argv, adam_opts *o)
     int cores = adam_default_threads();
     *o = (adam_opts){.sizes = {{(size_t)16 << 20, (size_t)64 << 20, (size_t)256 << 20, (size_t)1 << 30}, 4},
                      .full_max = (size_t)256 << 20, .threads = {{1, cores}, cores > 1 ? 2 : 1}, .reps = 3, .seed = 1,
-                     .hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true}};
+                     .hp = {STRATA_OPTIMIZER_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, STRATA_ADAM_MUL_ADD}};
     parse_combos("all", &o->combos);
     o->combos.given = false;
     int rc = cli_parse_or_say(&adam_spec, argc, argv, o);

@@ -62,6 +62,7 @@ static void set_defaults(strata_config *cfg)
     cfg->offload_optimizer_ratio = 1.0;
     cfg->step_in_backward = false;
     cfg->norm_pass = false;
+    cfg->adam_formula = STRATA_ADAM_MUL_ADD;
     cfg->comm_timeout_s = 120.0;
     cfg->gradient_reduction = STRATA_REDUCE_SUM;
     cfg->optimizer_moments = STRATA_MOMENTS_FP32;
@@ -186,7 +187,8 @@ strata_adam_hparams cfg_adam_hparams(const strata_config *cfg, double lr)
 {
     return (strata_adam_hparams){.kind = cfg->optimizer, .lr = lr, .beta1 = cfg->beta1_exact,
                                  .beta2 = cfg->beta2_exact, .eps = cfg->eps_exact,
-                                 .weight_decay = cfg->weight_decay_exact, .bias_correction = cfg->bias_correction};
+                                 .weight_decay = cfg->weight_decay_exact, .bias_correction = cfg->bias_correction,
+                                 .formula = cfg->adam_formula};
 }
 
 static bool size_known(size_t size)

@@ -58,11 +58,17 @@ static const char *show(const json_t *v, char *buf, size_t len)
     return buf;
 }
 
+/* "auto" is the placeholder of transformers' DeepSpeed integration, which fills it from TrainingArguments and the
+ * model before DeepSpeed reads the file; where strata has no value to put there, the message says who fills it. */
 static void wrong_type(walk_ctx *c, const char *path, const json_t *v, const char *expected)
 {
     char shown[80];
-    cfg_report_add(c->report, "%s = %s has the wrong type (%s); expected %s", path, show(v, shown, sizeof shown),
-                   type_name(v), expected);
+    bool is_auto = json_is_string(v) && strcmp(json_string_value(v), "auto") == 0;
+    cfg_report_add(c->report, "%s = %s has the wrong type (%s); expected %s%s", path, show(v, shown, sizeof shown),
+                   type_name(v), expected,
+                   is_auto ? "; \"auto\" is filled in by transformers' Trainer from its TrainingArguments "
+                             "(strata.torch.hf.StrataTrainer and strata.torch.hf.fill_auto fill it the same way): "
+                             "elsewhere write the value" : "");
 }
 
 static void out_of_range(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v)
@@ -325,7 +331,8 @@ static void unknown_key(walk_ctx *c, const char *path)
         const char *kp = cfg_keys[i].path;
         const char *kdot = strrchr(kp, '.');
         size_t klen = kdot ? (size_t)(kdot - kp) : 0;
-        if (klen != plen || strncmp(kp, path, plen) != 0 || cfg_keys[i].kind == CFG_UNIMPLEMENTED)
+        if (klen != plen || strncmp(kp, path, plen) != 0 || cfg_keys[i].kind == CFG_UNIMPLEMENTED ||
+            cfg_keys[i].kind == CFG_PLANNED)
             continue;
         used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", kdot ? kdot + 1 : kp);
     }
@@ -378,6 +385,35 @@ static void unimplemented(walk_ctx *c, const cfg_key *k, const char *path, const
                        path, shown, k->help, allowed);
 }
 
+/* A DeepSpeed tuning hint whose job strata's planner does itself (reduce_bucket_size and the like): a value of the
+ * key's type is accepted with one notice per key and process, saying what strata plans instead; any other value
+ * is a type error. Not read otherwise, so it changes nothing. */
+static void planned(walk_ctx *c, const cfg_key *k, const char *path, const json_t *v)
+{
+    char shown[80], expected[160];
+    double d;
+    if (k->choices) {
+        if (!is_what_strata_does(k->choices, v)) {
+            size_t used = 0;
+            for (size_t i = 0; k->choices[i].name && used < sizeof expected; i++)
+                used += (size_t)snprintf(expected + used, sizeof expected - used, "%s%s", i ? " or " : "",
+                                         k->choices[i].name);
+            return wrong_type(c, path, v, expected);
+        }
+    } else if (!(json_is_string(v) && strcmp(json_string_value(v), "auto") == 0)) {
+        char range[96];
+        cfg_range_format(k, range, sizeof range);
+        snprintf(expected, sizeof expected, "a whole number of elements (%s) or \"auto\"", range);
+        if (!number_of(v, &d) || d != floor(d))
+            return wrong_type(c, path, v, expected);
+        if (d < k->min || d > k->max)
+            return out_of_range(c, k, path, v);
+    }
+    if (cfg_key_first_notice(k))
+        LOG_WARN(LOG_CONFIG, "%s = %s is a DeepSpeed tuning hint that strata plans itself (%s); accepted, not read",
+                 path, show(v, shown, sizeof shown), k->help);
+}
+
 static void walk(walk_ctx *c, const json_t *obj, const char *prefix)
 {
     const char *key;
@@ -399,6 +435,9 @@ static void walk(walk_ctx *c, const json_t *obj, const char *prefix)
             break;
         case CFG_UNIMPLEMENTED:
             unimplemented(c, k, path, value);
+            break;
+        case CFG_PLANNED:
+            planned(c, k, path, value);
             break;
         case CFG_RENAMED: {
             const cfg_key *target = cfg_key_find(k->help);

@@ -1,7 +1,10 @@
 /* The configuration table (see config_schema.h) and the lookups over it. */
 #include "engine/config/config_schema.h"
 
+#include <assert.h>
 #include <float.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,12 +33,17 @@ static const cfg_choice reduction_choices[] = {
     {"sum", STRATA_REDUCE_SUM}, {"mean", STRATA_REDUCE_MEAN}, {NULL, 0}};
 static const cfg_choice moments_choices[] = {
     {"fp32", STRATA_MOMENTS_FP32}, {"bf16", STRATA_MOMENTS_BF16}, {"8bit", STRATA_MOMENTS_8BIT}, {NULL, 0}};
+static const cfg_choice formula_choices[] = {
+    {"mul_add", STRATA_ADAM_MUL_ADD}, {"lerp", STRATA_ADAM_LERP}, {NULL, 0}};
 static const cfg_choice switch_choices[] = {
     {"auto", STRATA_SWITCH_AUTO}, {"true", STRATA_SWITCH_ON}, {"false", STRATA_SWITCH_OFF}, {NULL, 0}};
 
 /* DeepSpeed keys whose one value below is what strata always does: that value is accepted silently, any
  * other is not implemented (see CFG_UNIMPLEMENTED). Written as JSON; numbers compare by value. */
 static const cfg_choice only_true[] = {{"true", 0}, {NULL, 0}};
+static const cfg_choice only_false[] = {{"false", 0}, {NULL, 0}};
+/* A CFG_PLANNED switch: either value is accepted (and not read). */
+static const cfg_choice true_or_false[] = {{"true", 0}, {"false", 0}, {NULL, 0}};
 
 /* Paths of the two offload blocks share their key names; these macros keep the table readable. */
 #define OFFLOAD_COMMON(prefix, field)                                                                   \
@@ -71,24 +79,28 @@ const cfg_key cfg_keys[] = {
     {"zero_optimization.stage3_prefetch_bucket_size", CFG_COUNT, OFF(prefetch_bucket_size), 0, SIZE_MAX_D, NULL, NULL},
     {"zero_optimization.stage3_max_live_parameters", CFG_COUNT, OFF(max_live_parameters), 1, SIZE_MAX_D, NULL, NULL},
     {"zero_optimization.stage3_param_persistence_threshold", CFG_COUNT, OFF(param_persistence_threshold), 0, SIZE_MAX_D, NULL, NULL},
-    {"zero_optimization.contiguous_gradients", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
-     "strata always keeps gradients in contiguous per-module buffers; remove the key"},
-    {"zero_optimization.overlap_comm", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
-     "strata always overlaps transfers on dedicated streams; remove the key"},
-    {"zero_optimization.reduce_bucket_size", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
-     "strata reduce-scatters gradients one module at a time (a module is its bucket); remove the key"},
-    {"zero_optimization.allgather_bucket_size", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
-     "strata all-gathers parameters one module at a time (a module is its bucket); remove the key"},
-    {"zero_optimization.reduce_scatter", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
-     "strata always reduce-scatters gradients to their owners from stage 1 on (stage 0 all-reduces them); "
-     "remove the key"},
-    {"zero_optimization.round_robin_gradients", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
-     "strata cuts every module into equal shards, one per rank; round-robin partitioning is not implemented; "
-     "remove the key"},
-    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
-     "strata checkpoints are streamed per tensor and never gathered; remove the key"},
-    {"zero_optimization.stage3_max_reuse_distance", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
-     "strata's planner decides reuse from the recorded module order; remove the key"},
+    {"zero_optimization.contiguous_gradients", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_true,
+     "strata always keeps each module's gradients in one contiguous buffer"},
+    {"zero_optimization.overlap_comm", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_true,
+     "strata always overlaps its transfers and collectives with compute, on dedicated streams"},
+    {"zero_optimization.allgather_partitions", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_true,
+     "strata always gathers parameters with all-gather collectives (false would broadcast them)"},
+    {"zero_optimization.reduce_scatter", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_true,
+     "strata always reduce-scatters gradients to their owners from stage 1 on (stage 0 all-reduces them)"},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_true,
+     "strata always saves a model's full weights, its master weights in the model's dtype (strata.torch's "
+     "state_dict(), so Trainer.save_model and save_pretrained, and `strata ckpt export`), never empty partitions"},
+    /* Tuning hints: strata plans the job itself, so any value is accepted, with a notice (see CFG_PLANNED). */
+    {"zero_optimization.reduce_bucket_size", CFG_PLANNED, NOFIELD, 0, SIZE_MAX_D, NULL,
+     "strata reduce-scatters gradients one module at a time: a module is its bucket"},
+    {"zero_optimization.allgather_bucket_size", CFG_PLANNED, NOFIELD, 0, SIZE_MAX_D, NULL,
+     "strata all-gathers parameters one module at a time: a module is its bucket"},
+    {"zero_optimization.round_robin_gradients", CFG_PLANNED, NOFIELD, 0, 0, true_or_false,
+     "strata cuts every module into equal shards, one per rank, and hands a module's gradients over as its backward "
+     "ends"},
+    {"zero_optimization.stage3_max_reuse_distance", CFG_PLANNED, NOFIELD, 0, SIZE_MAX_D, NULL,
+     "strata keeps a released module on the device while it is needed again within the prefetch window "
+     "(stage3_prefetch_bucket_size) and the residency cap (stage3_max_live_parameters) allows"},
     {"zero_optimization.offload_param.pin_memory_buffer", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL, "remove the key"},
 
     {"aio", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
@@ -135,8 +147,8 @@ const cfg_key cfg_keys[] = {
     {"gradient_accumulation_steps", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
      "accumulation belongs to the trainer (strata train --grad-accum)"},
     {"steps_per_print", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL, "printing belongs to the trainer"},
-    {"wall_clock_breakdown", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
-     "use strata.trace_path for a per-stream timeline instead"},
+    {"wall_clock_breakdown", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, only_false,
+     "strata prints no per-step timing breakdown; strata.trace_path writes a per-stream timeline instead"},
     {"scheduler", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
      "learning-rate schedules belong to the trainer; strata_step takes the lr of each step"},
     {"activation_checkpointing", CFG_UNIMPLEMENTED, NOFIELD, 0, 0, NULL,
@@ -166,6 +178,7 @@ const cfg_key cfg_keys[] = {
     {"strata.host_cache", CFG_BOOL, OFF(host_cache), 0, 0, NULL, NULL},
     {"strata.step_in_backward", CFG_BOOL, OFF(step_in_backward), 0, 0, NULL, NULL},
     {"strata.norm_pass", CFG_BOOL, OFF(norm_pass), 0, 0, NULL, NULL},
+    {"strata.adam_first_moment", CFG_ENUM, OFF(adam_formula), 0, 0, formula_choices, NULL},
     {"strata.optimizer_moments", CFG_ENUM, OFF(optimizer_moments), 0, 0, moments_choices, NULL},
     {"strata.optimizer_moments_seed", CFG_INT, OFF(optimizer_moments_seed), 0, INT_MAX_D, NULL, NULL},
     {"strata.offload_activations", CFG_SECTION, NOFIELD, 0, 0, NULL, NULL},
@@ -184,7 +197,18 @@ const size_t cfg_key_count = ARRAY_LEN(cfg_keys);
 
 bool cfg_key_is_setting(const cfg_key *key)
 {
-    return key->kind != CFG_SECTION && key->kind != CFG_UNIMPLEMENTED && key->kind != CFG_RENAMED;
+    return key->kind != CFG_SECTION && key->kind != CFG_UNIMPLEMENTED && key->kind != CFG_PLANNED &&
+           key->kind != CFG_RENAMED;
+}
+
+/* One flag per table entry: static storage starts false. */
+static _Atomic bool noticed[ARRAY_LEN(cfg_keys)];
+
+bool cfg_key_first_notice(const cfg_key *key)
+{
+    size_t i = (size_t)(key - cfg_keys);
+    assert(i < cfg_key_count);
+    return !atomic_exchange(&noticed[i], true);
 }
 
 const cfg_key *cfg_key_find(const char *path)
@@ -215,7 +239,7 @@ const cfg_key *cfg_key_suggest(const char *path)
     size_t best_d = SIZE_MAX;
     for (size_t i = 0; i < cfg_key_count; i++) {
         const cfg_key *k = &cfg_keys[i];
-        if (k->kind == CFG_UNIMPLEMENTED)
+        if (k->kind == CFG_UNIMPLEMENTED || k->kind == CFG_PLANNED)
             continue;
         const char *kleaf = last_segment(k->path);
         bool sibling = parent_len(k->path) == plen && strncmp(k->path, path, plen) == 0;
@@ -336,6 +360,7 @@ void cfg_key_format(const cfg_key *key, const strata_config *cfg, char *buf, siz
         break;
     case CFG_SECTION:
     case CFG_UNIMPLEMENTED:
+    case CFG_PLANNED:
     case CFG_RENAMED:
         buf[0] = '\0';
         break;
@@ -384,6 +409,7 @@ json_t *cfg_key_value_json(const cfg_key *key, const strata_config *cfg)
     }
     case CFG_SECTION:
     case CFG_UNIMPLEMENTED:
+    case CFG_PLANNED:
     case CFG_RENAMED:
         break;
     }

@@ -30,6 +30,8 @@ typedef enum cfg_kind {
     CFG_OPTIMIZER,  /* optimizer.type */
     CFG_ADAM_W_MODE,/* optimizer.params.adam_w_mode (DeepSpeed's Adam switch) */
     CFG_UNIMPLEMENTED, /* a DeepSpeed key strata knows but does not implement (no field) */
+    CFG_PLANNED,    /* a DeepSpeed tuning hint whose job strata's planner does itself (no field): accepted with one
+                       warning per key and process that says so */
     CFG_RENAMED,    /* an old spelling: accepted with a notice, stored as `target` */
 } cfg_kind;
 
@@ -44,8 +46,11 @@ typedef struct cfg_key {
     size_t offset;             /* into strata_config */
     double min, max;           /* inclusive range for numbers */
     const cfg_choice *choices; /* CFG_ENUM: NULL-terminated. CFG_UNIMPLEMENTED: the values (JSON text) that are
-                                  what strata does anyway, accepted silently; NULL: every value is refused */
-    const char *help;          /* CFG_UNIMPLEMENTED: why, and what strata does instead; CFG_RENAMED: the new path */
+                                  what strata does anyway, accepted silently; NULL: every value is refused.
+                                  CFG_PLANNED: the values (JSON text) accepted; NULL: a whole number of elements in
+                                  [min, max] or "auto" */
+    const char *help;          /* CFG_UNIMPLEMENTED: why, and what strata does instead; CFG_PLANNED: what strata
+                                  plans the job from; CFG_RENAMED: the new path */
 } cfg_key;
 
 /* The table, in the order `strata config check` prints it. */
@@ -53,8 +58,12 @@ extern const cfg_key cfg_keys[];
 extern const size_t cfg_key_count;
 
 /* True for a key that sets a field of strata_config (what `strata config check` lists and what
- * t_config_keys proves has an effect); false for sections, renamed and unimplemented keys. */
+ * t_config_keys proves has an effect); false for sections, renamed, unimplemented and planned keys. */
 bool cfg_key_is_setting(const cfg_key *key);
+
+/* True the first time it is called for key in this process, false after: a CFG_PLANNED key's notice is printed once
+ * however often a config is loaded (strata.torch loads one several times). Thread-safe. */
+bool cfg_key_first_notice(const cfg_key *key);
 
 /* The entry for a full path, or NULL. */
 const cfg_key *cfg_key_find(const char *path);

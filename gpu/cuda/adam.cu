@@ -17,7 +17,8 @@ static __global__ void adam_kernel(adam_consts c, float *master, float *m, float
         float g = __fmul_rn(grad[i], c.grad_scale);
         if (c.use_l2)
             g = __fmaf_rn(p, c.l2, g);
-        float mi = __fmaf_rn(g, c.one_minus_beta1, __fmul_rn(m[i], c.beta1));
+        float mi = c.lerp ? __fmaf_rn(c.lerp_coeff, __fsub_rn(g, m[i]), c.lerp_from_m ? m[i] : g)
+                          : __fmaf_rn(g, c.one_minus_beta1, __fmul_rn(m[i], c.beta1));
         float vi = __fmaf_rn(__fmul_rn(g, c.one_minus_beta2), g, __fmul_rn(v[i], c.beta2));
         float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.bc2_sqrt), c.eps);
         p = __fmul_rn(p, c.decay);
