@@ -2,13 +2,26 @@
 # Python tests: tests/py_*.py, run with STRATA_TEST_PYTHON (Debian's interpreter, which has python3-torch), and
 # tests/mpi_py_*.py, run as 2 ranks by tests/helpers/mpi.sh. Both load this tree's libstrata.so (STRATA_LIB)
 # and the package from the source tree (PYTHONPATH); exit 77 = skipped, as for the C tests.
+#
+# Two stacks: each test runs on the declared floor (Debian's torch 1.13; the Hugging Face tests re-run themselves in
+# build/venv, which adds transformers 4.40.2 to it) as <name>, and on today's releases from PyPI (the venv
+# STRATA_CURRENT_VENV, which tools/run makes: torch, transformers, accelerate, peft, safetensors; tools/run pins
+# them) as <name>@current, which skips naming tools/run when that venv is not there. MKL_ENABLE_INSTRUCTIONS=AVX2:
+# PyPI's torch takes a CPU tensor's sqrt from MKL, whose AVX-512 path is not correctly rounded, so its AdamW, the
+# oracle, would round Adam's denominator otherwise than IEEE on AVX-512 machines
+# (python/strata/torch/_torch_formula.py); its AVX2 path is IEEE. Debian's torch has no MKL.
 if(EXISTS /usr/bin/python3)
   set(STRATA_TEST_PYTHON_DEFAULT /usr/bin/python3)
 else()
   find_program(STRATA_TEST_PYTHON_DEFAULT NAMES python3)
 endif()
 set(STRATA_TEST_PYTHON "${STRATA_TEST_PYTHON_DEFAULT}" CACHE FILEPATH "The Python that runs tests/py_*.py")
-set(STRATA_PY_TEST_ENV "${STRATA_TEST_ENV};STRATA_LIB=$<TARGET_FILE:strata>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python")
+set(STRATA_PY_TEST_ENV "${STRATA_TEST_ENV};STRATA_LIB=$<TARGET_FILE:strata>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;MKL_ENABLE_INSTRUCTIONS=AVX2")
+set(STRATA_CURRENT_VENV "${CMAKE_BINARY_DIR}/venv-current" CACHE PATH
+  "The venv with today's torch and Hugging Face releases that runs every Python test a second time (<name>@current)")
+# Tests of the floor only: the offline Debian install recipe and the wheel built from a clean clone (each builds and
+# installs once), and the type check (mypy lives in the floor's venv).
+set(STRATA_PY_TESTS_FLOOR_ONLY py_package py_package_wheel py_types)
 # A sanitized libstrata.so in an interpreter that is not: its runtimes must be loaded first (LD_PRELOAD, found
 # where the compiler keeps them), and leak checking stays off because the interpreter frees little at exit by
 # design. The mpi runs preload them into the ranks only (through env), not into mpirun.
@@ -47,32 +60,51 @@ if(NOT STRATA_TEST_PYTHON)
   set(STRATA_PY_SKIP "no python3 found; set STRATA_TEST_PYTHON")
 endif()
 # Python tests that start a world of ranks themselves: serial, like the mpi runs (a world already fills the cores).
-set(STRATA_PY_TESTS_LAUNCHING_MPIRUN py_torch_rank_fault py_hf_device_pressure)
+set(STRATA_PY_TESTS_LAUNCHING_MPIRUN py_torch_rank_fault py_hf_device_pressure py_torch_launchers)
 file(GLOB STRATA_PY_TESTS CONFIGURE_DEPENDS tests/py_*.py)
 file(GLOB STRATA_MPI_PY_TESTS CONFIGURE_DEPENDS tests/mpi_py_*.py)
-foreach(py IN LISTS STRATA_PY_TESTS STRATA_MPI_PY_TESTS)
-  get_filename_component(name ${py} NAME_WE)
-  if(STRATA_PY_SKIP)
-    add_test(NAME ${name} COMMAND bash -c "echo 'SKIP ${name}: ${STRATA_PY_SKIP}'; exit 77")
+# strata_add_py_test(<name> <file> <python> <skip reason or "">): one Python test on one interpreter.
+function(strata_add_py_test name py python skip)
+  if(skip)
+    add_test(NAME ${name} COMMAND bash -c "echo 'SKIP ${name}: ${skip}'; exit 77")
   elseif(name MATCHES "^mpi_py_")
     set(preload "")
     if(STRATA_PY_PRELOAD)
       set(preload env LD_PRELOAD=${STRATA_PY_PRELOAD})
     endif()
-    add_test(NAME ${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/helpers/mpi.sh 2 ${preload}
-      ${STRATA_TEST_PYTHON} ${py})
+    add_test(NAME ${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/helpers/mpi.sh 2 ${preload} ${python} ${py})
     set_tests_properties(${name} PROPERTIES RUN_SERIAL TRUE)
   else()
-    add_test(NAME ${name} COMMAND ${STRATA_TEST_PYTHON} ${py})
-    if(name IN_LIST STRATA_PY_TESTS_LAUNCHING_MPIRUN)
+    add_test(NAME ${name} COMMAND ${python} ${py})
+    get_filename_component(base ${py} NAME_WE)
+    if(base IN_LIST STRATA_PY_TESTS_LAUNCHING_MPIRUN)
       set_tests_properties(${name} PROPERTIES RUN_SERIAL TRUE)
     endif()
   endif()
-  set(env "${STRATA_PY_TEST_ENV}")
+  set(env "${STRATA_PY_TEST_ENV};STRATA_CURRENT_VENV=${STRATA_CURRENT_VENV}")
+  if(name MATCHES "@current$")  # a scratch space of its own: the floor's run of the same test may run beside it
+    set(env "${env};STRATA_SCRATCH=${CMAKE_CURRENT_BINARY_DIR}/scratch-current")
+  endif()
   if(STRATA_SANITIZE AND name MATCHES "^mpi_py_")
     set(env "${env};ASAN_OPTIONS=detect_leaks=0:abort_on_error=0")
   elseif(STRATA_SANITIZE)
     set(env "${env};${STRATA_PY_SAN_ENV}")
   endif()
   set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 ENVIRONMENT "${env}")
+endfunction()
+
+set(current_python bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/helpers/current_python.sh)
+foreach(py IN LISTS STRATA_PY_TESTS STRATA_MPI_PY_TESTS)
+  get_filename_component(name ${py} NAME_WE)
+  strata_add_py_test(${name} ${py} "${STRATA_TEST_PYTHON}" "${STRATA_PY_SKIP}")
+  if(name IN_LIST STRATA_PY_TESTS_FLOOR_ONLY)
+    continue()
+  endif()
+  # Today's stack: skipped under the sanitizers (the floor covers the library there); current_python.sh skips where
+  # its venv is missing.
+  set(skip "${STRATA_PY_SKIP}")
+  if(STRATA_SANITIZE)
+    set(skip "today's PyPI stack runs in the plain build only (the floor runs here)")
+  endif()
+  strata_add_py_test(${name}@current ${py} "${current_python}" "${skip}")
 endforeach()
