@@ -1,14 +1,20 @@
 """A Hugging Face transformers Trainer script moved onto strata by changing Trainer to StrataTrainer.
 
-The same tiny Llama, data and TrainingArguments (accumulation 3, a linear schedule with warmup, dropout off by the
-config) train twice: with transformers.Trainer and torch AdamW in memory, and with strata.torch.hf.StrataTrainer,
-parameters and optimizer state on NVMe. The logged losses and the final weights must be bit-identical while the
-clipping threshold is not reached (Trainer's torch clipping then multiplies by exactly 1, strata's does not touch
-the gradients); with clipping that triggers, strata clips (Trainer could not: strata holds the gradients) and the
-weights agree with Trainer's within float rounding of the norm. Then: trainer.save_model() writes weights that
-from_pretrained loads to the same logits; a checkpoint saved mid-run resumes to the same end; what strata cannot do
-as asked (weight decay with Trainer's groups, another optimizer, a config that disagrees, several processes) is
-refused with the reason.
+The same tiny Llama, data and TrainingArguments (accumulation 2 and 3, a linear schedule with warmup, dropout off by
+the config) train twice: with transformers.Trainer and torch AdamW in memory, and with strata.torch.hf.StrataTrainer,
+parameters and optimizer state on NVMe. The labels of each micro-batch are masked differently, so on transformers 5,
+where Trainer passes num_items_in_batch and the model divides by the tokens of the whole accumulated batch, a loss
+normalised any other way would show. The logged losses and the final weights must be bit-identical while the
+clipping threshold is not reached (Trainer's torch clipping then multiplies by exactly 1, strata's does not touch the
+gradients), and each logged grad_norm is Trainer's within fp32 rounding (Trainer sums in fp32, strata in double);
+with clipping that triggers, strata clips (Trainer could not: strata holds the gradients) and the weights agree with
+Trainer's within float rounding of the norm. Then: trainer.save_model() writes the trained weights, which
+AutoModelForCausalLM.from_pretrained loads bit for bit; a checkpoint saved mid-run resumes to the same end. bf16 on
+the CPU, against Trainer's own bf16 run (autocast over fp32 weights): with the config's bf16 off strata keeps fp32
+weights under Trainer's autocast and is bit-identical; by default (the config's bf16 filled from the arguments, as
+transformers does) strata's weights are bf16 and the losses agree within bf16's rounding (2^-8 relative). What
+strata cannot do as asked (weight decay with Trainer's groups, another optimizer, a config that disagrees, several
+processes) is refused with the reason.
 """
 import os
 import sys
@@ -23,12 +29,22 @@ transformers = H.require_transformers()
 import strata  # noqa: E402
 from strata.torch.hf import StrataTrainer  # noqa: E402
 
-STEPS, GAS = 4, 3
+STEPS = 4
+BF16_LOSS_RTOL = 2.0 ** -8  # bf16's unit roundoff
+NORM_RTOL = 1e-6            # a few fp32 ulps
 
 
 class Data(torch.utils.data.Dataset):
+    """n micro-batches of the tiny Llama's batches, each with a different number of labels masked (-100)."""
+
     def __init__(self, seed, n):
-        self.items = [H.batch(transformers, "llama", seed, i, 0) for i in range(n)]
+        self.items = []
+        g = torch.Generator().manual_seed(seed)
+        for i in range(n):
+            b = H.batch(transformers, "llama", seed, i, 0)
+            drop = torch.rand(b["labels"].shape, generator=g) < 0.1 * (i % 4)
+            b["labels"] = b["labels"].masked_fill(drop, -100)
+            self.items.append(b)
 
     def __len__(self):
         return len(self.items) * H.BATCH
@@ -38,8 +54,8 @@ class Data(torch.utils.data.Dataset):
         return {k: v[i % H.BATCH] for k, v in b.items()}
 
 
-def args(out, **extra):
-    base = dict(output_dir=out, per_device_train_batch_size=H.BATCH, gradient_accumulation_steps=GAS,
+def args(out, gas, **extra):
+    base = dict(output_dir=out, per_device_train_batch_size=H.BATCH, gradient_accumulation_steps=gas,
                 max_steps=STEPS, learning_rate=3e-3, lr_scheduler_type="linear", warmup_steps=1, logging_steps=1,
                 save_strategy="no", report_to=[], use_cpu=True, seed=0, data_seed=0, max_grad_norm=1e9,
                 dataloader_num_workers=0, disable_tqdm=True)
@@ -52,8 +68,8 @@ def nvme_config(nvme):
                                   "offload_optimizer": {"device": "nvme", "nvme_path": nvme}}}
 
 
-def losses_of(trainer):
-    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+def logged(trainer, key):
+    return [h.get(key) for h in trainer.state.log_history if "loss" in h]
 
 
 def weights(model_or_engine):
@@ -63,42 +79,127 @@ def weights(model_or_engine):
 
 
 def model(seed):
-    m = H.build(transformers, "llama", seed)
-    return m
+    return H.build(transformers, "llama", seed)
 
 
-def run_pair(seed, data, clip, tag):
-    ref = transformers.Trainer(model=model(seed), args=args(T.scratch("hf-trainer-ref-" + tag), max_grad_norm=clip),
-                               train_dataset=data)
+def run_pair(seed, data, gas, tag, clip=1e9):
+    ref = transformers.Trainer(model=model(seed), args=args(T.scratch("hf-trainer-ref-" + tag), gas,
+                                                             max_grad_norm=clip), train_dataset=data)
     ref.train()
-    st = StrataTrainer(model=model(seed), args=args(T.scratch("hf-trainer-strata-" + tag), max_grad_norm=clip),
-                       train_dataset=data, strata_config=nvme_config(T.scratch("hf-trainer-nvme-" + tag)))
+    st = StrataTrainer(model=model(seed), args=args(T.scratch("hf-trainer-strata-" + tag), gas, max_grad_norm=clip),
+                       train_dataset=data, strata_config=nvme_config(T.scratch("hf-nvme-" + tag)))
     st.train()
     return ref, st
 
 
-def main():
-    seed = T.seed()
-    data = Data(seed, STEPS * GAS)
-
-    ref, st = run_pair(seed, data, 1e9, "exact")
-    want, got = losses_of(ref), losses_of(st)
+def check_exact(seed, gas):
+    """Losses, weights and grad_norm against Trainer; returns the StrataTrainer (open) for save_model."""
+    data = Data(seed, STEPS * gas)
+    ref, st = run_pair(seed, data, gas, "exact%d" % gas)
+    want, got = logged(ref, "loss"), logged(st, "loss")
+    print("accumulation %d (num_items_in_batch normalises the loss: %s)\nTrainer losses %s\nStrataTrainer  %s" % (
+        gas, getattr(st, "model_accepts_loss_kwargs", "no such argument"), want, got))
+    T.check(len(got) == STEPS and got == want, "accumulation %d: StrataTrainer logs Trainer's losses" % gas, got, want)
     diff = adam_oracle.first_difference(weights(st.engine), weights(ref.model))
-    print("Trainer losses %s\nStrataTrainer  %s" % (want, got))
-    T.check(len(got) == STEPS and got == want, "StrataTrainer logs Trainer's losses", got, want)
-    T.check(diff is None, "StrataTrainer's weights bit-identical to Trainer + torch AdamW", diff, "no difference")
+    T.check(diff is None, "accumulation %d: StrataTrainer's weights bit-identical to Trainer + torch AdamW" % gas,
+            diff, "no difference")
+    norms, ref_norms = logged(st, "grad_norm"), logged(ref, "grad_norm")
+    print("grad_norm  Trainer %s\n           strata  %s" % (ref_norms, norms))
+    T.check(None not in norms and all(abs(a - b) <= NORM_RTOL * b for a, b in zip(norms, ref_norms)),
+            "accumulation %d: grad_norm in the logs is Trainer's (relative %g)" % (gas, NORM_RTOL), norms, ref_norms)
+    return st
 
+
+def check_save_model(seed, st):
     out = T.scratch("hf-trainer-saved")
     st.save_model(out)
-    loaded = transformers.LlamaForCausalLM.from_pretrained(out).eval()
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    have, want = loaded.state_dict(), st.engine.fp32_state_dict()
+    wrong = [n for n, w in want.items() if n not in have or not torch.equal(have[n], w)]
+    T.check(not wrong, "save_model -> AutoModelForCausalLM.from_pretrained gives the trained weights", wrong[:3],
+            "every tensor equal")
     st.engine.eval()
     b = H.batch(transformers, "llama", seed, 99, 0)
     with torch.no_grad():
         a, c = st.model(**b).logits, loaded(**b).logits
     T.check(torch.equal(a, c), "save_model -> from_pretrained gives the same logits", (a - c).abs().max().item(), 0.0)
+
+
+def autocast_on():
+    """Whether CPU autocast is on (torch 2.4 renamed the query)."""
+    if hasattr(torch, "get_autocast_dtype"):
+        return torch.is_autocast_enabled("cpu")
+    return torch.is_autocast_cpu_enabled()
+
+
+def check_bf16(seed):
+    """TrainingArguments(bf16=True) on the CPU: Trainer autocasts to bf16 over its fp32 weights."""
+    data = Data(seed, STEPS * 2)
+    ref = transformers.Trainer(model=model(seed), args=args(T.scratch("hf-trainer-bf16-ref"), 2, bf16=True),
+                               train_dataset=data)
+    ref.train()
+    want = logged(ref, "loss")
+
+    st = StrataTrainer(model=model(seed), args=args(T.scratch("hf-trainer-bf16-autocast"), 2, bf16=True),
+                       train_dataset=data, strata_config={"bf16": {"enabled": False}})
+    seen = []
+    st.model.model.layers[0].register_forward_pre_hook(lambda module, inputs: seen.append(autocast_on()))
+    st.train()
+    got = logged(st, "loss")
+    print("bf16, strata's weights fp32 under Trainer's autocast\nTrainer losses %s\nStrataTrainer  %s" % (want, got))
+    T.check(got == want, "bf16 with the config's bf16 off: Trainer's bf16 losses", got, want)
+    diff = adam_oracle.first_difference(weights(st.engine), weights(ref.model))
+    T.check(diff is None, "bf16 with the config's bf16 off: weights bit-identical to Trainer's bf16 run", diff,
+            "no difference")
+    T.check(len(seen) == STEPS * 2 and all(seen) and st.engine.dtype == torch.float32,
+            "Trainer's autocast runs inside strata's forward over its fp32 weights", (seen, st.engine.dtype),
+            ([True] * STEPS * 2, torch.float32))
     st.engine.close()
 
-    ref, st = run_pair(seed, data, 0.05, "clip")
+    st = StrataTrainer(model=model(seed), args=args(T.scratch("hf-trainer-bf16"), 2, bf16=True),
+                       train_dataset=data, strata_config={})
+    st.train()
+    got = logged(st, "loss")
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    print("bf16 by default: strata's weights %s\nTrainer losses %s\nStrataTrainer  %s (worst relative %.3g)" % (
+        st.engine.dtype, want, got, worst))
+    T.check(st.engine.dtype == torch.bfloat16 and len(got) == STEPS and worst <= BF16_LOSS_RTOL,
+            "bf16 by default: strata trains bf16 weights, losses within bf16 rounding of Trainer's bf16 run",
+            (st.engine.dtype, worst), (torch.bfloat16, "<= %g" % BF16_LOSS_RTOL))
+    st.engine.close()
+
+
+def check_skip_with_strata(seed, data):
+    """Trainer steps its scheduler unless accelerate saw the step skipped, and accelerate knows only its own
+    GradScaler's overflows: after a step strata skipped (an fp16 overflow; planted here, since fp16 needs a GPU)
+    the scheduler must not move, as DeepSpeed's engine leaves it; after a step that ran it moves as torch's does."""
+    st = StrataTrainer(model=model(seed), args=args(T.scratch("hf-trainer-skip"), 1, max_steps=4), train_dataset=data,
+                       strata_config={})
+    sched = st.create_scheduler(4)
+    ref = transformers.get_scheduler(st.args.lr_scheduler_type, torch.optim.AdamW(
+        model(seed).parameters(), lr=st.args.learning_rate), num_warmup_steps=st.args.get_warmup_steps(4),
+        num_training_steps=4)
+    lrs, want = [], []
+    for skipped in (False, True, False):
+        st.engine.last_step = {"skipped": skipped}
+        sched.step()
+        if not skipped:
+            ref.step()
+        lrs.append(st.engine.optimizer.param_groups[0]["lr"])
+        want.append(ref.get_last_lr()[0])
+    T.check(lrs == want, "Trainer's linear schedule stays put after a step strata skipped", lrs, want)
+    st.engine.close()
+
+
+def main():
+    seed = T.seed()
+    check_exact(seed, 3).engine.close()
+    st = check_exact(seed, 2)
+    check_save_model(seed, st)
+    st.engine.close()
+
+    data = Data(seed, STEPS * 3)
+    ref, st = run_pair(seed, data, 3, "clip", clip=0.05)
     worst = max((st.engine.fp32_state_dict()[n] - w).abs().max().item() for n, w in weights(ref.model).items())
     moved = max((w - v).abs().max().item() for (n, w), v in zip(weights(ref.model).items(),
                                                                  model(seed).state_dict().values()))
@@ -108,12 +209,12 @@ def main():
 
     # A checkpoint at step 2 resumes to the uninterrupted run's end.
     run = T.scratch("hf-trainer-resume")
-    first = StrataTrainer(model=model(seed), args=args(run, save_strategy="steps", save_steps=2),
+    first = StrataTrainer(model=model(seed), args=args(run, 3, save_strategy="steps", save_steps=2),
                           train_dataset=data, strata_config=nvme_config(T.scratch("hf-trainer-nvme-r1")))
     first.train()
     end = weights(first.engine)
     first.engine.close()
-    second = StrataTrainer(model=model(seed + 1), args=args(run, save_strategy="no"), train_dataset=data,
+    second = StrataTrainer(model=model(seed + 1), args=args(run, 3, save_strategy="no"), train_dataset=data,
                            strata_config=nvme_config(T.scratch("hf-trainer-nvme-r2")))
     second.train(resume_from_checkpoint=os.path.join(run, "checkpoint-2"))
     diff = adam_oracle.first_difference(weights(second.engine), end)
@@ -121,21 +222,35 @@ def main():
             "no difference")
     second.engine.close()
 
+    check_bf16(seed)
+
     T.check_raises(strata.InvalidArgument, "weight_decay", lambda: StrataTrainer(
-        model=model(seed), args=args(T.scratch("hf-trainer-wd"), weight_decay=0.1), train_dataset=data,
+        model=model(seed), args=args(T.scratch("hf-trainer-wd"), 3, weight_decay=0.1), train_dataset=data,
         strata_config={}), "weight decay with Trainer's no-decay groups")
     T.check_raises(strata.InvalidArgument, "optim", lambda: StrataTrainer(
-        model=model(seed), args=args(T.scratch("hf-trainer-sgd"), optim="sgd"), train_dataset=data,
+        model=model(seed), args=args(T.scratch("hf-trainer-sgd"), 3, optim="sgd"), train_dataset=data,
         strata_config={}), "another optimizer")
     # Trainer over several processes (torch.distributed): its sharding and DDP are not strata's ranks. Refused.
     from unittest import mock
     with mock.patch.object(transformers.TrainingArguments, "world_size", property(lambda self: 2)):
         T.check_raises(strata.InvalidArgument, "one process", lambda: StrataTrainer(
-            model=model(seed), args=args(T.scratch("hf-trainer-ranks")), train_dataset=data,
+            model=model(seed), args=args(T.scratch("hf-trainer-ranks"), 3), train_dataset=data,
             strata_config=nvme_config(T.scratch("hf-trainer-nvme-ranks"))), "Trainer with 2 processes")
-    T.check_raises(strata.ConfigError, "gradient_accumulation_steps", lambda: StrataTrainer(
-        model=model(seed), args=args(T.scratch("hf-trainer-gas")), train_dataset=data,
-        strata_config={"gradient_accumulation_steps": 2}), "a config that disagrees with TrainingArguments")
+    T.check_raises(strata.ConfigError, "gradient_accumulation_steps = 2 but TrainingArguments say "
+                   "gradient_accumulation_steps = 3", lambda: StrataTrainer(
+                       model=model(seed), args=args(T.scratch("hf-trainer-gas"), 3), train_dataset=data,
+                       strata_config={"gradient_accumulation_steps": 2}),
+                   "a config that disagrees with TrainingArguments")
+    # A scheduler passed to Trainer was built on another optimizer than the engine's: it would set no lr. Refused.
+    other = torch.optim.AdamW(model(seed).parameters())
+    T.check_raises(strata.InvalidArgument, "would set no lr", lambda: StrataTrainer(
+        model=model(seed), args=args(T.scratch("hf-trainer-sched"), 3), train_dataset=data, strata_config={},
+        optimizers=(None, torch.optim.lr_scheduler.LambdaLR(other, lambda s: 0.5))), "optimizers=(None, scheduler)")
+    check_skip_with_strata(seed, data)
+    T.check_raises(strata.ConfigError, "bf16.enabled = True but TrainingArguments say bf16 = False", lambda:
+                   StrataTrainer(model=model(seed), args=args(T.scratch("hf-trainer-bf16-off"), 3),
+                                 train_dataset=data, strata_config={"bf16": {"enabled": True}}),
+                   "the config's bf16 without TrainingArguments' bf16")
     T.done()
 
 

@@ -329,13 +329,17 @@ DEEPSPEED_SIGNATURE = [("model_params", None), ("lr", 1e-3), ("bias_correction",
 
 
 def adamw_reference(params, grads, lr, wd, bias_correction):
-    """torch 1.13's single-tensor AdamW step, operation for operation, with the bias corrections optional (as
-    DeepSpeedCPUAdam's bias_correction): strata's Adam must match it bit for bit either way."""
+    """The running torch's single-tensor AdamW step, operation for operation (the first moment as torch 1.x or 2.x
+    updates it), with the bias corrections optional (as DeepSpeedCPUAdam's bias_correction): strata's Adam must match
+    it bit for bit either way."""
     state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
     for step, gs in enumerate(grads, 1):
         for p, g, (m, v) in zip(params, gs, state):
             p.mul_(1 - lr * wd)
-            m.mul_(BETAS[0]).add_(g, alpha=1 - BETAS[0])
+            if adam_oracle.LERP:
+                m.lerp_(g, 1 - BETAS[0])
+            else:
+                m.mul_(BETAS[0]).add_(g, alpha=1 - BETAS[0])
             v.mul_(BETAS[1]).addcmul_(g, g, value=1 - BETAS[1])
             bc1 = 1 - BETAS[0] ** step if bias_correction else 1.0
             bc2 = 1 - BETAS[1] ** step if bias_correction else 1.0
@@ -363,7 +367,7 @@ def check_deepspeed_signature():
             opt.step()
         worst = max((a.detach() - b).abs().max().item() for a, b in zip(params, want))
         T.check(all(adam_oracle.same_tensor(a.detach(), b) for a, b in zip(params, want)),
-                "bias_correction=%s, default weight_decay (0): 4 steps == torch 1.13's AdamW with%s bias correction" %
+                "bias_correction=%s, default weight_decay (0): 4 steps == torch's AdamW with%s bias correction" %
                 (bias_correction, "" if bias_correction else "out"), "max |diff| %g" % worst, adam_oracle.HOW)
         opt.close()
     a = torch.nn.Parameter(torch.zeros(8))

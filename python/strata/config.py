@@ -24,7 +24,16 @@ TRAINER_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_
                 "steps_per_print", "scheduler", "dataloader_drop_last")
 
 
+# "auto" is transformers' placeholder, filled from TrainingArguments before DeepSpeed reads the file.
+_AUTO_HINT = ("\"auto\" is filled in by transformers' Trainer from its TrainingArguments "
+              "(strata.torch.hf.StrataTrainer and strata.torch.hf.fill_auto fill it the same way): elsewhere write "
+              "the value")
+
+
 def _positive_int(key: str, value: object) -> int:
+    if value == "auto":
+        raise ConfigError("config: %s = \"auto\" is not allowed here: it must be an integer >= 1; %s" %
+                          (key, _AUTO_HINT))
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError("config: %s = %r is not allowed: it must be an integer >= 1" % (key, value))
     return value
@@ -126,6 +135,11 @@ class Config:
             if not isinstance(s, dict) or "type" not in s:
                 raise ConfigError("config: scheduler must be an object with a \"type\" (and \"params\"), got %r; "
                                   "hint: {\"type\": \"WarmupLR\", \"params\": {...}}" % (s,))
+            params = s.get("params")
+            auto = sorted(k for k, v in params.items() if v == "auto") if isinstance(params, dict) else []
+            if auto:
+                raise ConfigError("config: scheduler.params.%s = \"auto\" is not allowed here: the scheduler needs "
+                                  "numbers; %s" % (", scheduler.params.".join(auto), _AUTO_HINT))
 
     def batch_sizes(self, world_size: int) -> Tuple[Optional[int], Optional[int], int]:
         """(train_batch_size, micro_batch_per_rank, gradient_accumulation_steps) as DeepSpeed resolves them: any

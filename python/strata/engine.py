@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Type
 from . import _lib, _names
 from ._typing import StrPath
 from .config import Config, ConfigSource
-from .errors import StateError, StrataError, error_for
+from .errors import StateError, StrataError, Unsupported, error_for
 
 # strata_step_args.lr = 0 means "the configured lr"; a step at lr 0 passes the smallest positive double, with which
 # every fp32 constant of the update rounds as at lr 0 (strata.h says so).
@@ -96,11 +96,32 @@ class Comm:
 _world: Optional[Comm] = None
 
 
+def check_launcher(comm: Comm) -> None:
+    """Refuses a world that is not the one the launcher made: torchrun, accelerate launch and the deepspeed launcher
+    start N processes with WORLD_SIZE=N (and RANK, LOCAL_RANK, MASTER_ADDR / MASTER_PORT for torch.distributed),
+    but strata takes its ranks from MPI, so each of those processes would train alone as rank 0 of 1. Raises
+    Unsupported when WORLD_SIZE > 1 and comm has another size (under mpirun, which sets OMPI_COMM_WORLD_SIZE, a
+    WORLD_SIZE that agrees is fine)."""
+    text = os.environ.get("WORLD_SIZE", "")
+    try:
+        size = int(text)
+    except ValueError:
+        return
+    if size > 1 and comm.size != size:
+        raise Unsupported(
+            "strata: the environment says WORLD_SIZE=%d (RANK=%s, LOCAL_RANK=%s: a torchrun, accelerate launch or "
+            "deepspeed launcher world) but strata's world has %d rank(s): strata forms its world from MPI, not from "
+            "torch.distributed (RANK, MASTER_ADDR and MASTER_PORT are not read), so each process would train alone "
+            "as rank 0; hint: launch with mpirun -np %d python ..." % (
+                size, os.environ.get("RANK", "?"), os.environ.get("LOCAL_RANK", "?"), comm.size, size))
+
+
 def world() -> Comm:
     """The process's Comm, created on first use and closed at exit (after its engines). With several ranks, an
     exception that ends this process fails the world first (Comm.abort): the other ranks' next collective raises
     CommError naming this rank and its exception at once, instead of waiting out the timeout, and no rank's exit
-    waits in MPI_Finalize for a rank that is gone."""
+    waits in MPI_Finalize for a rank that is gone. Raises Unsupported, at every call, in a torchrun-style world
+    that is not strata's (check_launcher)."""
     global _world
     if _world is None:
         comm = _world = Comm()
@@ -112,6 +133,7 @@ def world() -> Comm:
                 comm.abort("%s: %s" % (kind.__name__, value))
                 previous(kind, value, tb)
             sys.excepthook = fail_world
+    check_launcher(_world)
     return _world
 
 

@@ -16,6 +16,7 @@ import torch
 
 from ..config import TRAINER_KEYS, Config, ConfigSource
 from ..errors import ConfigError
+from ._torch_formula import follow_torch
 
 # What the C config table accepts for optimizer.params.lr; the lr of each step is passed with it, so the configured
 # one only documents the group (it shows in checkpoint manifests).
@@ -127,6 +128,7 @@ def group_document(user_doc: Dict[str, Any], hp: Dict[str, Any], precision: str,
     zero.setdefault("stage3_param_persistence_threshold", 0)
 
     own = _section(doc, "strata")
+    follow_torch(own)
     if isinstance(offload_opt, dict) and offload_opt.get("device") == "nvme" and numel:
         # The NVMe tier is there to keep the state out of host memory. strata's defaults would stage whole sub-groups
         # of up to 1e8 elements (four pinned slots of master, moments and gradients: up to 16 x the state of a

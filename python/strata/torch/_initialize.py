@@ -9,8 +9,9 @@ import torch
 import torch.nn as nn
 
 from ..config import ConfigSource, read_document
-from ..engine import Comm, world
+from ..engine import Comm, check_launcher, world
 from ..errors import ConfigError, InvalidArgument
+from . import _lr_owner
 from .engine import StrataEngine
 
 _DEEPSPEED_DEFAULT_PORT = 29500
@@ -39,11 +40,16 @@ def initialize(args: Any = None, model: Optional[nn.Module] = None, optimizer: A
     training_data: a torch Dataset; the returned loader gives train_micro_batch_size_per_gpu samples a batch through
         a DistributedSampler over the ranks (as DeepSpeed's), with collate_fn and dataloader_drop_last.
     lr_scheduler: a torch lr scheduler or a callable making one from engine.optimizer; else the config's
-        "scheduler" section, if any.
+        "scheduler" section, if any. A scheduler built on optimizer= is moved onto engine.optimizer and drives
+        strata's lr exactly (SequentialLR's and ChainedScheduler's nested ones too); one that cannot be moved exactly
+        (another optimizer, several param groups, cycle_momentum=True) is refused, naming the callable as the fix.
+        A ReduceLROnPlateau is stepped by the caller with its metric, as in torch.
     distributed_port, dist_init_required: strata's ranks talk through MPI and never set up torch.distributed, so
         these have nothing to do; a non-default port is refused (it would be ignored). mpu and mesh_param (model,
         sequence and pipeline parallelism) are refused: strata is data-parallel only.
-    comm (strata): a strata.Comm (default: the launcher's world under mpirun, else a world of 1).
+    comm (strata): a strata.Comm (default: the launcher's world under mpirun, else a world of 1). Under torchrun,
+        accelerate launch or the deepspeed launcher (WORLD_SIZE > 1 in the environment, not strata's world size)
+        initialize refuses at once, naming mpirun -np N: strata does not form its world from torch.distributed.
     device (strata): where to compute ("cpu", "cuda", "cuda:1"; default: the config's strata.backend, else the
         model's GPU, else any GPU torch sees, else the CPU), so a model built on the CPU trains on a GPU it does not
         fit."""
@@ -71,9 +77,11 @@ def initialize(args: Any = None, model: Optional[nn.Module] = None, optimizer: A
                               type(model).__name__)
     config = _config_from(args, config, config_params)
     comm = comm if comm is not None else world()
+    check_launcher(comm)
     _check_local_rank(args, comm)
     if optimizer is not None:
         optimizer, config, model_parameters = _adopt_optimizer(optimizer, config, model_parameters, model)
+    lr_scheduler = _lr_owner.adopt(lr_scheduler, optimizer)
     engine = StrataEngine(model, config, lr_scheduler=lr_scheduler, comm=comm,
                          trainable=_trainable(model, model_parameters), device=device)
     engine.training_dataloader = None
@@ -112,8 +120,9 @@ _ADAM_FLAGS = ("amsgrad", "maximize", "capturable", "differentiable")
 
 
 def _adopt_optimizer(optimizer: Any, config: ConfigSource, model_parameters: Optional[Iterable[Any]],
-                     model: nn.Module) -> Tuple[None, Dict[str, Any], Iterable[Any]]:
-    """(optimizer, config, model_parameters) with a torch Adam/AdamW turned into the config's optimizer section."""
+                     model: nn.Module) -> Tuple[torch.optim.Optimizer, Dict[str, Any], Iterable[Any]]:
+    """(the torch optimizer, config, model_parameters) with a torch Adam/AdamW turned into the config's optimizer
+    section (the optimizer itself is not used again: a scheduler built on it is moved onto engine.optimizer)."""
     if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
         params = model_parameters if model_parameters is not None else [p for p in model.parameters()
                                                                           if p.requires_grad]
@@ -150,7 +159,7 @@ def _adopt_optimizer(optimizer: Any, config: ConfigSource, model_parameters: Opt
     doc["optimizer"] = {"type": "AdamW" if kind is torch.optim.AdamW else "Adam", "params": params}
     if model_parameters is None:
         model_parameters = [p for g in groups for p in g["params"]]
-    return None, doc, model_parameters
+    return optimizer, doc, model_parameters
 
 
 def _document(config: ConfigSource) -> Dict[str, Any]:

@@ -37,10 +37,11 @@ import torch.nn as nn
 
 from .._typing import StrPath
 from ..config import Config, ConfigSource
-from ..engine import Comm, Engine, world
+from ..engine import Comm, Engine, check_launcher, world
 from ..errors import ConfigError, InvalidArgument, StateError
-from . import _checkpoint, _saved_hooks, _state_dict, _tensors
+from . import _checkpoint, _lr_owner, _param_groups, _saved_hooks, _state_dict, _tensors, _torch_formula
 from ._activations import KeptActivation, ParamView
+from ._precision import cast_rest, fp32_loss
 from ._units import Unit, common_prefix, find_units, short_name, tensors_in
 
 class _BackwardFetch(torch.autograd.Function):
@@ -58,11 +59,23 @@ class _BackwardFetch(torch.autograd.Function):
 
 
 class _LrHolder(torch.optim.Optimizer):
-    """engine.optimizer: what torch's lr schedulers drive. strata reads param_groups[0]['lr'] at every step."""
+    """engine.optimizer: what torch's lr schedulers drive. strata reads param_groups[0]['lr'] at every step; every
+    other write to its one param group is honoured or refused at the write (_param_groups)."""
 
     def __init__(self, engine: StrataEngine, params: List[nn.Parameter], lr: float) -> None:
         super().__init__(params, {"lr": lr})
         self._engine = engine
+        self.param_groups = _param_groups.guard(self.param_groups, engine.config)
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        if not hasattr(self, "_engine"):  # torch's __init__ adds the one group
+            super().add_param_group(param_group)
+            return
+        _param_groups.refuse_add_param_group(param_group)
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """The saved group's keys, each written as param_groups[0][key] = value would be (strata keeps no state)."""
+        _param_groups.load(self.param_groups, state_dict)
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """A strata step now, whatever the accumulation count (engine.step() calls it at the boundary)."""
@@ -92,8 +105,10 @@ class StrataEngine:
         if getattr(model, "_strata_engine", None) is not None:
             raise StateError("strata.torch.initialize: this model is already trained by a strata engine; close() "
                              "that engine first, or build a new model")
+        _lr_owner.check_engine_argument(lr_scheduler)
         self.module = model
         self.comm = comm if comm is not None else world()
+        check_launcher(self.comm)
         self.rank, self.world_size = self.comm.rank, self.comm.size
         devices = {p.device for p in model.parameters()}
         if len(devices) != 1:
@@ -128,6 +143,7 @@ class StrataEngine:
         self.loads = 0              # checkpoints loaded: the weights state_dict() gave before are stale
         self._empty_parameters()
         self._move_buffers()
+        cast_rest(model, self.dtype, set(self._pids))  # in bf16 / fp16 the model computes as model.to(dtype)
         # (module, its own forward attribute or None) to put back at close()
         self._wrapped: List[Tuple[nn.Module, Optional[Callable[..., Any]]]] = []
         self._state_dict_handles: List[Any] = []  # _state_dict's hooks on the model, removed at close()
@@ -143,11 +159,16 @@ class StrataEngine:
         self._grad_seen: Set[int] = set()  # ids of the parameters a gradient reached since the last step
         self._forward_depth = 0
         self.optimizer = _LrHolder(self, [p for u in self.units for _, p in u.params], self.config.lr)
-        self.lr_scheduler: Any = lr_scheduler(self.optimizer) if callable(lr_scheduler) and not hasattr(
-            lr_scheduler, "step") else lr_scheduler
-        if self.lr_scheduler is None and "scheduler" in self.config.trainer:
-            from . import schedulers
-            self.lr_scheduler = schedulers.build(self.config.trainer["scheduler"], self.optimizer)
+        self.lr_scheduler: Any = None
+        try:  # a callable (initialize's rebinding of a scheduler built on optimizer= too) or the config's section
+            if lr_scheduler is not None:
+                self.lr_scheduler = lr_scheduler(self.optimizer)
+            elif "scheduler" in self.config.trainer:
+                from . import schedulers
+                self.lr_scheduler = schedulers.build(self.config.trainer["scheduler"], self.optimizer)
+        except BaseException:
+            self.close()  # frees strata's engine; the model keeps its empty parameters, as after close()
+            raise
         setattr(model, "_strata_engine", self)
 
     # ---------------------------------------------------------------- setup
@@ -161,6 +182,7 @@ class StrataEngine:
         cfg = config if isinstance(config, Config) else Config(config)
         doc = json.loads(json.dumps(cfg.document))
         section = doc.setdefault("strata", {})
+        _torch_formula.follow_torch(section)
         asked = section.get("backend", "auto")
         if device is not None:
             where = torch.device(device)
@@ -484,17 +506,20 @@ class StrataEngine:
     def _loss_scale(self) -> float:
         return self.engine.loss_scale() / (self._gas * self.world_size)
 
-    def _scaled(self, loss: torch.Tensor) -> torch.Tensor:
+    def _scaled(self, loss: torch.Tensor, scale_wrt_gas: bool = True) -> torch.Tensor:
         """loss / (accumulation steps x ranks), as a torch recipe writes it (a division: for 3 steps, x (1/3) would
-        round differently), times the fp16 loss scale."""
-        divisor = self._gas * self.world_size
+        round differently), times the fp16 loss scale; in fp32 for a half loss (_precision.fp32_loss). Without
+        scale_wrt_gas only the ranks divide."""
+        loss = fp32_loss(loss)
+        divisor = (self._gas if scale_wrt_gas else 1) * self.world_size
         if divisor != 1:
             loss = cast(torch.Tensor, loss / divisor)  # mypy takes torch 1.13's Tensor / int for a float
         scale = self.engine.loss_scale()
         return cast(torch.Tensor, loss * scale) if scale != 1.0 else loss
 
-    def backward(self, loss: torch.Tensor) -> torch.Tensor:
-        """loss.backward(), scaled as DeepSpeed scales it: by 1 / gradient_accumulation_steps, averaged over the
+    def backward(self, loss: torch.Tensor, scale_wrt_gas: bool = True) -> torch.Tensor:
+        """loss.backward(), scaled as DeepSpeed scales it: by 1 / gradient_accumulation_steps (unless scale_wrt_gas is
+        False: the loss already is its micro-batch's share, as transformers' Trainer passes it), averaged over the
         ranks, and by the fp16 loss scale. Returns loss."""
         if self._forward_depth or any(u.fwd_holds for u in self.units):
             raise StateError("strata: engine.backward(loss) while a forward is still running; call it after "
@@ -502,7 +527,7 @@ class StrataEngine:
         self._backward_scaled = True
         try:
             with self._on_stream():
-                self._scaled(loss).backward()
+                self._scaled(loss, scale_wrt_gas).backward()
         except BaseException:
             self._abort_backward()
             raise
@@ -537,7 +562,8 @@ class StrataEngine:
 
     def step(self) -> None:
         """Counts a micro-batch; at the accumulation boundary runs strata's optimizer step with the lr of
-        engine.optimizer (which a torch lr scheduler may drive) and steps engine.lr_scheduler."""
+        engine.optimizer (which a torch lr scheduler may drive) and steps engine.lr_scheduler (a ReduceLROnPlateau
+        is the caller's to step, with its metric)."""
         self._check_between_steps("engine.step()")
         boundary = self.is_gradient_accumulation_boundary()
         self.micro_steps += 1
@@ -558,8 +584,8 @@ class StrataEngine:
         self._warn_no_grad()
         result = self.last_step = self.engine.step(lr=self.optimizer.param_groups[0]["lr"])
         self.global_steps += 1
-        if self.lr_scheduler is not None and not result["skipped"]:
-            self.lr_scheduler.step()
+        if not result["skipped"]:
+            _lr_owner.step(self.lr_scheduler)
         if self.steps_per_print and self.global_steps % self.steps_per_print == 0 and self.rank == 0:
             print("strata: step %d lr %.4g grad_norm %.4g loss_scale %g" % (
                 self.global_steps, self.optimizer.param_groups[0]["lr"], result["grad_norm"],
@@ -620,15 +646,61 @@ class StrataEngine:
         save_dir/latest. A collective with several ranks. Returns the checkpoint's path."""
         return _checkpoint.save(self, save_dir, tag, client_state, save_latest)
 
-    def load_checkpoint(self, load_dir: StrPath, tag: Optional[object] = None) -> Tuple[str, Any]:
+    def load_checkpoint(self, load_dir: StrPath, tag: Optional[object] = None, load_module_strict: bool = True,
+                        load_optimizer_states: bool = True, load_lr_scheduler_states: bool = True,
+                        load_module_only: bool = False, custom_load_fn: Any = None) -> Tuple[Optional[str], Any]:
         """Restores what save_checkpoint wrote: load_dir/tag, or the tag in load_dir/latest, or load_dir itself
-        when it is a checkpoint. Returns (path, client_state). Training then continues bit-identically."""
-        return _checkpoint.load(self, load_dir, tag)
+        when it is a checkpoint, or the newest one under load_dir. Returns (path, client_state), or (None, None)
+        with a warning when there is nothing to load (as DeepSpeed). Training then continues bit-identically.
+        DeepSpeed's flags: load_lr_scheduler_states=False keeps the scheduler and the lr as they are;
+        load_module_strict either way loads exactly the parameters strata trains; load_module_only=True and
+        load_optimizer_states=False are refused (strata's checkpoint holds one whole training state)."""
+        return _checkpoint.load(self, load_dir, tag, load_module_strict, load_optimizer_states,
+                                load_lr_scheduler_states, load_module_only, custom_load_fn)
+
+    def save_16bit_model(self, save_dir: StrPath, save_filename: str = "pytorch_model.bin",
+                         exclude_frozen_parameters: bool = False) -> bool:
+        """DeepSpeed's: the model's state_dict, the trained weights in the compute dtype, written by rank 0 with
+        torch.save to save_dir/save_filename. A collective with several ranks. Returns True."""
+        return _checkpoint.save_16bit(self, save_dir, save_filename, exclude_frozen_parameters)
+
+    # ---------------------------------------------------------------- DeepSpeed's engine, the rest
+
+    def get_global_grad_norm(self) -> Optional[float]:
+        """The last step's global gradient norm (of the unscaled gradients), as DeepSpeed: None before the first
+        step, and None when strata did not measure it (it does with gradient_clipping or fp16)."""
+        if self.last_step is None or self.last_step["grad_norm"] < 0:
+            return None
+        return float(self.last_step["grad_norm"])
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank among the ranks on its host (MPI's)."""
+        return self.comm.local_rank
+
+    def fp16_enabled(self) -> bool:
+        return self.config.param_dtype == "fp16"
+
+    def bfloat16_enabled(self) -> bool:
+        return self.config.param_dtype == "bf16"
+
+    def __getattr__(self, name: str) -> Any:
+        """DeepSpeed's fall-through: a public attribute the engine does not have is the model's (engine.generate,
+        engine.some_model_attr). Names with a leading underscore are the engine's own and never fall through, nor
+        does any name before __init__ sets the model; the model is read from __dict__, so this never recurses."""
+        module = self.__dict__.get("module")
+        if module is None or name.startswith("_"):
+            raise AttributeError("'%s' object has no attribute '%s'" % (type(self).__name__, name))
+        try:
+            return getattr(module, name)
+        except AttributeError:
+            raise AttributeError("'%s' object has no attribute '%s', nor has its model (%s)" % (
+                type(self).__name__, name, type(module).__name__)) from None
 
     def close(self) -> None:
         """Frees strata's engine (its memory and files) and gives the model its own forward and state_dict back.
         The model keeps its empty parameters."""
-        if getattr(self, "engine", None) is not None:
+        if self.__dict__.get("engine") is not None:  # not through __getattr__: the model may have an "engine"
             self._remove_hooks()
             _state_dict.remove(self)
             if getattr(self.module, "_strata_engine", None) is self:
