@@ -1,15 +1,19 @@
-"""The strata package's build: pure Python (pyproject.toml says what it is), plus a copy of libstrata.so.
+"""The strata package's build for the offline Debian recipe: pure Python (pyproject.toml says what it is), plus a
+copy of a libstrata.so built before. `pip install .` at the repository root is the install that builds the library
+itself (CMake, through scikit-build-core: the root's pyproject.toml); this directory bundles an existing build.
 
 An install bundles the first built libstrata.so it finds, in this order, as strata/_native/libstrata.so, where
 strata._lib looks second (after $STRATA_LIB):
   1. $STRATA_BUILD_DIR/libstrata.so (an absolute path: the build runs in this directory, not the caller's);
   2. <repository>/build/libstrata.so, when this directory sits in a strata checkout.
-With none found the install still succeeds and prints a note; the installed package then finds a system copy
-(`cmake --install`, ldconfig, $LD_LIBRARY_PATH) at import. pip shows build output only with -v:
-`pip install -v ./python` says which library was bundled. An editable install (-e) bundles nothing: the package
-stays in the checkout and finds its build tree there.
+With none found it bundles nothing when the system has a libstrata (`cmake --install` + ldconfig, or
+$LD_LIBRARY_PATH), which the installed package then loads at import; with none there either the install stops and
+says how to get one, rather than install a package that fails at first use. pip shows a successful build's output
+only with -v: `pip install -v ./python` says which library was bundled. An editable install (-e) bundles nothing:
+the package stays in the checkout and finds its build tree there.
 """
 import atexit
+import ctypes.util
 import os
 import shutil
 import tempfile
@@ -52,11 +56,17 @@ class BuildPyWithLibrary(build_py):
                   "(or $STRATA_LIB, or the system's) at import")
             return
         if LIBRARY is None:
-            print("strata: note: no built libstrata.so found (looked in: %s); installing the package without one. "
-                  "At import it looks for $STRATA_LIB, then the system library path (cmake --install, ldconfig, "
-                  "LD_LIBRARY_PATH). To bundle one: build strata (tools/run demo), or set STRATA_BUILD_DIR to an "
-                  "absolute build directory, then reinstall" % (", ".join(TRIED) or "no build tree: this directory "
-                                                                "is not in a strata checkout"))
+            looked = ", ".join(TRIED) or "no build tree: this directory is not in a strata checkout"
+            system = ctypes.util.find_library("strata")
+            if system is None:
+                raise SystemExit(
+                    "strata: no built libstrata.so to bundle (looked in: %s) and none on the system library path "
+                    "(ldconfig, LD_LIBRARY_PATH): the package would fail at first use. `pip install .` at the "
+                    "repository root builds the library from source (CMake; pip brings scikit-build-core from PyPI). "
+                    "Offline: build strata first (tools/run demo), or set STRATA_BUILD_DIR to an absolute build "
+                    "directory, then reinstall" % looked)
+            print("strata: note: no built libstrata.so found (looked in: %s); bundling none: at import the package "
+                  "loads the system's %s (or $STRATA_LIB)" % (looked, system))
             return
         os.makedirs(dest_dir)
         dest = os.path.join(dest_dir, LIB_NAME)
