@@ -89,6 +89,11 @@ class StrataTrainer(transformers.Trainer):  # type: ignore[misc]  # transformers
         args = copy.copy(args)
         args.max_grad_norm = 0.0
         super().__init__(model, args, *rest, optimizers=optimizers, **kwargs)
+        # With fp16, accelerate makes a GradScaler that would unscale and step engine.optimizer: its parameters never
+        # hold a gradient (strata does), so torch's scaler.step asserts that it recorded no inf check. strata scales
+        # the loss and skips overflowing steps itself (engine.backward, skip_with_strata), as DeepSpeed does.
+        if getattr(self.accelerator, "scaler", None) is not None:
+            self.accelerator.scaler = None
         self.engine, _, _, _ = initialize(model=self.model, config=config, device=self.args.device)
         if self.engine.world_size > 1 or self.args.world_size > 1:
             ranks = (self.engine.world_size, self.args.world_size)
