@@ -432,12 +432,31 @@ def autocast(seed):
         lambda: Stack(autocast=True, checkpoint=True), "fp32", token_batches(seed, 6), xent).close()
 
 
+def model_dtype_refused():
+    """A model built in bf16 (or fp16) under a config that computes in another dtype is refused, naming the section
+    to add: strata would otherwise train it in fp32 without a word. An fp32 model takes a half config (its compute
+    copy), and a bf16 model a bf16 config."""
+    for dtype, section in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+        T.check_raises(strata.ConfigError, '{"%s": {"enabled": true}}' % section, lambda: strata.torch.initialize(
+            model=torch.nn.Linear(4, 4).to(dtype), config={}, device="cpu"), "a %s model under an fp32 config" % dtype)
+    T.check_raises(strata.ConfigError, "bfloat16 but the config computes in float16", lambda: strata.torch.initialize(
+        model=torch.nn.Linear(4, 4).bfloat16(), config={"fp16": {"enabled": True}}, device="cpu"),
+        "a bf16 model under an fp16 config")
+    for model, config in ((torch.nn.Linear(4, 4), {"bf16": {"enabled": True}}),
+                          (torch.nn.Linear(4, 4).bfloat16(), {"bf16": {"enabled": True}})):
+        engine = strata.torch.initialize(model=model, config=config, device="cpu")[0]
+        T.check(engine.dtype == torch.bfloat16, "a %s model under a bf16 config computes in bf16" %
+                str(next(model.parameters()).dtype), engine.dtype, torch.bfloat16)
+        engine.close()
+
+
 def main():
     seed = T.seed()
     print("torch %s; against the recipe: %s" % (torch.__version__, HOW))
     mixed_precision(seed)
     fp16_scaling(seed)
     autocast(seed)
+    model_dtype_refused()
     T.done()
 
 

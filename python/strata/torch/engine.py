@@ -118,6 +118,7 @@ class StrataEngine:
         _, _, self._gas = self.config.batch_sizes(self.world_size)
         self.steps_per_print = self.config.trainer.get("steps_per_print")
         self.dtype = _tensors.DTYPES[self.config.param_dtype]
+        _check_model_dtype(model, self.dtype)
         self.units = find_units(model, trainable)
         if not self.units:
             raise InvalidArgument("strata.torch.initialize: the model has no trainable parameters")
@@ -707,6 +708,21 @@ class StrataEngine:
                 del self.module._strata_engine
             self.engine.close()
             self.engine = None  # type: ignore[assignment]  # closed: _state_dict's hooks test for it
+
+
+def _check_model_dtype(model: nn.Module, dtype: torch.dtype) -> None:
+    """A model built in half precision trains in that precision only when the config says so: strata computes in the
+    config's dtype (fp32 without a bf16 or fp16 section), so a bf16 model under an fp32 config would silently train
+    in fp32, and one under the other half dtype would lose range or precision. An fp32 model takes any config (the
+    config's dtype is then its compute copy, as DeepSpeed casts the module)."""
+    halves = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()
+                     if p.is_floating_point() and p.dtype in (torch.bfloat16, torch.float16) and p.dtype != dtype})
+    if halves:
+        wanted = {"bfloat16": "{\"bf16\": {\"enabled\": true}}", "float16": "{\"fp16\": {\"enabled\": true}}"}
+        raise ConfigError("strata.torch.initialize: the model's parameters are %s but the config computes in %s; "
+                          "hint: add %s to the config, or build the model in float32 (model.float())" % (
+                              " and ".join(halves), str(dtype).replace("torch.", ""),
+                              " or ".join(wanted[h] for h in halves)))
 
 
 def _shape(p: torch.Tensor) -> Tuple[int, ...]:
