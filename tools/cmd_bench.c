@@ -52,6 +52,7 @@ typedef struct adam_opts {
     bool json;
     long long seed;
     int optimizer;            /* the index of adamw|adam */
+    int formula;              /* the index of mul_add|lerp: strata_adam_formula */
     const adam_ops *ops;
     strata_adam_hparams hp;
 } adam_opts;
@@ -117,6 +118,8 @@ static const cli_opt adam_opt_table[] = {
     OPT("--reps", CLI_INT, reps, 1, 1000, "N", "timed repetitions per row, {}; the best counts (default 3)"),
     {.name = "--optimizer", .kind = CLI_CHOICE, .offset = offsetof(adam_opts, optimizer), .choices = "adamw|adam",
      .meta = "NAME", .help = "adamw (default) or adam"},
+    {.name = "--formula", .kind = CLI_CHOICE, .offset = offsetof(adam_opts, formula), .choices = "mul_add|lerp",
+     .meta = "NAME", .help = "the first moment's update: mul_add (torch < 2.0, default) or lerp (torch >= 2.0)"},
     OPT("--seed", CLI_LL, seed, 0, 1e18, "N", "data seed (default 1)"),
     OPT("--json", CLI_SWITCH, json, 0, 0, NULL, "one JSON document on stdout (the header goes to stderr)"),
 };
@@ -137,6 +140,7 @@ static int parse_adam_opts(int argc, char **argv, adam_opts *o)
     if (rc)
         return rc;
     o->hp.kind = o->optimizer == 1 ? STRATA_OPTIMIZER_ADAM : STRATA_OPTIMIZER_ADAMW;
+    o->hp.formula = o->formula == 1 ? STRATA_ADAM_LERP : STRATA_ADAM_MUL_ADD;
     if (adam_ops_default(&o->ops) != STRATA_OK) {
         fprintf(stderr, "strata bench adam: %s\n", strata_last_error(NULL));
         return CLI_EXIT_FAIL;
@@ -272,9 +276,10 @@ static void run_row(const adam_opts *o, const bufs *b, row *r, int64_t *step)
 static void print_header(FILE *out, const adam_opts *o)
 {
     machine_line_print(out, "# ");
-    fprintf(out, "# config: kernel %s, %s lr=%g betas=(%g,%g) eps=%g wd=%g bias_correction=%d, grad_scale=0.8/1024,"
+    fprintf(out, "# config: kernel %s, %s (%s) lr=%g betas=(%g,%g) eps=%g wd=%g bias_correction=%d, grad_scale=0.8/1024,"
             " reps %d (best counts), sizes above %zu elements: bf16:bf16 only%s, seed %llu\n",
-            o->ops->name, o->hp.kind == STRATA_OPTIMIZER_ADAM ? "adam" : "adamw", o->hp.lr, o->hp.beta1, o->hp.beta2,
+            o->ops->name, o->hp.kind == STRATA_OPTIMIZER_ADAM ? "adam" : "adamw",
+            o->hp.formula == STRATA_ADAM_LERP ? "lerp" : "mul_add", o->hp.lr, o->hp.beta1, o->hp.beta2,
             o->hp.eps, o->hp.weight_decay, o->hp.bias_correction, o->reps, o->full_max,
             o->combos.given ? " (or as --combos says)" : "", (unsigned long long)o->seed);
     fprintf(out, "# bytes = master+m+v read and written (24 B) + grad read + param written, per element.\n"
