@@ -207,7 +207,8 @@ def _step_unless_skipped(self: Any, *args: Any, **kwargs: Any) -> Any:
     last = _SKIP_ENGINES[self].last_step
     if last is not None and last.get("skipped"):
         return None
-    return type(self).__mro__[1].step(self, *args, **kwargs)
+    scheduler_class: Any = type(self).__mro__[1]  # the scheduler's own class, whose step this one wraps
+    return scheduler_class.step(self, *args, **kwargs)
 
 
 def skip_with_strata(scheduler: Any, engine: Any) -> None:
