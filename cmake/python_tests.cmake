@@ -104,7 +104,7 @@ foreach(py IN LISTS STRATA_PY_TESTS STRATA_MPI_PY_TESTS)
   # its venv is missing.
   set(skip "${STRATA_PY_SKIP}")
   if(STRATA_SANITIZE)
-    set(skip "today's PyPI stack runs in the plain build only (the floor runs here)")
+    set(skip "the current PyPI stack runs in the plain build only, the floor runs here")
   endif()
   strata_add_py_test(${name}@current ${py} "${current_python}" "${skip}")
 endforeach()
