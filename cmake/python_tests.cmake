@@ -20,8 +20,12 @@ set(STRATA_PY_TEST_ENV "${STRATA_TEST_ENV};STRATA_LIB=$<TARGET_FILE:strata>;PYTH
 set(STRATA_CURRENT_VENV "${CMAKE_BINARY_DIR}/venv-current" CACHE PATH
   "The venv with today's torch and Hugging Face releases that runs every Python test a second time (<name>@current)")
 # Tests of the floor only: the offline Debian install recipe and the wheel built from a clean clone (each builds and
-# installs once), and the type check (mypy lives in the floor's venv).
-set(STRATA_PY_TESTS_FLOOR_ONLY py_package py_package_wheel py_types)
+# installs once), the type check (mypy lives in the floor's venv), and the device-budget stress of prefetches in
+# flight (the library's, whatever torch drives it; 90 s of serial time on today's torch).
+set(STRATA_PY_TESTS_FLOOR_ONLY py_package py_package_wheel py_types py_hf_device_pressure)
+# Tests of Python logic alone, skipped under the sanitizers (they drive no library path the others do not): the
+# install recipe and the launchers' refusal.
+set(STRATA_PY_TESTS_UNSANITIZED py_package py_torch_launchers)
 # A sanitized libstrata.so in an interpreter that is not: its runtimes must be loaded first (LD_PRELOAD, found
 # where the compiler keeps them), and leak checking stays off because the interpreter frees little at exit by
 # design. The mpi runs preload them into the ranks only (through env), not into mpirun.
@@ -96,7 +100,11 @@ endfunction()
 set(current_python bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/helpers/current_python.sh)
 foreach(py IN LISTS STRATA_PY_TESTS STRATA_MPI_PY_TESTS)
   get_filename_component(name ${py} NAME_WE)
-  strata_add_py_test(${name} ${py} "${STRATA_TEST_PYTHON}" "${STRATA_PY_SKIP}")
+  set(skip "${STRATA_PY_SKIP}")
+  if(STRATA_SANITIZE AND name IN_LIST STRATA_PY_TESTS_UNSANITIZED)
+    set(skip "Python logic alone, run in the plain build")
+  endif()
+  strata_add_py_test(${name} ${py} "${STRATA_TEST_PYTHON}" "${skip}")
   if(name IN_LIST STRATA_PY_TESTS_FLOOR_ONLY)
     continue()
   endif()
