@@ -81,11 +81,8 @@ class Data(torch.utils.data.Dataset):
 
 
 def args(out, steps, **extra):
-    base = dict(output_dir=out, per_device_train_batch_size=H.BATCH, gradient_accumulation_steps=GAS, max_steps=steps,
-                learning_rate=LR, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0, data_seed=0,
-                dataloader_num_workers=0, disable_tqdm=True)
-    base.update(extra)
-    return transformers.TrainingArguments(**base)
+    return H.trainer_args(transformers, out, **dict(dict(gradient_accumulation_steps=GAS, max_steps=steps,
+                                                         learning_rate=LR), **extra))
 
 
 def model(seed):

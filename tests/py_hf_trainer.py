@@ -55,12 +55,9 @@ class Data(torch.utils.data.Dataset):
 
 
 def args(out, gas, **extra):
-    base = dict(output_dir=out, per_device_train_batch_size=H.BATCH, gradient_accumulation_steps=gas,
-                max_steps=STEPS, learning_rate=3e-3, lr_scheduler_type="linear", warmup_steps=1, logging_steps=1,
-                save_strategy="no", report_to=[], use_cpu=True, seed=0, data_seed=0, max_grad_norm=1e9,
-                dataloader_num_workers=0, disable_tqdm=True)
-    base.update(extra)
-    return transformers.TrainingArguments(**base)
+    return H.trainer_args(transformers, out, **dict(dict(
+        gradient_accumulation_steps=gas, max_steps=STEPS, learning_rate=3e-3, lr_scheduler_type="linear",
+        warmup_steps=1, max_grad_norm=1e9), **extra))
 
 
 def nvme_config(nvme):

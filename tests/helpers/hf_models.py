@@ -90,6 +90,15 @@ def batch(transformers, name, seed, step, micro):
     return dict(input_ids=ids, attention_mask=mask, labels=target)
 
 
+def trainer_args(transformers, out, **extra):
+    """TrainingArguments for a Trainer test: the tiny batch, a log line per step, nothing saved or reported, the CPU,
+    fixed seeds, no loader workers; extra sets or overrides any argument."""
+    base = dict(output_dir=out, per_device_train_batch_size=BATCH, logging_steps=1, save_strategy="no", report_to=[],
+                use_cpu=True, seed=0, data_seed=0, dataloader_num_workers=0, disable_tqdm=True)
+    base.update(extra)
+    return transformers.TrainingArguments(**base)
+
+
 def run_mpi(np, script, *args, timeout=240):
     """Runs script as np ranks through tests/helpers/mpi.sh; (returncode, output)."""
     helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi.sh")
