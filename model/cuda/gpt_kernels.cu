@@ -4,95 +4,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "model/cuda/embed_backward.h"
 #include "model/cuda/gpt_kernels_cuda.h"
-
-#define FULL_MASK 0xffffffffu
-/* Elementwise kernels use a grid-stride loop over a capped grid, so any n needs no launch arithmetic. */
-#define THREADS 256
-#define MAX_BLOCKS 8192u
-/* Row kernels give each row one warp: a block of THREADS holds ROWS_PER_BLOCK rows. */
-#define ROWS_PER_BLOCK (THREADS / 32)
-/* Column sums: a block of 32 channels x 32 row phases, folded by a fixed tree. */
-#define COL_TILE 32
-
-#define FOR_EACH(i, n)                                                      \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (size_t)gridDim.x * blockDim.x)
-
-#define LAUNCHED()                                    \
-    do {                                              \
-        cudaError_t launched_e_ = cudaGetLastError(); \
-        if (launched_e_ != cudaSuccess)               \
-            return launched_e_;                       \
-    } while (0)
-
-static unsigned grid_for(size_t n)
-{
-    size_t want = (n + THREADS - 1) / THREADS;
-    return want < MAX_BLOCKS ? (unsigned)want : MAX_BLOCKS;
-}
-
-static unsigned blocks_for_rows(int rows)
-{
-    return (unsigned)(((size_t)rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-}
-
-static unsigned blocks_for_cols(int cols)
-{
-    return (unsigned)(((size_t)cols + COL_TILE - 1) / COL_TILE);
-}
-
-/* ---------------------------------------------------------------- reductions */
-
-/* The xor butterfly leaves the same bits in every lane: each step adds the same two values, commuted. */
-static __device__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
-
-static __device__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
-    return v;
-}
-
-/* Block-wide sum and max for a blockDim.x that is a multiple of 32; every thread gets the result.
- * red holds 32 floats of shared memory; the first barrier lets a previous reduction finish reading it. */
-static __device__ float block_sum(float v, float *red)
-{
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0)
-        red[warp] = v;
-    __syncthreads();
-    return warp_sum(lane < warps ? red[lane] : 0.0f);
-}
-
-static __device__ float block_max(float v, float *red)
-{
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0)
-        red[warp] = v;
-    __syncthreads();
-    return warp_max(lane < warps ? red[lane] : -INFINITY);
-}
-
-/* Folds s[0..31][x] into s[0][x] in a fixed tree; the whole (32, 32) block calls it. */
-static __device__ void column_tree(float (*s)[COL_TILE])
-{
-    for (int h = COL_TILE / 2; h > 0; h >>= 1) {
-        __syncthreads();
-        if ((int)threadIdx.y < h)
-            s[threadIdx.y][threadIdx.x] += s[threadIdx.y + h][threadIdx.x];
-    }
-    __syncthreads();
-}
+#include "model/cuda/kcuda_columns.cuh"
+#include "model/cuda/kcuda_reduce.cuh"
 
 /* ---------------------------------------------------------------- embedding */
 
@@ -106,31 +21,6 @@ static __global__ void embed_forward_kernel(float *__restrict__ out, const int32
     }
 }
 
-/* Rows with the same token add into the same wte row, so one thread owns one channel and walks the rows
- * in order: threads never share an address, and the sum's order is the host's. */
-static __global__ void embed_dwte_kernel(float *__restrict__ dwte, const float *__restrict__ dout,
-                                         const int32_t *__restrict__ tok, int N, int C)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    for (int n = 0; n < N; n++)
-        dwte[(size_t)tok[n] * C + c] += dout[(size_t)n * C + c];
-}
-
-/* One thread per (t, c) of wpe, adding rows t, t + T, ... in order, as the host does. */
-static __global__ void embed_dwpe_kernel(float *__restrict__ dwpe, const float *__restrict__ dout, int N, int T,
-                                         int C)
-{
-    FOR_EACH(i, (size_t)T * C) {
-        size_t t = i / C, c = i % C;
-        float acc = dwpe[i];
-        for (size_t n = t; n < (size_t)N; n += T)
-            acc += dout[n * C + c];
-        dwpe[i] = acc;
-    }
-}
-
 extern "C" cudaError_t kcuda_embed_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int N,
                                            int T, int C, cudaStream_t stream)
 {
@@ -141,16 +31,11 @@ extern "C" cudaError_t kcuda_embed_forward(float *out, const int32_t *tok, const
     return cudaGetLastError();
 }
 
+/* The grouped kernels of embed_backward.cu: the host's order of every sum, so the host's bits, in parallel. */
 extern "C" cudaError_t kcuda_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int N,
                                             int T, int C, cudaStream_t stream)
 {
-    if (N <= 0 || C <= 0)
-        return cudaSuccess;
-    /* Small blocks spread the few channel threads over more multiprocessors. */
-    embed_dwte_kernel<<<(unsigned)(((size_t)C + 31) / 32), 32, 0, stream>>>(dwte, dout, tok, N, C);
-    LAUNCHED();
-    embed_dwpe_kernel<<<grid_for((size_t)T * C), THREADS, 0, stream>>>(dwpe, dout, N, T, C);
-    return cudaGetLastError();
+    return kcuda_embed_backward_grouped(dwte, dwpe, dout, KCUDA_F32, tok, N, T, C, stream);
 }
 
 /* ---------------------------------------------------------------- layernorm */
@@ -207,32 +92,6 @@ static __global__ void layernorm_dinp_kernel(float *__restrict__ dinp, const flo
     }
 }
 
-/* dw, db: a (32, 32) block owns 32 channels; thread (x, y) sums rows y, y + 32, ... of channel x, then the
- * 32 partial sums fold in a fixed tree. The order depends on N and C only. */
-static __global__ void layernorm_dwdb_kernel(float *__restrict__ dw, float *__restrict__ db,
-                                             const float *__restrict__ dout, const float *__restrict__ inp,
-                                             const float *__restrict__ mean, const float *__restrict__ rstd, int N,
-                                             int C)
-{
-    __shared__ float sw[COL_TILE][COL_TILE], sb[COL_TILE][COL_TILE];
-    int c = blockIdx.x * COL_TILE + threadIdx.x;
-    float pw = 0.0f, pb = 0.0f;
-    if (c < C)
-        for (int n = threadIdx.y; n < N; n += COL_TILE) {
-            size_t at = (size_t)n * C + c;
-            float g = dout[at];
-            pw += g * (inp[at] - mean[n]) * rstd[n];
-            pb += g;
-        }
-    sw[threadIdx.y][threadIdx.x] = pw;
-    sb[threadIdx.y][threadIdx.x] = pb;
-    column_tree(sw);
-    column_tree(sb);
-    if (threadIdx.y == 0 && c < C) {
-        dw[c] += sw[0][threadIdx.x];
-        db[c] += sb[0][threadIdx.x];
-    }
-}
 
 extern "C" cudaError_t kcuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                                                const float *b, int N, int C, cudaStream_t stream)
@@ -264,20 +123,6 @@ static __global__ void add_bias_kernel(float *__restrict__ out, const float *__r
         out[i] += bias[i % OC];
 }
 
-/* As layernorm_dwdb_kernel, for one sum. */
-static __global__ void colsum_add_kernel(float *__restrict__ dst, const float *__restrict__ src, int N, int C)
-{
-    __shared__ float s[COL_TILE][COL_TILE];
-    int c = blockIdx.x * COL_TILE + threadIdx.x;
-    float p = 0.0f;
-    if (c < C)
-        for (int n = threadIdx.y; n < N; n += COL_TILE)
-            p += src[(size_t)n * C + c];
-    s[threadIdx.y][threadIdx.x] = p;
-    column_tree(s);
-    if (threadIdx.y == 0 && c < C)
-        dst[c] += s[0][threadIdx.x];
-}
 
 extern "C" cudaError_t kcuda_add_bias(float *out, const float *bias, int N, int OC, cudaStream_t stream)
 {
@@ -361,25 +206,17 @@ extern "C" cudaError_t kcuda_causal_softmax_backward(float *da, const float *att
 
 /* ---------------------------------------------------------------- elementwise */
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
-
 /* The elementwise kernels may run in place, so their pointers are not __restrict__. */
 static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
 {
-    FOR_EACH(i, n) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
-    }
+    FOR_EACH(i, n)
+        out[i] = gelu(inp[i]);
 }
 
 static __global__ void gelu_backward_kernel(float *d, const float *inp, size_t n)
 {
-    FOR_EACH(i, n) {
-        float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x), th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        d[i] *= grad;
-    }
+    FOR_EACH(i, n)
+        d[i] *= gelu_grad(inp[i]);
 }
 
 static __global__ void residual_forward_kernel(float *out, const float *a, const float *b, size_t n)

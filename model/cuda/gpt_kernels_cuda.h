@@ -22,7 +22,10 @@ extern "C" {
 /* out[n] = wte[tok[n]] + wpe[n % T]. */
 cudaError_t kcuda_embed_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T,
                                 int C, cudaStream_t stream);
-/* dwte[tok[n]] += dout[n] in row order (one thread per channel); dwpe[t] += dout[n] for n = t mod T, in order. */
+/* dwte[tok[n]] += dout[n] and dwpe[n % T] += dout[n], each row of wte and wpe summed in increasing n: the host's
+ * order, so the host's bits. The rows are grouped by token on the device (kcuda_embed_backward_grouped in
+ * embed_backward.h, which this calls with KCUDA_F32): one block per distinct token and 256 channels, no atomics,
+ * no host sync. */
 cudaError_t kcuda_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int N, int T, int C,
                                  cudaStream_t stream);
 
