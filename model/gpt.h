@@ -85,14 +85,15 @@ float gpt_init_value(const gpt_dims *d, uint64_t seed, int module, int index, si
 /* SplitMix64's finaliser: the counter-based hash behind the initial values and the data order. */
 uint64_t gpt_mix64(uint64_t z);
 
-/* Where the network gets a module's parameters. acquire fills params[k] (and grads[k] when backward is true;
- * the network adds its gradient into them) for every parameter k of module; finish says the network is done
+/* Where the network gets a module's parameters. acquire fills params[k] with parameter k in the weight dtype of the
+ * net's kernel table (gpt_act_weight_dtype: fp32, or bf16 for GPT_ACTS_BF16) and grads[k] (fp32) when backward is true;
+ * the network adds its gradient into them, for every parameter k of module; finish says the network is done
  * with them (in backward: the gradients are complete). hand_over, only between a backward acquire and its finish,
  * hands the gradients written into grads so far over as one contribution and points grads[k] at fresh zeroed
  * buffers: one acquisition then serves several micro-batches (the layer-wise schedule, gpt_pass.h) whose
  * gradients reach the source one contribution at a time, exactly as separate acquisitions would hand them over. */
 typedef struct gpt_source {
-    strata_status (*acquire)(void *ctx, int module, bool backward, float **params, float **grads);
+    strata_status (*acquire)(void *ctx, int module, bool backward, void **params, float **grads);
     strata_status (*hand_over)(void *ctx, int module, float **grads);
     strata_status (*finish)(void *ctx, int module, bool backward);
     void *ctx;
@@ -112,16 +113,17 @@ typedef enum gpt_act_mode {
  * memory at src (which stays the keeper's to read until the next push or pop); pop gives back a device copy, valid
  * until drop. */
 typedef struct gpt_keeper {
-    strata_status (*push)(void *ctx, const float *src, size_t bytes, uint64_t *handle);
-    strata_status (*pop)(void *ctx, uint64_t handle, const float **out);
+    strata_status (*push)(void *ctx, const void *src, size_t bytes, uint64_t *handle);
+    strata_status (*pop)(void *ctx, uint64_t handle, const void **out);
     strata_status (*drop)(void *ctx, uint64_t handle);
     void *ctx;
 } gpt_keeper;
 
-/* Device memory of a net for micro-batches of batch sequences of seq tokens (seq <= d->seq) in a mode. */
-size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq, gpt_act_mode mode);
+/* Device memory of a net for micro-batches of batch sequences of seq tokens (seq <= d->seq) in a mode, for a table of
+ * activation format fmt (gpt_ops.h). */
+size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, gpt_act_format fmt);
 /* One block's input: what GPT_ACT_OFFLOAD pushes per block (layers of them per micro-batch). */
-size_t gpt_block_input_bytes(const gpt_dims *d, int batch, int seq);
+size_t gpt_block_input_bytes(const gpt_dims *d, int batch, int seq, gpt_act_format fmt);
 
 /* Creates a network that runs ops's kernels in the caller's memory block of gpt_activation_bytes (device memory of
  * ops's backend that the trainer owns; the net does not free it). ops (and keeper, which GPT_ACT_OFFLOAD needs and
@@ -150,9 +152,9 @@ strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *t
  *   gpt_net_backward  module layers + 1 down to 0, adding into g; needs the head's backward first;
  *   gpt_net_loss      waits for the queued work and reads the micro-batch's mean loss. */
 strata_status gpt_net_load(gpt_net *net, const int32_t *tokens, const int32_t *targets, bool backward);
-strata_status gpt_net_forward(gpt_net *net, int module, float **w);
-void gpt_net_head(gpt_net *net, float **w, float *dwte, float grad_scale);
-strata_status gpt_net_backward(gpt_net *net, int module, float **w, float **g);
+strata_status gpt_net_forward(gpt_net *net, int module, void **w);
+void gpt_net_head(gpt_net *net, void **w, float *dwte, float grad_scale);
+strata_status gpt_net_backward(gpt_net *net, int module, void **w, float **g);
 strata_status gpt_net_loss(gpt_net *net, double *loss);
 
 /* Every parameter in one flat fp32 array, in module order, with a flat gradient array of the same layout that
@@ -166,6 +168,7 @@ typedef struct gpt_flat {
 
 strata_status gpt_flat_create(const gpt_dims *d, uint64_t seed, gpt_flat **out);
 void gpt_flat_destroy(gpt_flat *f);
+/* Its parameters are fp32: a source for nets of GPT_ACTS_FP32 tables (the host's). */
 gpt_source gpt_flat_source(gpt_flat *f);
 
 #endif

@@ -26,7 +26,9 @@ struct gpt_model {
     gpt_pass *pass;            /* the nets of the micro-batches that go through the modules together */
     gpt_keeper keeper;         /* GPT_ACT_OFFLOAD: the block inputs go to strata_act_push */
     strata_dtype dtype;
-    float *conv_w, *conv_g;    /* fp32 copies of one module when param_dtype is not fp32 */
+    gpt_act_format acts; /* the kernels' format: their weights are gpt_act_weight_dtype(acts) */
+    float *conv_w, *conv_g; /* fp32 copies of one module's weights (when the kernels read fp32 and param_dtype is
+                               not) and gradients (when param_dtype is not fp32) */
     float *capture;
     void *capture_raw;         /* host copies of one module's gradients for capture */
     float *capture_f32;
@@ -43,19 +45,63 @@ static size_t max_module_numel(const gpt_dims *d)
     return best;
 }
 
-size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
-                                   strata_dtype param_dtype)
+strata_status gpt_engine_acts(strata_backend_kind backend, strata_dtype param_dtype, gpt_act_format *out,
+                              const char **why)
 {
-    size_t bytes = gpt_pass_bytes(d, batch, seq, micro_batches, mode).total;
-    if (param_dtype != STRATA_DTYPE_FP32)
-        bytes += 2 * max_module_numel(d) * sizeof(float);
-    return bytes;
+    *out = GPT_ACTS_FP32;
+    *why = "";
+    const char *v = getenv("STRATA_MODEL_ACTS");
+    if (!v || strcmp(v, "fp32") == 0)
+        return STRATA_OK;
+    if (strcmp(v, "bf16") != 0) {
+        *why =
+            "STRATA_MODEL_ACTS must be \"fp32\" (fp32 activations, the default) or \"bf16\" (bf16 activations end to "
+            "end, CUDA only)";
+        return STRATA_EINVAL;
+    }
+    if (backend != STRATA_BACKEND_CUDA) {
+        *why = "STRATA_MODEL_ACTS=bf16 needs the CUDA backend (--device cuda); the host computes in fp32: unset it";
+        return STRATA_EINVAL;
+    }
+    if (param_dtype != STRATA_DTYPE_BF16) {
+        *why = "STRATA_MODEL_ACTS=bf16 reads the weights in place and needs bf16 parameters (param_dtype bf16, "
+               "--dtype bf16)";
+        return STRATA_EINVAL;
+    }
+    *out = GPT_ACTS_BF16;
+    return STRATA_OK;
 }
 
-void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, size_t *kept,
-                              size_t *largest)
+gpt_act_format gpt_engine_config_acts(const strata_config *cfg)
 {
-    size_t one = gpt_block_input_bytes(d, batch, seq);
+    gpt_act_format fmt;
+    const char *why;
+    return gpt_engine_acts(cfg->backend, cfg->param_dtype, &fmt, &why) == STRATA_OK ? fmt : GPT_ACTS_FP32;
+}
+
+/* The fp32 buffers of one module that the model converts through: its weights when the table reads another dtype
+ * than the engine stores, and its gradients when the engine stores them in another dtype than fp32. */
+static size_t conversion_floats(const gpt_dims *d, gpt_act_format fmt, strata_dtype param_dtype)
+{
+    size_t n = 0;
+    if (param_dtype != gpt_act_weight_dtype(fmt))
+        n += max_module_numel(d);
+    if (param_dtype != STRATA_DTYPE_FP32)
+        n += max_module_numel(d);
+    return n;
+}
+
+size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
+                                   gpt_act_format fmt, strata_dtype param_dtype)
+{
+    return gpt_pass_bytes(d, batch, seq, micro_batches, mode, fmt).total +
+           conversion_floats(d, fmt, param_dtype) * sizeof(float) + gpt_ops_workspace_bytes(fmt);
+}
+
+void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_format fmt,
+                              size_t *kept, size_t *largest)
+{
+    size_t one = gpt_block_input_bytes(d, batch, seq, fmt);
     *largest = one;
     *kept = (size_t)micro_batches * (size_t)d->layers * ((one + GPT_ACT_PAGE - 1) / GPT_ACT_PAGE * GPT_ACT_PAGE);
 }
@@ -63,18 +109,19 @@ void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_b
 void gpt_engine_reserve(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
                         strata_config *cfg)
 {
-    size_t act = gpt_engine_activation_bytes(d, batch, seq, micro_batches, mode, cfg->param_dtype), kept, largest;
+    gpt_act_format fmt = gpt_engine_config_acts(cfg);
+    size_t act = gpt_engine_activation_bytes(d, batch, seq, micro_batches, mode, fmt, cfg->param_dtype), kept, largest;
     cfg->activation_bytes = act > cfg->activation_bytes ? act : cfg->activation_bytes;
     if (mode != GPT_ACT_OFFLOAD)
         return;
-    gpt_engine_offload_bytes(d, batch, seq, micro_batches, &kept, &largest);
+    gpt_engine_offload_bytes(d, batch, seq, micro_batches, fmt, &kept, &largest);
     cfg->offloaded_activation_bytes = kept > cfg->offloaded_activation_bytes ? kept : cfg->offloaded_activation_bytes;
     cfg->offloaded_activation_max_bytes = largest > cfg->offloaded_activation_max_bytes
                                               ? largest
                                               : cfg->offloaded_activation_max_bytes;
 }
 
-static strata_status keeper_push(void *ctx, const float *src, size_t bytes, uint64_t *handle)
+static strata_status keeper_push(void *ctx, const void *src, size_t bytes, uint64_t *handle)
 {
     gpt_model *m = ctx;
     strata_act a;
@@ -83,13 +130,10 @@ static strata_status keeper_push(void *ctx, const float *src, size_t bytes, uint
     return st;
 }
 
-static strata_status keeper_pop(void *ctx, uint64_t handle, const float **out)
+static strata_status keeper_pop(void *ctx, uint64_t handle, const void **out)
 {
     gpt_model *m = ctx;
-    const void *p;
-    strata_status st = strata_act_pop(m->e, handle, &p);
-    *out = p;
-    return st;
+    return strata_act_pop(m->e, handle, out);
 }
 
 static strata_status keeper_drop(void *ctx, uint64_t handle)
@@ -180,7 +224,7 @@ strata_status gpt_model_declare_order(gpt_model *m)
 /* ---------------------------------------------------------------- the engine source */
 
 /* Points grads[k] at module's gradient buffers for the network: strata's own when param_dtype is fp32, else the
- * fp32 conversion buffers, zeroed as strata zeroes its own. */
+ * fp32 conversion buffers, zeroed as strata zeroes its own (the kernels' gradients are fp32 in every format). */
 static strata_status take_grads(gpt_model *m, int module, float **grads)
 {
     size_t sizes[GPT_MAX_MODULE_PARAMS], pos = 0;
@@ -193,14 +237,14 @@ static strata_status take_grads(gpt_model *m, int module, float **grads)
             grads[k] = g;
         } else {
             grads[k] = m->conv_g + pos;
-            m->ops->zero(m->ops->ctx, grads[k], sizes[k]);
+            m->ops->zero(m->ops->ctx, grads[k], sizes[k] * sizeof(float));
         }
         pos += sizes[k];
     }
     return STRATA_OK;
 }
 
-static strata_status engine_acquire(void *vm, int module, bool backward, float **params, float **grads)
+static strata_status engine_acquire(void *vm, int module, bool backward, void **params, float **grads)
 {
     gpt_model *m = vm;
     strata_status st = strata_fetch(m->e, m->mod[module]);
@@ -212,11 +256,11 @@ static strata_status engine_acquire(void *vm, int module, bool backward, float *
         void *p = strata_param_data(m->e, m->param[module][k]);
         if (!p)
             return STRATA_ESTATE;
-        if (m->dtype == STRATA_DTYPE_FP32) {
-            params[k] = p;
+        if (m->dtype == gpt_act_weight_dtype(m->acts)) {
+            params[k] = p; /* the kernels read the engine's copy in place */
         } else {
             params[k] = m->conv_w + pos;
-            m->ops->to_f32(m->ops->ctx, params[k], p, sizes[k], m->dtype);
+            m->ops->to_f32(m->ops->ctx, m->conv_w + pos, p, sizes[k], m->dtype);
         }
         pos += sizes[k];
     }
@@ -278,8 +322,8 @@ static strata_status engine_finish(void *vm, int module, bool backward)
     return strata_release(m->e, m->mod[module]);
 }
 
-/* The kernel table of the engine's backend. */
-static strata_status choose_ops(gpt_model *m, strata_dtype dtype)
+/* The kernel table of the engine's backend, in the activation format m->acts, working in workspace. */
+static strata_status choose_ops(gpt_model *m, strata_dtype dtype, void *workspace)
 {
     if (strata_engine_backend(m->e) == STRATA_BACKEND_HOST) {
         m->ops = gpt_ops_host();
@@ -287,7 +331,7 @@ static strata_status choose_ops(gpt_model *m, strata_dtype dtype)
     }
 #ifdef STRATA_MODEL_CUDA
     const char *why = "";
-    strata_status st = gpt_ops_cuda_create(strata_compute_stream(m->e), dtype, &m->cuda_ops, &why);
+    strata_status st = gpt_ops_cuda_create(strata_compute_stream(m->e), m->acts, dtype, workspace, &m->cuda_ops, &why);
     if (st != STRATA_OK) {
         m->start_error = why;
         return st;
@@ -296,6 +340,7 @@ static strata_status choose_ops(gpt_model *m, strata_dtype dtype)
     return STRATA_OK;
 #else
     (void)dtype;
+    (void)workspace;
     return STRATA_EUNSUPPORTED; /* this build has no CUDA kernels */
 #endif
 }
@@ -305,18 +350,28 @@ strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, int micro_batc
 {
     if (micro_batches < 1)
         return STRATA_EINVAL;
-    strata_status st = choose_ops(m, dtype);
+    strata_status st = gpt_engine_acts(strata_engine_backend(m->e), dtype, &m->acts, &m->start_error);
     if (st != STRATA_OK)
         return st;
-    size_t act = gpt_pass_bytes(&m->d, batch, seq, micro_batches, mode).total;
-    size_t bytes = gpt_engine_activation_bytes(&m->d, batch, seq, micro_batches, mode, dtype);
+    m->start_error = NULL;
+    /* The block: the pass's activations (a multiple of 4 KiB), the kernels' workspace, the conversion buffers. */
+    size_t act = gpt_pass_bytes(&m->d, batch, seq, micro_batches, mode, m->acts).total;
+    size_t bytes = gpt_engine_activation_bytes(&m->d, batch, seq, micro_batches, mode, m->acts, dtype);
     if ((st = strata_device_alloc(m->e, bytes, &m->mem)) != STRATA_OK)
         return st;
     m->dtype = dtype;
-    if (dtype != STRATA_DTYPE_FP32) {
-        m->conv_w = (float *)((char *)m->mem + act);
-        m->conv_g = m->conv_w + max_module_numel(&m->d);
+    void *workspace = gpt_ops_workspace_bytes(m->acts) ? (char *)m->mem + act : NULL;
+    float *conv = (float *)((char *)m->mem + act + gpt_ops_workspace_bytes(m->acts));
+    if (dtype != gpt_act_weight_dtype(m->acts)) {
+        m->conv_w = conv;
+        conv += max_module_numel(&m->d);
     }
+    if (dtype != STRATA_DTYPE_FP32) {
+        m->conv_g = conv;
+        conv += max_module_numel(&m->d);
+    }
+    if ((st = choose_ops(m, dtype, workspace)) != STRATA_OK)
+        return st;
     m->keeper = (gpt_keeper){.push = keeper_push, .pop = keeper_pop, .drop = keeper_drop, .ctx = m};
     return gpt_pass_create(&m->d, batch, seq, micro_batches, mode, mode == GPT_ACT_OFFLOAD ? &m->keeper : NULL,
                            m->ops, m->mem, act, &m->pass);
@@ -374,11 +429,11 @@ void gpt_model_destroy(gpt_model *m)
     if (!m)
         return;
     gpt_pass_destroy(m->pass);
+#ifdef STRATA_MODEL_CUDA
+    gpt_ops_cuda_destroy(m->cuda_ops); /* first: it drains the stream that still uses the workspace in mem */
+#endif
     if (m->mem)
         strata_device_free(m->e, m->mem);
-#ifdef STRATA_MODEL_CUDA
-    gpt_ops_cuda_destroy(m->cuda_ops);
-#endif
     free(m->capture_raw);
     free(m->capture_f32);
     free(m->mod);

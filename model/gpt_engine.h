@@ -3,8 +3,8 @@
  * each block, the final LayerNorm) is a strata module; the network fetches a module before using it,
  * releases it after, and in backward hands its gradients over with strata_grads_ready. Activations live in
  * device memory taken with strata_device_alloc (reserve gpt_engine_activation_bytes in
- * strata_config.activation_bytes). Parameters of any param_dtype are computed on in fp32, with the kernels of the
- * engine's backend (gpt_ops.h): host or CUDA.
+ * strata_config.activation_bytes). The kernels are the engine's backend's (gpt_ops.h): on the host in fp32 from
+ * parameters of any param_dtype; on CUDA in the activation format that STRATA_MODEL_ACTS names (gpt_engine_acts).
  */
 #ifndef STRATA_MODEL_GPT_ENGINE_H
 #define STRATA_MODEL_GPT_ENGINE_H
@@ -14,21 +14,34 @@
 
 typedef struct gpt_model gpt_model;
 
+/* The activation format the model computes in on backend with param_dtype parameters. The host computes in fp32.
+ * On CUDA the environment variable STRATA_MODEL_ACTS chooses: "fp32" (the default until the bf16 format has passed
+ * on a GPU: fp32 activations, products in the param_dtype's tensor-core math) or "bf16" (bf16 activations end to
+ * end; needs param_dtype bf16, whose weights the kernels then read in place). STRATA_EINVAL with the reason in *why
+ * (a static string) for another value, bf16 on the host, or bf16 with other parameters. */
+strata_status gpt_engine_acts(strata_backend_kind backend, strata_dtype param_dtype, gpt_act_format *out,
+                              const char **why);
+
+/* The format a model on an engine of cfg computes in: gpt_engine_acts's, or fp32 (the larger) where it refuses
+ * (gpt_model_prepare then reports why). For sizing: gpt_engine_reserve, strata estimate, strata train's summary. */
+gpt_act_format gpt_engine_config_acts(const strata_config *cfg);
+
 /* Device bytes the model takes with strata_device_alloc for micro-batches of batch x seq tokens, micro_batches of
  * them held at once (1 for the ordinary schedule; k for the layer-wise one, see gpt_pass.h), keeping activations
- * as mode says (gpt.h). */
+ * as mode says (gpt.h), in format fmt, with param_dtype parameters (whose fp32 conversion buffers it counts). */
 size_t gpt_engine_activation_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
-                                   strata_dtype param_dtype);
+                                   gpt_act_format fmt, strata_dtype param_dtype);
 
 /* With GPT_ACT_OFFLOAD: what the model keeps through strata_act_push at once (strata.offload_activations.bytes:
  * every block input of micro_batches micro-batches, each rounded up to GPT_ACT_PAGE as strata keeps it) and the
  * largest one (strata.offload_activations.max_bytes). */
 #define GPT_ACT_PAGE ((size_t)4096)
-void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, size_t *kept,
-                              size_t *largest);
+void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_format fmt,
+                              size_t *kept, size_t *largest);
 
 /* What the model needs of cfg for those micro-batches in mode, at least (a config's larger sizes stand):
- * strata.activation_bytes (gpt_engine_activation_bytes in cfg's param_dtype) and, with GPT_ACT_OFFLOAD,
+ * strata.activation_bytes (gpt_engine_activation_bytes in cfg's backend and param_dtype; where gpt_engine_acts
+ * refuses them, the fp32 format's, the larger, and gpt_model_prepare reports the refusal) and, with GPT_ACT_OFFLOAD,
  * strata.offload_activations.bytes and max_bytes (gpt_engine_offload_bytes). strata train and strata estimate size
  * a config with it. */
 void gpt_engine_reserve(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
@@ -45,8 +58,8 @@ strata_status gpt_model_declare_order(gpt_model *m);
 
 /* After strata_engine_finalize: takes the activation memory for up to micro_batches micro-batches of batch x seq
  * tokens at once, keeping activations as mode says (GPT_ACT_OFFLOAD needs strata.offload_activations sized by
- * gpt_engine_offload_bytes). STRATA_EUNSUPPORTED on the CUDA backend in a build without CUDA kernels; STRATA_EBUDGET when the
- * reserve is too small. */
+ * gpt_engine_offload_bytes). STRATA_EUNSUPPORTED on the CUDA backend in a build without CUDA kernels; STRATA_EBUDGET
+ * when the reserve is too small. */
 strata_status gpt_model_prepare(gpt_model *m, int batch, int seq, int micro_batches, gpt_act_mode mode,
                                 strata_dtype param_dtype);
 

@@ -220,7 +220,7 @@ static void add_scratch(gpt_flat *f, int module)
         f->grads[i] += f->scratch[i - lo];
 }
 
-static strata_status flat_acquire(void *ctx, int module, bool backward, float **params, float **grads)
+static strata_status flat_acquire(void *ctx, int module, bool backward, void **params, float **grads)
 {
     gpt_flat *f = ctx;
     size_t sizes[GPT_MAX_MODULE_PARAMS], pos = f->module_offset[module], base = pos;

@@ -15,8 +15,10 @@
 /* Rows of the head computed at once: bounds the logits buffer to HEAD_CHUNK x vocab. */
 #define HEAD_CHUNK 256
 
+/* Activations (void *) are in the table's format; statistics and attention state are fp32. */
 typedef struct layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+    void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
+    float *ln1_mean, *ln1_rstd, *att, *ln2_mean, *ln2_rstd;
 } layer_acts;
 
 struct gpt_net {
@@ -29,83 +31,99 @@ struct gpt_net {
     const gpt_ops *ops;
     int32_t *tokens, *targets; /* the micro-batch, uploaded next to the activations */
     double *row_loss, *host_row_loss; /* double: the finite-difference check differences losses */
-    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits;
-    float *dres, *dsmall, *dbig, *datt; /* backward scratch */
+    void *encoded, *lnf, *logits;
+    float *lnf_mean, *lnf_rstd;
+    void *dres, *dsmall, *dbig; /* backward scratch */
+    float *datt;
     layer_acts *layer;          /* GPT_ACT_KEEP: one per block */
     layer_acts work;            /* checkpointing: the one block's internals being computed */
-    float **in;                 /* checkpointing: each block's input (layers + 1: the last is the final LN's) */
-    float *io[2];               /* GPT_ACT_OFFLOAD: the two block inputs on the device */
+    void **in;                  /* checkpointing: each block's input (layers + 1: the last is the final LN's) */
+    void *io[2];                /* GPT_ACT_OFFLOAD: the two block inputs on the device */
 };
 
 typedef struct carver {
     char *base;
-    size_t used, cap;
+    size_t used;
+    size_t act; /* bytes of one activation element */
 } carver;
 
-static float *carve(carver *c, size_t n)
+static void *carve_bytes(carver *c, size_t bytes)
 {
-    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63; /* 64-byte aligned pieces */
-    float *p = c->base ? (float *)(c->base + c->used) : NULL;
+    bytes = (bytes + 63) & ~(size_t)63; /* 64-byte aligned pieces */
+    void *p = c->base ? c->base + c->used : NULL;
     c->used += bytes;
     return p;
 }
 
+/* n fp32 values (statistics, attention state; int32 tokens are float-sized). */
+static float *carve(carver *c, size_t n)
+{
+    return carve_bytes(c, n * sizeof(float));
+}
+
+/* n activations in the table's format. */
+static void *carve_act(carver *c, size_t n)
+{
+    return carve_bytes(c, n * c->act);
+}
+
 /* One block's internals; with_output: its own res3 (GPT_ACT_KEEP), else the block writes the next one's input. */
-static layer_acts carve_layer(carver *c, size_t B, size_t T, size_t C, size_t NH, bool with_output)
+static layer_acts carve_layer(carver *c, size_t B, size_t T, size_t C, size_t att_state, bool with_output)
 {
     size_t N = B * T;
     layer_acts a;
-    a.ln1 = carve(c, N * C);
+    a.ln1 = carve_act(c, N * C);
     a.ln1_mean = carve(c, N);
     a.ln1_rstd = carve(c, N);
-    a.qkv = carve(c, N * 3 * C);
-    a.atty = carve(c, N * C);
-    a.att = carve(c, B * NH * T * T);
-    a.res2 = carve(c, N * C);
-    a.ln2 = carve(c, N * C);
+    a.qkv = carve_act(c, N * 3 * C);
+    a.atty = carve_act(c, N * C);
+    a.att = carve(c, att_state);
+    a.res2 = carve_act(c, N * C);
+    a.ln2 = carve_act(c, N * C);
     a.ln2_mean = carve(c, N);
     a.ln2_rstd = carve(c, N);
-    a.fch = carve(c, N * 4 * C);
-    a.fch_gelu = carve(c, N * 4 * C);
-    a.res3 = with_output ? carve(c, N * C) : NULL;
+    a.fch = carve_act(c, N * 4 * C);
+    a.fch_gelu = carve_act(c, N * 4 * C);
+    a.res3 = with_output ? carve_act(c, N * C) : NULL;
     return a;
 }
 
 /* One layout function for both sizing (base NULL) and carving, so they cannot disagree. */
-static size_t layout(const gpt_dims *d, int B, int T, gpt_act_mode mode, void *mem, gpt_net *net)
+static size_t layout(const gpt_dims *d, int B, int T, gpt_act_mode mode, gpt_act_format fmt, void *mem, gpt_net *net)
 {
-    carver c = {mem, 0, 0};
+    carver c = {mem, 0, gpt_act_bytes(fmt)};
     size_t N = (size_t)B * T, C = (size_t)d->hidden, NH = (size_t)d->heads;
     size_t chunk = N < HEAD_CHUNK ? N : HEAD_CHUNK;
+    size_t att_state = (size_t)B * NH * (size_t)T * gpt_attention_state_floats(fmt, (size_t)T);
     int L = d->layers;
     int32_t *tokens = (int32_t *)carve(&c, N), *targets = (int32_t *)carve(&c, N); /* int32 is float-sized */
     double *row_loss = (double *)carve(&c, 2 * N); /* 64-byte aligned pieces: fine for doubles */
     if (net)
         net->tokens = tokens, net->targets = targets, net->row_loss = row_loss;
     if (mode == GPT_ACT_OFFLOAD) {
-        float *a = carve(&c, N * C), *b = carve(&c, N * C);
+        void *a = carve_act(&c, N * C), *b = carve_act(&c, N * C);
         if (net) {
             net->io[0] = a, net->io[1] = b;
             for (int l = 0; l <= L; l++)
                 net->in[l] = net->io[l % 2];
         }
     } else {
-        float *p = carve(&c, N * C);
+        void *p = carve_act(&c, N * C);
         if (net)
             net->encoded = p;
     }
     if (mode == GPT_ACT_KEEP) {
         for (int l = 0; l < L; l++) {
-            layer_acts a = carve_layer(&c, (size_t)B, (size_t)T, C, NH, true);
+            layer_acts a = carve_layer(&c, (size_t)B, (size_t)T, C, att_state, true);
             if (net)
                 net->layer[l] = a;
         }
     } else {
-        layer_acts a = carve_layer(&c, (size_t)B, (size_t)T, C, NH, false);
+        layer_acts a = carve_layer(&c, (size_t)B, (size_t)T, C, att_state, false);
         if (net)
             net->work = a;
         for (int l = 1; mode == GPT_ACT_CHECKPOINT && l <= L; l++) {
-            float *p = carve(&c, N * C);
+            void *p = carve_act(&c, N * C);
             if (net)
                 net->in[l] = p;
         }
@@ -114,9 +132,10 @@ static size_t layout(const gpt_dims *d, int B, int T, gpt_act_mode mode, void *m
         if (net && mode == GPT_ACT_OFFLOAD)
             net->encoded = net->in[0];
     }
-    float *lnf = carve(&c, N * C), *mean = carve(&c, N), *rstd = carve(&c, N), *logits = carve(&c, chunk * d->vocab);
-    float *dres = carve(&c, N * C), *dsmall = carve(&c, N * C), *dbig = carve(&c, N * 4 * C);
-    float *datt = carve(&c, (size_t)B * NH * T * T);
+    void *lnf = carve_act(&c, N * C), *logits = carve_act(&c, chunk * (size_t)gpt_logits_ld(fmt, d->vocab));
+    float *mean = carve(&c, N), *rstd = carve(&c, N);
+    void *dres = carve_act(&c, N * C), *dsmall = carve_act(&c, N * C), *dbig = carve_act(&c, N * 4 * C);
+    float *datt = carve(&c, att_state);
     if (net) {
         net->lnf = lnf, net->lnf_mean = mean, net->lnf_rstd = rstd, net->logits = logits;
         net->dres = dres, net->dsmall = dsmall, net->dbig = dbig, net->datt = datt;
@@ -124,14 +143,14 @@ static size_t layout(const gpt_dims *d, int B, int T, gpt_act_mode mode, void *m
     return c.used;
 }
 
-size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq, gpt_act_mode mode)
+size_t gpt_activation_bytes(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, gpt_act_format fmt)
 {
-    return layout(d, batch, seq, mode, NULL, NULL);
+    return layout(d, batch, seq, mode, fmt, NULL, NULL);
 }
 
-size_t gpt_block_input_bytes(const gpt_dims *d, int batch, int seq)
+size_t gpt_block_input_bytes(const gpt_dims *d, int batch, int seq, gpt_act_format fmt)
 {
-    return (size_t)batch * (size_t)seq * (size_t)d->hidden * sizeof(float);
+    return (size_t)batch * (size_t)seq * (size_t)d->hidden * gpt_act_bytes(fmt);
 }
 
 strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, const gpt_keeper *keeper,
@@ -140,7 +159,8 @@ strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, gpt_act_mode
     *out = NULL;
     if (batch < 1 || seq < 1 || seq > d->seq || gpt_dims_check(d) || !ops || !mem ||
         (mode != GPT_ACT_KEEP && mode != GPT_ACT_CHECKPOINT && mode != GPT_ACT_OFFLOAD) ||
-        (mode == GPT_ACT_OFFLOAD) != (keeper != NULL) || mem_bytes < gpt_activation_bytes(d, batch, seq, mode))
+        (mode == GPT_ACT_OFFLOAD) != (keeper != NULL) ||
+        mem_bytes < gpt_activation_bytes(d, batch, seq, mode, ops->acts))
         return STRATA_EINVAL;
     gpt_net *net = calloc(1, sizeof *net);
     if (!net)
@@ -159,7 +179,7 @@ strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, gpt_act_mode
     net->T = seq;
     net->mode = mode;
     net->keeper = keeper;
-    layout(d, batch, seq, mode, mem, net);
+    layout(d, batch, seq, mode, ops->acts, mem, net);
     *out = net;
     return STRATA_OK;
 }
@@ -192,7 +212,7 @@ static layer_acts *acts_of(gpt_net *net, int l)
 }
 
 /* The input of block l (0-based) and of the final LayerNorm (l = layers), as forward left it. */
-static float *block_input(const gpt_net *net, int l)
+static void *block_input(const gpt_net *net, int l)
 {
     if (net->mode != GPT_ACT_KEEP)
         return net->in[l];
@@ -201,13 +221,13 @@ static float *block_input(const gpt_net *net, int l)
 
 /* Block l's forward. with_output false: only what its backward reads (a recompute under checkpointing), without
  * the MLP's output product and the residual that make the next block's input: a third of its matrix products. */
-static void block_forward(gpt_net *net, int l, float **w, const float *inp, bool with_output)
+static void block_forward(gpt_net *net, int l, void **w, const void *inp, bool with_output)
 {
     const gpt_ops *o = net->ops;
     void *x = o->ctx;
     int N = net->B * net->T, C = net->d.hidden;
     layer_acts *a = acts_of(net, l);
-    float *out = net->mode == GPT_ACT_KEEP ? a->res3 : net->in[l + 1];
+    void *out = net->mode == GPT_ACT_KEEP ? a->res3 : net->in[l + 1];
     o->layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
     o->linear_forward(x, a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
     o->attention_forward(x, a->atty, a->att, a->qkv, net->B, net->T, C, net->d.heads);
@@ -223,27 +243,27 @@ static void block_forward(gpt_net *net, int l, float **w, const float *inp, bool
 }
 
 /* dres holds the gradient of the block's output on entry and of its input on return. */
-static void block_backward(gpt_net *net, int l, float **w, float **g, const float *inp)
+static void block_backward(gpt_net *net, int l, void **w, float **g, const void *inp)
 {
     const gpt_ops *o = net->ops;
     void *x = o->ctx;
     int N = net->B * net->T, C = net->d.hidden;
     layer_acts *a = acts_of(net, l);
-    float *dres = net->dres, *dbig = net->dbig, *dsmall = net->dsmall;
-    size_t n4 = (size_t)N * 4 * C;
+    void *dres = net->dres, *dbig = net->dbig, *dsmall = net->dsmall;
+    size_t n4 = (size_t)N * 4 * C, act = gpt_act_bytes(o->acts);
     /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
-    o->zero(x, dbig, n4);
+    o->zero(x, dbig, n4 * act);
     o->linear_backward(x, dbig, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fch_gelu, w[GPT_FCPROJ_W], N, 4 * C, C);
     o->gelu_backward(x, dbig, a->fch, n4);
-    o->zero(x, dsmall, (size_t)N * C);
+    o->zero(x, dsmall, (size_t)N * C * act);
     o->linear_backward(x, dsmall, g[GPT_FC_W], g[GPT_FC_B], dbig, a->ln2, w[GPT_FC_W], N, C, 4 * C);
     o->layernorm_backward(x, dres, g[GPT_LN2_W], g[GPT_LN2_B], dsmall, a->res2, w[GPT_LN2_W], a->ln2_mean, a->ln2_rstd,
                           N, C);
     /* Attention: res2 = inp + proj(attn(qkv(ln1(inp)))) */
-    o->zero(x, dsmall, (size_t)N * C);
+    o->zero(x, dsmall, (size_t)N * C * act);
     o->linear_backward(x, dsmall, g[GPT_PROJ_W], g[GPT_PROJ_B], dres, a->atty, w[GPT_PROJ_W], N, C, C);
-    o->attention_backward(x, dbig, net->datt, dsmall, a->qkv, a->att, net->B, net->T, C, net->d.heads);
-    o->zero(x, dsmall, (size_t)N * C);
+    o->attention_backward(x, dbig, net->datt, dsmall, a->qkv, a->atty, a->att, net->B, net->T, C, net->d.heads);
+    o->zero(x, dsmall, (size_t)N * C * act);
     o->linear_backward(x, dsmall, g[GPT_QKV_W], g[GPT_QKV_B], dbig, a->ln1, w[GPT_QKV_W], N, C, 3 * C);
     o->layernorm_backward(x, dres, g[GPT_LN1_W], g[GPT_LN1_B], dsmall, inp, w[GPT_LN1_W], a->ln1_mean, a->ln1_rstd, N,
                           C);
@@ -277,7 +297,7 @@ strata_status gpt_net_load(gpt_net *net, const int32_t *tokens, const int32_t *t
     return STRATA_OK;
 }
 
-strata_status gpt_net_forward(gpt_net *net, int module, float **w)
+strata_status gpt_net_forward(gpt_net *net, int module, void **w)
 {
     const gpt_ops *o = net->ops;
     int L = net->d.layers, N = net->B * net->T, C = net->d.hidden;
@@ -287,8 +307,8 @@ strata_status gpt_net_forward(gpt_net *net, int module, float **w)
         int l = module - 1;
         if (net->mode == GPT_ACT_OFFLOAD && net->backward_follows) {
             const gpt_keeper *k = net->keeper;
-            strata_status st = k->push(k->ctx, net->in[l], gpt_block_input_bytes(&net->d, net->B, net->T),
-                                       &net->kept[l]);
+            strata_status st =
+                k->push(k->ctx, net->in[l], gpt_block_input_bytes(&net->d, net->B, net->T, o->acts), &net->kept[l]);
             if (st != STRATA_OK)
                 return st;
         }
@@ -302,10 +322,10 @@ strata_status gpt_net_forward(gpt_net *net, int module, float **w)
 
 /* Block l's backward under checkpointing: its input (from the keeper with GPT_ACT_OFFLOAD), its forward again into
  * the shared internals (all but the output, which backward does not read), then its backward. */
-static strata_status checkpointed_backward(gpt_net *net, int l, float **w, float **g)
+static strata_status checkpointed_backward(gpt_net *net, int l, void **w, float **g)
 {
     const gpt_keeper *k = net->keeper;
-    const float *inp = net->in[l];
+    const void *inp = net->in[l];
     if (net->mode == GPT_ACT_OFFLOAD) {
         strata_status st = k->pop(k->ctx, net->kept[l], &inp);
         if (st != STRATA_OK)
@@ -316,7 +336,7 @@ static strata_status checkpointed_backward(gpt_net *net, int l, float **w, float
     return net->mode == GPT_ACT_OFFLOAD ? k->drop(k->ctx, net->kept[l]) : STRATA_OK;
 }
 
-void gpt_net_head(gpt_net *net, float **w, float *dwte, float grad_scale)
+void gpt_net_head(gpt_net *net, void **w, float *dwte, float grad_scale)
 {
     const gpt_ops *o = net->ops;
     int N = net->B * net->T;
@@ -325,12 +345,12 @@ void gpt_net_head(gpt_net *net, float **w, float *dwte, float grad_scale)
                  net->targets, N, net->d.hidden, net->d.vocab, N < HEAD_CHUNK ? N : HEAD_CHUNK, grad_scale / (float)N);
 }
 
-strata_status gpt_net_backward(gpt_net *net, int module, float **w, float **g)
+strata_status gpt_net_backward(gpt_net *net, int module, void **w, float **g)
 {
     const gpt_ops *o = net->ops;
     int L = net->d.layers, N = net->B * net->T, C = net->d.hidden;
     if (module == L + 1) {
-        o->zero(o->ctx, net->dres, (size_t)N * C);
+        o->zero(o->ctx, net->dres, (size_t)N * C * gpt_act_bytes(o->acts));
         o->layernorm_backward(o->ctx, net->dres, g[GPT_LNF_W], g[GPT_LNF_B], net->dsmall, block_input(net, L),
                               w[GPT_LNF_W], net->lnf_mean, net->lnf_rstd, N, C);
     } else if (module >= 1 && net->mode != GPT_ACT_KEEP) {

@@ -1,13 +1,19 @@
 /*
  * The kernels the GPT network runs, as a table: one implementation per device backend. The network (gpt_net.c) is
  * written once against this table; gpt_ops_host.c runs it on the host (OpenBLAS + OpenMP, fp32), model/cuda/ runs it on
- * a CUDA stream (cuBLAS with bf16 tensor-core math and fp32 accumulation, fp32 activations, parameters and gradients
- * stored in the engine's param_dtype).
+ * a CUDA stream in one of two activation formats (gpt_act_format): fp32 activations with cuBLAS products in the
+ * engine's tensor-core math, or bf16 activations end to end (bf16 products with fp32 accumulation, flash attention,
+ * the fused classifier).
  *
  * Every pointer except the host_* ones is device memory of the table's backend. Row-major throughout: N rows of C
- * channels. The semantics of each entry are those of the host kernel of the same name in gpt_kernels.h; backward
- * entries add into their outputs unless the comment says "overwritten". The entries queue work and return at once; a
- * failure inside one (a launch, cuBLAS) is kept and returned by the next to_host.
+ * channels. The element type of a pointer follows its role:
+ *   - activations and their gradients (void *): the table's act format, fp32 or bf16;
+ *   - weights (const void *): fp32 with GPT_ACTS_FP32, bf16 with GPT_ACTS_BF16 (the table's weight dtype);
+ *   - parameter gradients, LayerNorm statistics, attention state and scratch (float *): always fp32;
+ *   - row losses: double.
+ * The semantics of each entry are those of the host kernel of the same name in gpt_kernels.h; backward entries add
+ * into their outputs unless the comment says "overwritten". The entries queue work and return at once; a failure
+ * inside one (a launch, cuBLAS) is kept and returned by the next to_host.
  */
 #ifndef STRATA_MODEL_GPT_OPS_H
 #define STRATA_MODEL_GPT_OPS_H
@@ -17,36 +23,85 @@
 
 #include "strata.h"
 
+/* What a table's activations are, which fixes the network's memory layout (gpt_activation_bytes). */
+typedef enum gpt_act_format {
+    GPT_ACTS_FP32 = 0, /* fp32 activations and weights; attention keeps its (B, NH, T, T) probabilities */
+    GPT_ACTS_BF16, /* bf16 activations and weights; attention keeps each row's log-sum-exp, (B, NH, T) */
+} gpt_act_format;
+
+static inline const char *gpt_act_format_name(gpt_act_format f)
+{
+    return f == GPT_ACTS_BF16 ? "bf16" : "fp32";
+}
+
+/* Bytes of one activation element. */
+static inline size_t gpt_act_bytes(gpt_act_format f)
+{
+    return f == GPT_ACTS_BF16 ? 2 : 4;
+}
+
+/* The weights' dtype a table of format f reads. */
+static inline strata_dtype gpt_act_weight_dtype(gpt_act_format f)
+{
+    return f == GPT_ACTS_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_FP32;
+}
+
+/* Floats of attention state per (batch row, head, query): the T probabilities, or the one log-sum-exp. */
+static inline size_t gpt_attention_state_floats(gpt_act_format f, size_t T)
+{
+    return f == GPT_ACTS_BF16 ? 1 : T;
+}
+
+/* The row stride of the head's logits for a vocabulary of V: bf16 products want every row 16-byte aligned and the
+ * vocabulary a multiple of the tensor cores' tiles, so it is padded to a multiple of 128 (the loss is unchanged). */
+static inline int gpt_logits_ld(gpt_act_format f, int V)
+{
+    return f == GPT_ACTS_BF16 ? (V + 127) / 128 * 128 : V;
+}
+
+/* Device memory a table of format f works in besides the network's activations, which its creator provides (so that
+ * it lies inside the engine's device budget): cuBLASLt's workspace for the bf16 products (32 MiB, NVIDIA's advice for
+ * Hopper). */
+static inline size_t gpt_ops_workspace_bytes(gpt_act_format f)
+{
+    return f == GPT_ACTS_BF16 ? (size_t)32 << 20 : 0;
+}
+
 typedef struct gpt_ops {
-    const char *name; /* "host" or "cuda", for messages */
+    const char *name; /* "host", "cuda" or "cuda-bf16", for messages */
+    gpt_act_format acts;
     void *ctx;
 
-    void (*embed_forward)(void *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T,
+    void (*embed_forward)(void *ctx, void *out, const int32_t *tok, const void *wte, const void *wpe, int N, int T,
                           int C);
-    void (*embed_backward)(void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int N, int T,
+    void (*embed_backward)(void *ctx, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int N, int T,
                            int C);
-    void (*layernorm_forward)(void *ctx, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                              const float *b, int N, int C);
-    void (*layernorm_backward)(void *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                               const float *w, const float *mean, const float *rstd, int N, int C);
-    void (*linear_forward)(void *ctx, float *out, const float *inp, const float *W, const float *bias, int N, int C,
+    void (*layernorm_forward)(void *ctx, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                              const void *b, int N, int C);
+    void (*layernorm_backward)(void *ctx, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                               const void *w, const float *mean, const float *rstd, int N, int C);
+    void (*linear_forward)(void *ctx, void *out, const void *inp, const void *W, const void *bias, int N, int C,
                            int OC);
-    void (*linear_backward)(void *ctx, float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
-                            const float *W, int N, int C, int OC);
-    /* att is (B, NH, T, T): the probabilities, zero above the diagonal. */
-    void (*attention_forward)(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-    /* dqkv is overwritten; scratch holds B * NH * T * T floats. */
-    void (*attention_backward)(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
-    void (*gelu_forward)(void *ctx, float *out, const float *inp, size_t n);
-    void (*gelu_backward)(void *ctx, float *d, const float *inp, size_t n);
-    void (*residual_forward)(void *ctx, float *out, const float *a, const float *b, size_t n);
-    /* The tied head and cross-entropy, chunk rows at a time (logits: chunk x V scratch): row_loss[n] (overwritten) is
-     * row n's loss; with dx != NULL, dx is overwritten and dwte gets the gradient of scale * sum(row_loss). */
-    void (*head_loss)(void *ctx, float *dx, float *dwte, float *logits, double *row_loss, const float *x,
-                      const float *wte, const int32_t *targets, int N, int C, int V, int chunk, float scale);
+    void (*linear_backward)(void *ctx, void *dinp, float *dW, float *dbias, const void *dout, const void *inp,
+                            const void *W, int N, int C, int OC);
+    /* state is B * NH * T * gpt_attention_state_floats(acts, T) floats (overwritten): GPT_ACTS_FP32 keeps the
+     * probabilities (B, NH, T, T), zero above the diagonal; GPT_ACTS_BF16 each query row's log-sum-exp. */
+    void (*attention_forward)(void *ctx, void *out, float *state, const void *qkv, int B, int T, int C, int NH);
+    /* dqkv is overwritten; out and state are forward's; scratch holds as many floats as state. */
+    void (*attention_backward)(void *ctx, void *dqkv, float *scratch, const void *dout, const void *qkv,
+                               const void *out, const float *state, int B, int T, int C, int NH);
+    void (*gelu_forward)(void *ctx, void *out, const void *inp, size_t n);
+    void (*gelu_backward)(void *ctx, void *d, const void *inp, size_t n);
+    void (*residual_forward)(void *ctx, void *out, const void *a, const void *b, size_t n);
+    /* The tied head and cross-entropy, chunk rows at a time (logits: chunk x gpt_logits_ld(acts, V) scratch):
+     * row_loss[n] (overwritten) is row n's loss; with dx != NULL, dx is overwritten and dwte gets the gradient of
+     * scale * sum(row_loss). */
+    void (*head_loss)(void *ctx, void *dx, float *dwte, void *logits, double *row_loss, const void *x, const void *wte,
+                      const int32_t *targets, int N, int C, int V, int chunk, float scale);
 
-    void (*zero)(void *ctx, float *p, size_t n);
+    /* out = a + b on fp32 parameter gradients (whatever the activation format). */
+    void (*add_f32)(void *ctx, float *out, const float *a, const float *b, size_t n);
+    void (*zero)(void *ctx, void *p, size_t bytes);
     /* fp32 <-> param_dtype (FP32, BF16 or FP16); to param_dtype rounds to nearest even, NaN stays NaN. */
     void (*to_f32)(void *ctx, float *dst, const void *src, size_t n, strata_dtype dtype);
     void (*from_f32)(void *ctx, void *dst, const float *src, size_t n, strata_dtype dtype);
@@ -62,10 +117,13 @@ typedef struct gpt_ops {
 const gpt_ops *gpt_ops_host(void);
 
 #ifdef STRATA_MODEL_CUDA
-/* A CUDA table that queues on stream (a cudaStream_t, e.g. strata_compute_stream()). math picks the matrix products'
- * tensor-core format: BF16 or FP16 (inputs rounded to it, fp32 accumulation), FP32 (full fp32). STRATA_EIO with the
- * reason in *why (a static string) when cuBLAS cannot start. */
-strata_status gpt_ops_cuda_create(void *stream, strata_dtype math, gpt_ops **out, const char **why);
+/* A CUDA table that queues on stream (a cudaStream_t, e.g. strata_compute_stream()) in activation format acts.
+ * GPT_ACTS_FP32: math picks the matrix products' tensor-core format: BF16 or FP16 (inputs rounded to it, fp32
+ * accumulation), FP32 (full fp32). GPT_ACTS_BF16: math must be BF16. workspace is gpt_ops_workspace_bytes(acts) of
+ * device memory (NULL for 0) that the table uses until it is destroyed; the caller frees it after. STRATA_EINVAL /
+ * STRATA_EIO with the reason in *why (a static string) when the combination is refused or cuBLAS cannot start. */
+strata_status gpt_ops_cuda_create(void *stream, gpt_act_format acts, strata_dtype math, void *workspace, gpt_ops **out,
+                                  const char **why);
 void gpt_ops_cuda_destroy(gpt_ops *ops);
 #endif
 

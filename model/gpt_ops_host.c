@@ -11,10 +11,10 @@
 #include "model/gpt_kernels.h"
 #include "model/gpt_ops.h"
 
-static void h_zero(void *ctx, float *p, size_t n)
+static void h_zero(void *ctx, void *p, size_t bytes)
 {
     (void)ctx;
-    memset(p, 0, n * sizeof(float));
+    memset(p, 0, bytes);
 }
 
 /* The dtype conversions are strata's own (strata_convert: base/half.h's rounding), so that the model rounds exactly as
@@ -50,28 +50,6 @@ static const char *h_error(void *ctx)
     return "";
 }
 
-static const gpt_ops host_ops = {
-    .name = "host",
-    .embed_forward = k_embed_forward,
-    .embed_backward = k_embed_backward,
-    .layernorm_forward = k_layernorm_forward,
-    .layernorm_backward = k_layernorm_backward,
-    .linear_forward = k_linear_forward,
-    .linear_backward = k_linear_backward,
-    .attention_forward = k_attention_forward,
-    .attention_backward = k_attention_backward,
-    .gelu_forward = k_gelu_forward,
-    .gelu_backward = k_gelu_backward,
-    .residual_forward = k_residual_forward,
-    .head_loss = k_head_loss,
-    .zero = h_zero,
-    .to_f32 = h_to_f32,
-    .from_f32 = h_from_f32,
-    .upload = h_upload,
-    .to_host = h_to_host,
-    .error = h_error,
-};
-
 /* ---------------------------------------------------------------- STRATA_MODEL_PROFILE=1 */
 
 enum {
@@ -103,6 +81,9 @@ static const char *const prof_name[P_COUNT] = {"embed_forward",
                                                "residual_forward",
                                                "head_loss",
                                                "zero"};
+/* The table's entries take the format-neutral pointer types of gpt_ops.h; the host's activations and weights are fp32,
+ * so each entry h_<kernel> hands its pointers to the typed kernel (and p_<kernel>, under STRATA_MODEL_PROFILE, also
+ * times the call into its slot). */
 static _Atomic uint64_t prof_ns[P_COUNT], prof_calls[P_COUNT];
 
 static uint64_t now_ns(void)
@@ -112,8 +93,11 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A wrapper p_<kernel> that times one call of kernel into slot. */
-#define TIMED(kernel, slot, params, args)                                       \
+#define ENTRY(kernel, slot, params, args)                                       \
+static void h_##kernel params                                                   \
+{                                                                               \
+kernel args;                                                                    \
+}                                                                               \
 static void p_##kernel params                                                   \
 {                                                                               \
 uint64_t t0 = now_ns();                                                         \
@@ -122,38 +106,64 @@ atomic_fetch_add_explicit(&prof_ns[slot], now_ns() - t0, memory_order_relaxed); 
 atomic_fetch_add_explicit(&prof_calls[slot], 1, memory_order_relaxed);          \
 }
 
-TIMED(k_embed_forward, P_EMBED_F,
-      (void *c, float *o, const int32_t *t, const float *e, const float *p, int N, int T, int C),
+ENTRY(k_embed_forward, P_EMBED_F,
+      (void *c, void *o, const int32_t *t, const void *e, const void *p, int N, int T, int C),
       (c, o, t, e, p, N, T, C))
-TIMED(k_embed_backward, P_EMBED_B,
-      (void *c, float *de, float *dp, const float *g, const int32_t *t, int N, int T, int C),
+ENTRY(k_embed_backward, P_EMBED_B,
+      (void *c, float *de, float *dp, const void *g, const int32_t *t, int N, int T, int C),
       (c, de, dp, g, t, N, T, C))
-TIMED(k_layernorm_forward, P_LN_F,
-      (void *c, float *o, float *m, float *r, const float *x, const float *w, const float *b, int N, int C),
+ENTRY(k_layernorm_forward, P_LN_F,
+      (void *c, void *o, float *m, float *r, const void *x, const void *w, const void *b, int N, int C),
       (c, o, m, r, x, w, b, N, C))
-TIMED(k_layernorm_backward, P_LN_B,
-      (void *c, float *dx, float *dw, float *db, const float *g, const float *x, const float *w, const float *m,
+ENTRY(k_layernorm_backward, P_LN_B,
+      (void *c, void *dx, float *dw, float *db, const void *g, const void *x, const void *w, const float *m,
        const float *r, int N, int C),
       (c, dx, dw, db, g, x, w, m, r, N, C))
-TIMED(k_linear_forward, P_LINEAR_F,
-      (void *c, float *o, const float *x, const float *W, const float *b, int N, int C, int OC),
+ENTRY(k_linear_forward, P_LINEAR_F,
+      (void *c, void *o, const void *x, const void *W, const void *b, int N, int C, int OC),
       (c, o, x, W, b, N, C, OC))
-TIMED(k_linear_backward, P_LINEAR_B,
-      (void *c, float *dx, float *dW, float *db, const float *g, const float *x, const float *W, int N, int C, int OC),
+ENTRY(k_linear_backward, P_LINEAR_B,
+      (void *c, void *dx, float *dW, float *db, const void *g, const void *x, const void *W, int N, int C, int OC),
       (c, dx, dW, db, g, x, W, N, C, OC))
-TIMED(k_attention_forward, P_ATT_F, (void *c, float *o, float *att, const float *qkv, int B, int T, int C, int NH),
+ENTRY(k_attention_forward, P_ATT_F, (void *c, void *o, float *att, const void *qkv, int B, int T, int C, int NH),
       (c, o, att, qkv, B, T, C, NH))
-TIMED(k_attention_backward, P_ATT_B,
-      (void *c, float *d, float *s, const float *g, const float *qkv, const float *att, int B, int T, int C, int NH),
-      (c, d, s, g, qkv, att, B, T, C, NH))
-TIMED(k_gelu_forward, P_GELU_F, (void *c, float *o, const float *x, size_t n), (c, o, x, n))
-TIMED(k_gelu_backward, P_GELU_B, (void *c, float *d, const float *x, size_t n), (c, d, x, n))
-TIMED(k_residual_forward, P_RESIDUAL, (void *c, float *o, const float *a, const float *b, size_t n), (c, o, a, b, n))
-TIMED(k_head_loss, P_HEAD_LOSS,
-      (void *c, float *dx, float *dwte, float *l, double *rl, const float *x, const float *wte, const int32_t *t, int N,
+/* The host keeps the probabilities, so its backward does not read forward's output. */
+ENTRY(k_attention_backward, P_ATT_B,
+      (void *c, void *d, float *s, const void *g, const void *qkv, const void *out, const float *att, int B, int T,
+       int C, int NH),
+      (c, d, s, g, qkv, ((void)out, att), B, T, C, NH))
+ENTRY(k_gelu_forward, P_GELU_F, (void *c, void *o, const void *x, size_t n), (c, o, x, n))
+ENTRY(k_gelu_backward, P_GELU_B, (void *c, void *d, const void *x, size_t n), (c, d, x, n))
+ENTRY(k_residual_forward, P_RESIDUAL, (void *c, void *o, const void *a, const void *b, size_t n), (c, o, a, b, n))
+ENTRY(k_head_loss, P_HEAD_LOSS,
+      (void *c, void *dx, float *dwte, void *l, double *rl, const void *x, const void *wte, const int32_t *t, int N,
        int C, int V, int chunk, float scale),
       (c, dx, dwte, l, rl, x, wte, t, N, C, V, chunk, scale))
-TIMED(h_zero, P_ZERO, (void *c, float *p, size_t n), (c, p, n))
+ENTRY(h_zero, P_ZERO, (void *c, void *p, size_t bytes), (c, p, bytes))
+
+static const gpt_ops host_ops = {
+    .name = "host",
+    .acts = GPT_ACTS_FP32,
+    .embed_forward = h_k_embed_forward,
+    .embed_backward = h_k_embed_backward,
+    .layernorm_forward = h_k_layernorm_forward,
+    .layernorm_backward = h_k_layernorm_backward,
+    .linear_forward = h_k_linear_forward,
+    .linear_backward = h_k_linear_backward,
+    .attention_forward = h_k_attention_forward,
+    .attention_backward = h_k_attention_backward,
+    .gelu_forward = h_k_gelu_forward,
+    .gelu_backward = h_k_gelu_backward,
+    .residual_forward = h_k_residual_forward,
+    .head_loss = h_k_head_loss,
+    .add_f32 = k_residual_forward,
+    .zero = h_h_zero,
+    .to_f32 = h_to_f32,
+    .from_f32 = h_from_f32,
+    .upload = h_upload,
+    .to_host = h_to_host,
+    .error = h_error,
+};
 
 static void prof_print(void)
 {

@@ -32,10 +32,10 @@ static size_t head_grad_numel(const gpt_dims *d)
     return (size_t)d->vocab * (size_t)d->hidden;
 }
 
-gpt_pass_size gpt_pass_bytes(const gpt_dims *d, int batch, int seq, int count, gpt_act_mode mode)
+gpt_pass_size gpt_pass_bytes(const gpt_dims *d, int batch, int seq, int count, gpt_act_mode mode, gpt_act_format fmt)
 {
     gpt_pass_size s;
-    s.per_micro_batch = piece(gpt_activation_bytes(d, batch, seq, mode));
+    s.per_micro_batch = piece(gpt_activation_bytes(d, batch, seq, mode, fmt));
     s.head_grad = piece(head_grad_numel(d) * sizeof(float));
     s.total = count < 1 ? 0 : (size_t)count * s.per_micro_batch + (size_t)(count - 1) * s.head_grad;
     return s;
@@ -48,7 +48,7 @@ strata_status gpt_pass_create(const gpt_dims *d, int batch, int seq, int count, 
     *out = NULL;
     if (count < 1 || !mem)
         return STRATA_EINVAL;
-    gpt_pass_size size = gpt_pass_bytes(d, batch, seq, count, mode);
+    gpt_pass_size size = gpt_pass_bytes(d, batch, seq, count, mode, ops->acts);
     if (mem_bytes < size.total)
         return STRATA_EINVAL;
     gpt_pass *p = calloc(1, sizeof *p);
@@ -87,7 +87,7 @@ void gpt_pass_destroy(gpt_pass *p)
     free(p);
 }
 
-static strata_status forward(gpt_pass *p, int count, const gpt_source *src, int module, float **w, float **g)
+static strata_status forward(gpt_pass *p, int count, const gpt_source *src, int module, void **w, float **g)
 {
     TRY(src->acquire(src->ctx, module, false, w, g));
     for (int j = 0; j < count; j++)
@@ -99,7 +99,7 @@ static strata_status forward(gpt_pass *p, int count, const gpt_source *src, int 
  * buffer and is handed over when this acquisition finishes, as in the ordinary schedule. The others wait in
  * head_grads: handed over now, they would reach the embeddings' gradient store before micro-batch 0's embedding
  * gradient, and the fp32 sums would be grouped differently from the ordinary schedule's. */
-static strata_status head(gpt_pass *p, int count, const gpt_source *src, bool backward, float grad_scale, float **w,
+static strata_status head(gpt_pass *p, int count, const gpt_source *src, bool backward, float grad_scale, void **w,
                           float **g)
 {
     TRY(src->acquire(src->ctx, 0, backward, w, g));
@@ -107,7 +107,7 @@ static strata_status head(gpt_pass *p, int count, const gpt_source *src, bool ba
     for (int j = 0; j < count; j++) {
         float *dwte = !backward ? NULL : j == 0 ? g[GPT_WTE] : p->head_grads[j];
         if (backward && j > 0)
-            p->ops->zero(p->ops->ctx, dwte, head_grad_numel(d)); /* the head adds into it */
+            p->ops->zero(p->ops->ctx, dwte, head_grad_numel(d) * sizeof(float)); /* the head adds into it */
         gpt_net_head(p->nets[j], w, dwte, grad_scale);
     }
     return src->finish(src->ctx, 0, backward);
@@ -116,7 +116,7 @@ static strata_status head(gpt_pass *p, int count, const gpt_source *src, bool ba
 /* A module's backward for every micro-batch; each micro-batch's gradients are handed over before the next one adds
  * its own. For the embeddings, micro-batch j > 0 first hands over its kept head gradient, where the ordinary
  * schedule's head of micro-batch j would have. */
-static strata_status backward(gpt_pass *p, int count, const gpt_source *src, int module, float **w, float **g)
+static strata_status backward(gpt_pass *p, int count, const gpt_source *src, int module, void **w, float **g)
 {
     TRY(src->acquire(src->ctx, module, true, w, g));
     const gpt_dims *d = gpt_net_dims(p->nets[0]);
@@ -126,7 +126,7 @@ static strata_status backward(gpt_pass *p, int count, const gpt_source *src, int
         if (j > 0 && module == 0) {
             /* The fresh buffer is zero, and 0 + x is x for every x the head can write (never -0: it added into
              * zero too), so the source receives the very bits the ordinary schedule's head handed over. */
-            p->ops->residual_forward(p->ops->ctx, g[GPT_WTE], g[GPT_WTE], p->head_grads[j], head_grad_numel(d));
+            p->ops->add_f32(p->ops->ctx, g[GPT_WTE], g[GPT_WTE], p->head_grads[j], head_grad_numel(d));
             TRY(src->hand_over(src->ctx, module, g));
         }
         TRY(gpt_net_backward(p->nets[j], module, w, g));
@@ -141,7 +141,8 @@ strata_status gpt_pass_step(gpt_pass *p, int count, const gpt_source *src, const
         return STRATA_EINVAL;
     int L = gpt_net_dims(p->nets[0])->layers;
     size_t N = gpt_net_tokens(p->nets[0]);
-    float *w[GPT_MAX_MODULE_PARAMS], *g[GPT_MAX_MODULE_PARAMS];
+    void *w[GPT_MAX_MODULE_PARAMS];
+    float *g[GPT_MAX_MODULE_PARAMS];
     for (int j = 0; j < count; j++)
         TRY(gpt_net_load(p->nets[j], tokens + (size_t)j * N, targets + (size_t)j * N, backward_too));
     for (int m = 0; m <= L + 1; m++)

@@ -20,10 +20,12 @@ typedef struct gpt_pass_size {
     size_t total;           /* count x per_micro_batch + (count - 1) x head_grad; 0 for a count below 1 */
 } gpt_pass_size;
 
-gpt_pass_size gpt_pass_bytes(const gpt_dims *d, int batch, int seq, int count, gpt_act_mode mode);
+/* For a table of activation format fmt (gpt_ops.h); the kept head gradients are fp32 in every format. */
+gpt_pass_size gpt_pass_bytes(const gpt_dims *d, int batch, int seq, int count, gpt_act_mode mode, gpt_act_format fmt);
 
-/* A pass of count micro-batches of batch x seq tokens, each net in mode (with keeper: gpt_net_create), in the caller's block mem (device memory of ops's backend,
- * at least gpt_pass_bytes(...).total; the pass does not free it). ops must outlive the pass. */
+/* A pass of count micro-batches of batch x seq tokens, each net in mode (with keeper: gpt_net_create), in the caller's
+ * block mem (device memory of ops's backend, at least gpt_pass_bytes(...).total; the pass does not free it). ops must
+ * outlive the pass. */
 strata_status gpt_pass_create(const gpt_dims *d, int batch, int seq, int count, gpt_act_mode mode,
                               const gpt_keeper *keeper, const gpt_ops *ops, void *mem, size_t mem_bytes,
                               gpt_pass **out);

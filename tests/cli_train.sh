@@ -30,6 +30,11 @@ check "bad config names the key" 2 "sub_grup_size" -- "$bin" train --config "$sc
 head -c 3000 "$0" >"$scratch/text.txt"
 check "own data file" 0 "summary: 2 steps" -- "$bin" train --data "$scratch/text.txt" --steps 2 --batch 2 --seq 32
 check "budget too small" 1 "device budget exceeded" -- "$bin" train --device-budget 1MiB --steps 1
+check "bad activation format" 2 'STRATA_MODEL_ACTS must be "fp32"' -- env STRATA_MODEL_ACTS=fp16 "$bin" train --steps 1
+check "bf16 activations on the host" 2 "STRATA_MODEL_ACTS=bf16 needs the CUDA backend" -- \
+    env STRATA_MODEL_ACTS=bf16 "$bin" train --steps 1
+check "bf16 activations with fp32 parameters" 2 "needs bf16 parameters (param_dtype bf16, --dtype bf16)" -- \
+    env STRATA_MODEL_ACTS=bf16 "$bin" train --device cuda --dtype fp32 --steps 1
 
 # The loss of the tiny model on the built-in corpus: ln(256) = 5.55 at the start, below 2.7 (mean of the last
 # 10 of 150 steps; 2.3 measured) at the end.

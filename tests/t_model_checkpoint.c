@@ -33,7 +33,7 @@ static strata_config config(const run_kind *k, size_t device_budget)
     c.device_budget_bytes = device_budget;
     c.host_budget_bytes = 256u << 20;
     c.cpu_threads = 2;
-    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, k->mode, STRATA_DTYPE_FP32);
+    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, k->mode, GPT_ACTS_FP32, STRATA_DTYPE_FP32);
     const char *dir = t_scratch_dir("model_checkpoint");
     synth_nvme_path(&c, dir, true, true); /* also where activations offloaded to NVMe go */
     if (k->params_on_nvme) {
@@ -42,7 +42,7 @@ static strata_config config(const run_kind *k, size_t device_budget)
     }
     c.offload_activations = k->acts;
     if (k->acts != STRATA_TIER_DEVICE)
-        gpt_engine_offload_bytes(&dims, B, T, 1, &c.offloaded_activation_bytes, &c.offloaded_activation_max_bytes);
+        gpt_engine_offload_bytes(&dims, B, T, 1, GPT_ACTS_FP32, &c.offloaded_activation_bytes, &c.offloaded_activation_max_bytes);
     return c;
 }
 
@@ -64,7 +64,7 @@ static double engine_grads(const run_kind *k, const int32_t *tok, const int32_t 
     T_OK(strata_stats_get(r.e, &s));
     *peak = s.device_peak_bytes;
     *act_peak = s.act_device_peak_bytes;
-    size_t one = gpt_block_input_bytes(&dims, B, T);
+    size_t one = gpt_block_input_bytes(&dims, B, T, GPT_ACTS_FP32);
     uint64_t pushes = k->mode == GPT_ACT_OFFLOAD ? (uint64_t)MICRO * dims.layers : 0;
     T_CHECK(s.act_pushes == pushes && s.act_offload_bytes == pushes * one && s.act_restore_bytes == pushes * one,
             "%s: %llu pushes, %llu bytes offloaded, %llu restored; expected %llu pushes of %zu bytes each way",
@@ -100,9 +100,9 @@ int main(void)
             "(first at %zu: %.9g vs %.9g)", loss, ref_loss, diff, n, first, first < n ? g[first] : 0.0,
             first < n ? ref[first] : 0.0);
     /* Checkpointing needs less activation memory, offloading less still. */
-    size_t keep = gpt_activation_bytes(&dims, B, T, GPT_ACT_KEEP), ckpt = gpt_activation_bytes(&dims, B, T,
-                                                                                                GPT_ACT_CHECKPOINT),
-           off = gpt_activation_bytes(&dims, B, T, GPT_ACT_OFFLOAD);
+    size_t keep = gpt_activation_bytes(&dims, B, T, GPT_ACT_KEEP, GPT_ACTS_FP32), ckpt = gpt_activation_bytes(&dims, B, T,
+                                                                                                GPT_ACT_CHECKPOINT, GPT_ACTS_FP32),
+           off = gpt_activation_bytes(&dims, B, T, GPT_ACT_OFFLOAD, GPT_ACTS_FP32);
     printf("activations per micro-batch: keep %zu B, checkpointing %zu B, offloaded %zu B\n", keep, ckpt, off);
     T_CHECK(off < ckpt && ckpt < keep, "activation bytes: keep %zu, checkpointing %zu, offloaded %zu", keep, ckpt,
             off);
@@ -129,9 +129,9 @@ int main(void)
      * memory (the reserve plus the restored copies at their peak) must be exactly that. The whole device peak also
      * holds gradient buffers whose frees follow the copies' timing (it varies by 64 KiB between runs of one
      * config here), so its drop is printed, not checked; benchmarks/train_activations.sh measures it at scale. */
-    size_t one = gpt_block_input_bytes(&dims, B, T), window = 2 * align256(one);
-    size_t reserve_keep = align256(gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_KEEP, STRATA_DTYPE_FP32));
-    size_t reserve_off = align256(gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_OFFLOAD, STRATA_DTYPE_FP32));
+    size_t one = gpt_block_input_bytes(&dims, B, T, GPT_ACTS_FP32), window = 2 * align256(one);
+    size_t reserve_keep = align256(gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_KEEP, GPT_ACTS_FP32, STRATA_DTYPE_FP32));
+    size_t reserve_off = align256(gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_OFFLOAD, GPT_ACTS_FP32, STRATA_DTYPE_FP32));
     for (int k = 2; k < 5; k++) {
         T_CHECK(act_peak[k] == window, "%s: restored activations took %zu B of device memory at most, the plan's "
                 "window is %zu B", kinds[k].name, act_peak[k], window);

@@ -29,11 +29,11 @@ static strata_config config(strata_dtype dt, bool nvme)
         synth_offload(&c, STRATA_TIER_NVME, dir, true, true);
         c.zero_stage = 3;
         /* Room for the activations, one block and its gradients: modules are dropped and fetched again. */
-        c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_KEEP, dt);
+        c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_KEEP, GPT_ACTS_FP32, dt);
         c.prefetch_bytes = 1;
         c.device_budget_bytes = c.activation_bytes + 3 * gpt_module_numel(&dims, 0) * 4 + (1u << 20);
     }
-    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_KEEP, dt);
+    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, 1, GPT_ACT_KEEP, GPT_ACTS_FP32, dt);
     return c;
 }
 

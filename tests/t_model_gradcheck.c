@@ -30,7 +30,7 @@ int main(void)
     size_t n = gpt_numel(&d);
     for (size_t i = 0; i < n; i++)
         f->params[i] += 0.05f * t_rand_normal();
-    size_t bytes = gpt_activation_bytes(&d, B, T, GPT_ACT_KEEP);
+    size_t bytes = gpt_activation_bytes(&d, B, T, GPT_ACT_KEEP, GPT_ACTS_FP32);
     void *mem = malloc(bytes);
     gpt_net *net = NULL;
     T_OK(gpt_net_create(&d, B, T, GPT_ACT_KEEP, NULL, gpt_ops_host(), mem, bytes, &net));

@@ -41,7 +41,7 @@ static strata_config config(const placement *p, int held)
     c.device_budget_bytes = 64u << 20;
     c.host_budget_bytes = 256u << 20;
     c.cpu_threads = 2;
-    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, held, GPT_ACT_KEEP, p->dtype);
+    c.activation_bytes = gpt_engine_activation_bytes(&dims, B, T, held, GPT_ACT_KEEP, GPT_ACTS_FP32, p->dtype);
     if (p->nvme) {
         /* Parameters, optimizer state and the gradient store on the drive, no host cache: every miss reads it. */
         synth_use_nvme(&c, t_scratch_dir("model_layerwise"), true, true);
@@ -134,8 +134,8 @@ static void compare_flat(int k, uint64_t seed, const int32_t *tok, const int32_t
     gpt_flat *ord = NULL, *lw = NULL;
     T_OK(gpt_flat_create(&dims, seed, &ord));
     T_OK(gpt_flat_create(&dims, seed, &lw));
-    size_t one = gpt_activation_bytes(&dims, B, T, GPT_ACT_KEEP);
-    gpt_pass_size size = gpt_pass_bytes(&dims, B, T, k, GPT_ACT_KEEP);
+    size_t one = gpt_activation_bytes(&dims, B, T, GPT_ACT_KEEP, GPT_ACTS_FP32);
+    gpt_pass_size size = gpt_pass_bytes(&dims, B, T, k, GPT_ACT_KEEP, GPT_ACTS_FP32);
     void *mem_one = malloc(one), *mem_k = aligned_alloc(4096, size.total);
     gpt_net *net = NULL;
     gpt_pass *pass = NULL;

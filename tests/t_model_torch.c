@@ -38,7 +38,7 @@ int main(void)
     strata_config_init(&c);
     c.backend = STRATA_BACKEND_HOST;
     c.device_budget_bytes = 64u << 20;
-    c.activation_bytes = gpt_engine_activation_bytes(&d, B, T, 1, GPT_ACT_KEEP, STRATA_DTYPE_FP32);
+    c.activation_bytes = gpt_engine_activation_bytes(&d, B, T, 1, GPT_ACT_KEEP, GPT_ACTS_FP32, STRATA_DTYPE_FP32);
     strata_engine *e = NULL;
     gpt_model *m = NULL;
     T_OK(strata_engine_create(&c, &e));

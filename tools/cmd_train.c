@@ -257,6 +257,12 @@ static int build_config(args *a, strata_config *cfg)
                   : a->checkpointing                              ? GPT_ACT_CHECKPOINT
                                                                   : GPT_ACT_KEEP;
     gpt_engine_reserve(&t->dims, t->batch, t->seq, trainer_pass_micro_batches(t), t->act_mode, cfg);
+    gpt_act_format acts;
+    const char *why;
+    if (gpt_engine_acts(cfg->backend, cfg->param_dtype, &acts, &why) != STRATA_OK) {
+        train_err("%s", why);
+        return CLI_EXIT_USAGE;
+    }
     char err[4096];
     if (strata_config_validate(cfg, err, sizeof err) != STRATA_OK) {
         train_err("the configuration is not valid:\n%s", err);
@@ -266,14 +272,15 @@ static int build_config(args *a, strata_config *cfg)
 }
 
 /* What the schedule costs in activation memory (the model's reserve adds fp32 conversion buffers for bf16/fp16). */
-static void print_schedule(const trainer_opts *t)
+static void print_schedule(const trainer_opts *t, const strata_config *cfg)
 {
     int held = trainer_pass_micro_batches(t);
-    gpt_pass_size size = gpt_pass_bytes(&t->dims, t->batch, t->seq, held, t->act_mode);
+    gpt_act_format fmt = gpt_engine_config_acts(cfg);
+    gpt_pass_size size = gpt_pass_bytes(&t->dims, t->batch, t->seq, held, t->act_mode, fmt);
     double mib = 1048576;
     if (t->act_mode != GPT_ACT_KEEP) {
-        size_t full = gpt_pass_bytes(&t->dims, t->batch, t->seq, held, GPT_ACT_KEEP).total;
-        size_t one = gpt_block_input_bytes(&t->dims, t->batch, t->seq);
+        size_t full = gpt_pass_bytes(&t->dims, t->batch, t->seq, held, GPT_ACT_KEEP, fmt).total;
+        size_t one = gpt_block_input_bytes(&t->dims, t->batch, t->seq, fmt);
         printf("  activation checkpointing: each block keeps its input (%.2f MiB) and runs its forward again in "
                "backward; activations %.2f MiB instead of %.2f MiB%s\n", (double)one / mib, (double)size.total / mib,
                (double)full / mib, t->act_mode == GPT_ACT_OFFLOAD ? "; the block inputs are offloaded "
@@ -312,13 +319,15 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
                cfg->zero_stage);
     else
         printf("  world 1 rank, ZeRO stage %d\n", cfg->zero_stage);
-    printf("  lr %.3g (warmup %lld, cosine to %.3g); computes on %s; params %s %s, optimizer %s; delayed update %s%s\n",
+    printf("  lr %.3g (warmup %lld, cosine to %.3g); computes on %s in %s activations; params %s %s, optimizer %s; "
+           "delayed update %s%s\n",
            cfg->lr, (long long)t->warmup, t->min_lr, cfg->backend == STRATA_BACKEND_CUDA ? "cuda" : "host",
-           strata_dtype_name(cfg->param_dtype), strata_tier_name(cfg->offload_param.device),
-           strata_tier_name(cfg->offload_optimizer.device),
+           gpt_act_format_name(gpt_engine_config_acts(cfg)), strata_dtype_name(cfg->param_dtype),
+           strata_tier_name(cfg->offload_param.device), strata_tier_name(cfg->offload_optimizer.device),
            cfg->delayed_update ? "on" : "off",
-           cfg->step_in_backward ? (cfg->norm_pass ? "; step in backward after a norm pass" : "; step in backward") : "");
-    print_schedule(t);
+           cfg->step_in_backward ? (cfg->norm_pass ? "; step in backward after a norm pass" : "; step in backward")
+                                 : "");
+    print_schedule(t, cfg);
     /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master weights and the
      * moments in their form (12, 8 or 6 bytes of optimizer state an element). */
     size_t pbytes = strata_dtype_bytes(cfg->param_dtype);

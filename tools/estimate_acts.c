@@ -84,17 +84,19 @@ void estimate_acts_print(const estimate_acts *a, const gpt_dims *dims, const str
 {
     char b1[32], b2[32], b3[32];
     int T = a->seq_len;
-    size_t one = gpt_block_input_bytes(dims, a->batch, T);
-    printf("\nACTIVATIONS of a micro-batch of %d x %d tokens (fp32%s), as strata train keeps them; each block input "
-           "is %s\n", a->batch, T, cfg->param_dtype == STRATA_DTYPE_FP32 ? "" : ", with the fp32 conversion buffers",
+    gpt_act_format fmt = gpt_engine_config_acts(cfg);
+    size_t one = gpt_block_input_bytes(dims, a->batch, T, fmt);
+    printf("\nACTIVATIONS of a micro-batch of %d x %d tokens (%s%s), as strata train keeps them; each block input "
+           "is %s\n", a->batch, T, gpt_act_format_name(fmt),
+           cfg->param_dtype == STRATA_DTYPE_FP32 ? "" : ", with the fp32 conversion buffers",
            size_format(one, b1, sizeof b1));
     printf("%-25s %14s %14s %12s  %s\n", "KEPT", "ON DEVICE", "OFFLOADED", "BATCH FITS",
            cfg->device_budget_bytes ? "largest batch of this seq-len within the budgets" : "(no device budget given)");
     for (int m = GPT_ACT_KEEP; m <= GPT_ACT_OFFLOAD; m++) {
-        size_t dev = gpt_engine_activation_bytes(dims, a->batch, T, 1, (gpt_act_mode)m, cfg->param_dtype), kept = 0,
-               largest = 0;
+        size_t dev = gpt_engine_activation_bytes(dims, a->batch, T, 1, (gpt_act_mode)m, fmt, cfg->param_dtype),
+               kept = 0, largest = 0;
         if (m == GPT_ACT_OFFLOAD) {
-            gpt_engine_offload_bytes(dims, a->batch, T, 1, &kept, &largest);
+            gpt_engine_offload_bytes(dims, a->batch, T, 1, fmt, &kept, &largest);
             dev += plan_act_window_bytes(largest);
         }
         char fit[32] = "-";

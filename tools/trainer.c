@@ -161,7 +161,7 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
         return 1;
     }
     if (st != STRATA_OK && *gpt_model_error(r->m)) {
-        train_err("the model's CUDA kernels cannot start: %s", gpt_model_error(r->m));
+        train_err("the model's kernels cannot start: %s", gpt_model_error(r->m));
         return 1;
     }
     if (st != STRATA_OK)

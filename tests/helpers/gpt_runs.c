@@ -11,7 +11,7 @@ double gpt_ref_grads(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, u
 {
     gpt_flat *f = NULL;
     T_OK(gpt_flat_create(d, seed, &f));
-    size_t bytes = gpt_activation_bytes(d, batch, seq, mode), n = (size_t)batch * seq;
+    size_t bytes = gpt_activation_bytes(d, batch, seq, mode, GPT_ACTS_FP32), n = (size_t)batch * seq;
     void *mem = malloc(bytes);
     gpt_net *net = NULL;
     T_OK(gpt_net_create(d, batch, seq, mode, NULL, gpt_ops_host(), mem, bytes, &net));
