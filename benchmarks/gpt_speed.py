@@ -225,6 +225,9 @@ def main():
     ap.add_argument("--data", default=os.path.join(REPO, "README.md"), help="training bytes for both sides")
     ap.add_argument("--loss-tol", type=float, default=0.25, help="#wrong: strata's mean loss this far above torch's")
     ap.add_argument("--profile", action="store_true", help="strata's per-kernel time (STRATA_MODEL_PROFILE=1)")
+    ap.add_argument("--peak-tflops", type=float,
+                    help="the GPU's dense bf16 peak for the %% column (default: 989.4 on an H100 or H200 SXM, else "
+                         "no %% column)")
     a = ap.parse_args()
     if a.steps <= a.warmup_steps:
         ap.error("--steps %d must exceed --warmup-steps %d" % (a.steps, a.warmup_steps))
@@ -238,6 +241,12 @@ def main():
         with open(a.device_config, "w") as f:
             json.dump({"zero_optimization": {"offload_optimizer": {"ratio": 0}}}, f)
         return compare(a, torch, F, np)
+
+
+def peak_tflops(torch):
+    """The dense bf16 tensor-core peak of the GPU torch sees, where known (NVIDIA's data sheets, SXM parts)."""
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    return 989.4 if ("H100" in name or "H200" in name) else None
 
 
 def compare(a, torch, F, np):
@@ -293,15 +302,31 @@ def compare(a, torch, F, np):
         rows.append(dict(round=r, torch=res["torch"], strata=res["strata"], ratio=fb_ratio, step_ratio=step_ratio,
                          wrong=wrong))
     ratio, step_ratio = statistics.median(fb_ratios), statistics.median(step_ratios)
+    # Model FLOPs of forward + backward (gpt_flops_per_token in model/gpt_layout.c: 6 per parameter, the tied head
+    # included, plus attention's two T x T products), at the median tokens/s of each side.
+    params = a.vocab * a.hidden + a.seq * a.hidden + a.layers * (12 * a.hidden * a.hidden + 13 * a.hidden) + 2 * a.hidden
+    flops_per_token = 6.0 * params + 12.0 * a.layers * a.seq * a.hidden
+    peak = a.peak_tflops or peak_tflops(torch) if a.device == "cuda" else None
+    tflops = {}
+    for name in ("torch", "strata"):
+        tps = statistics.median(r[name]["fb_tokens_per_s"] for r in rows)
+        tflops[name] = flops_per_token * tps / 1e12
+        print("%-6s forward + backward: %.3g TFLOPS%s" % (
+            name, tflops[name], " = %.1f%% of the %.1f TFLOPS bf16 peak" % (100 * tflops[name] / peak, peak)
+            if peak else ""))
     print("strata / torch tokens/s: forward + backward %.3f, whole step (with AdamW) %.3f (medians of %d rounds, "
           "per-round %.3f..%.3f); #wrong %d" % (ratio, step_ratio, a.rounds, min(fb_ratios), max(fb_ratios),
                                                 wrong_total))
+    print("FIGURE: fwd+bwd %.3f x torch, step %.3f x torch; strata fwd+bwd %.3g TFLOPS%s; #wrong %d" % (
+        ratio, step_ratio, tflops["strata"], " (%.1f%% of peak)" % (100 * tflops["strata"] / peak) if peak else "",
+        wrong_total))
     if profile:
         print()
         print(profile.rstrip())
     if a.json:
         print(json.dumps(dict(torch=torch.__version__, threads=torch.get_num_threads(), sdpa=sdpa, rows=rows,
-                              ratio=ratio, step_ratio=step_ratio, wrong=wrong_total)))
+                              ratio=ratio, step_ratio=step_ratio, wrong=wrong_total, fb_tflops=tflops,
+                              peak_tflops=peak, activations=os.environ.get("STRATA_MODEL_ACTS", "fp32"))))
     return 1 if wrong_total else 0
 
 

@@ -114,6 +114,17 @@ for t in "${GPU_C_TESTS[@]}"; do
 done
 # The CUDA model with its linear layers' operands rounded to bf16 (STRATA_MODEL_GEMM, model/cuda/gpt_ops_cuda.c).
 item t_model_cuda_gemm_bf16 120 env STRATA_MODEL_GEMM=bf16 "$bin_dir/t_model_cuda"
+# Issue 35's speed, early in the call: the 124M step in bf16 activations against PyTorch (the whole step), then
+# forward + backward of two blocks of hidden 4096 against the bf16 peak, then where the new step's time goes.
+peer=(--device cuda --strata "$bin" --layers 12 --hidden 768 --heads 12 --vocab 50304 --seq 1024 --batch 8 --steps 8
+    --rounds 2 --lr 3e-4)
+item torch_peer_124M_acts_bf16 240 env STRATA_MODEL_ACTS=bf16 python3 "$ROOT/benchmarks/gpt_speed.py" "${peer[@]}"
+item torch_peer_h4096_acts_bf16 200 env STRATA_MODEL_ACTS=bf16 python3 "$ROOT/benchmarks/gpt_speed.py" \
+    --device cuda --strata "$bin" --layers 2 --hidden 4096 --heads 32 --vocab 50304 --seq 1024 --batch 8 --steps 6 \
+    --rounds 1 --lr 1e-4
+export STRATA_GPU_WORK=$work
+runs=$ROOT/tools/gpu/runs.sh
+item kernels_124M_acts_bf16 150 env STRATA_MODEL_ACTS=bf16 bash "$runs" kernels 2500 1800 "${RUN_124M[@]}" --steps 4
 for t in "${GPU_MPI_TESTS[@]}"; do
     item "$t" 60 "$bin_dir/$t"
     item "${t}_np2" 120 bash "$ROOT/tests/helpers/mpi.sh" 2 "$bin_dir/$t"
@@ -126,23 +137,18 @@ done
 item adam_moments 120 "$bin_dir/b_adam_moments" --melem 64 --reps 9
 item io_peers 240 env PATH="$bin_dir:$PATH" bash "$ROOT/benchmarks/io_peers.sh" --rounds 3 --size 2GiB \
     --dir "$work/scratch/io-peers"
-export STRATA_GPU_WORK=$work
-runs=$ROOT/tools/gpu/runs.sh
 item cuda_checkpointing 150 bash "$runs" checkpointing
 item cuda_twin_flow 150 bash "$runs" twin_flow
 item cuda_ranks_np2 150 bash "$runs" ranks
 item cuda_norm_pass 150 bash "$runs" norm_pass
 item zero_offload_6.7B 300 bash "$runs" flagship z7b "${RUN_ZERO_OFFLOAD_7B[@]}" --steps 4 --warmup 1 --lr 1e-4
 item train_cuda 240 bash "$ROOT/benchmarks/train_cuda.sh" --steps 12
-# The device-resident 124M step against the same GPT in PyTorch (bf16 autocast, SDPA, fused AdamW) on the same GPU.
-peer=(--device cuda --strata "$bin" --layers 12 --hidden 768 --heads 12 --vocab 50304 --seq 1024 --batch 8 --steps 8
-    --rounds 2 --lr 3e-4)
+# The device-resident 124M step in fp32 activations (the old path) against the same GPT in PyTorch (bf16 autocast,
+# SDPA, fused AdamW) on the same GPU. (STRATA_MODEL_GEMM=bf16 was measured on 2026-11-26: no faster.)
 item torch_peer_124M 240 python3 "$ROOT/benchmarks/gpt_speed.py" "${peer[@]}"
-item torch_peer_124M_gemm_bf16 240 env STRATA_MODEL_GEMM=bf16 python3 "$ROOT/benchmarks/gpt_speed.py" "${peer[@]}"
 # Where the CUDA model's time goes: about one step's kernels of the 124M preset, and of two blocks of the flagship's
 # shape.
 item kernels_124M 150 bash "$runs" kernels 2500 1800 "${RUN_124M[@]}" --steps 4
-item kernels_124M_gemm_bf16 150 env STRATA_MODEL_GEMM=bf16 bash "$runs" kernels 2500 1800 "${RUN_124M[@]}" --steps 4
 item kernels_h4096 120 bash "$runs" kernels 400 300 --layers 2 --hidden 4096 --heads 32 --vocab 50304 \
     --context 1024 --seq 1024 --batch 8 --steps 4 --device cuda --offload device
 # Twin-Flow: the optimizer's seconds per step on the 124M preset as the device takes half of it, then all of it.

@@ -1,8 +1,11 @@
 # What tools/gpu/check.sh runs on a GPU (sourced by check.sh, pack.sh and plan.py's caller): the test programs that
 # take the CUDA backend when a GPU answers, and the flagship runs, whose shapes tools/gpu/plan.py checks against the
 # lent machines (one H100's 80 GB, 128 GiB of host memory, 64 GiB of disk) with `strata estimate`, no GPU needed.
-GPU_C_TESTS=(t_device_conformance t_device_arena t_device_adam t_config_keys t_engine_create t_model_cuda
-    t_model_engine t_engine_equivalence t_engine_twin_flow t_engine_act t_model_checkpoint)
+# The kernels of issue 35 (bf16 activations, flash attention, the fused classifier, the grouped embedding backward)
+# against the host kernels first: the newest code, the least run.
+GPU_C_TESTS=(t_kcuda_attention t_kcuda_bf16 t_model_cuda t_device_conformance t_device_arena t_device_adam
+    t_config_keys t_engine_create t_model_engine t_engine_equivalence t_engine_twin_flow t_engine_act
+    t_model_checkpoint)
 GPU_MPI_TESTS=(mpi_comm_gpu)
 # Host benchmarks run on the GPU machine for its cores and its drive (issue 25): the compressed moments' Adam
 # kernels against the fp32 one, and the I/O engine against fio (benchmarks/io_peers.sh).
