@@ -2,10 +2,10 @@
  * A GPT-2 style decoder: token and position embeddings, pre-LayerNorm blocks with causal multi-head
  * self-attention and a GELU MLP, a final LayerNorm, a head tied to the token embedding and the
  * cross-entropy loss. Forward and backward through a kernel table (gpt_ops.h): on the host in fp32 (OpenBLAS sgemm +
- * OpenMP) or on a CUDA stream (cuBLAS, bf16/fp16 tensor-core math with fp32 accumulation).
+ * OpenMP) or on a CUDA stream (cuBLAS, bf16/fp16 tensor-core math with fp32 accumulation; fp32 or bf16 activations).
  *
- * The network never owns its parameters: it asks a gpt_source for each module's fp32 parameters (and,
- * in backward, gradient buffers) right before it uses them and tells the source when it is done.
+ * The network never owns its parameters: it asks a gpt_source for each module's parameters in the table's weight
+ * dtype (and, in backward, fp32 gradient buffers) right before it uses them and tells the source when it is done.
  * gpt_engine.h implements the source on a strata engine (fetch / grads_ready / release); gpt_flat_source
  * below keeps everything in two flat host arrays (the oracle for the tests and the PyTorch check).
  */

@@ -106,7 +106,7 @@ static void lt_linear(cuda_ops *cu, void *out, const void *inp, const void *W, c
         st = cublasLtMatmul(cu->lt, op, &alpha, W, la, inp, lb, &beta, out, ld, out, ld, &heur.algo, cu->lt_workspace,
                             ws, cu->stream);
     }
-    cuda_blas_ok(cu, st, "cublasLtMatmul (bias epilogue)", entry);
+    cuda_blas_ok(cu, st, "cublasLt (the product with its bias epilogue)", entry);
     if (st == CUBLAS_STATUS_SUCCESS && bias && !fused_bias)
         cuda_ok(cu, kbf16_add_bias(out, bias, N, OC, cu->stream), "kbf16_add_bias", entry);
     if (pref)
