@@ -8,7 +8,8 @@
  *  - every output element is written (the buffers start as NaN) and a second run gives the same bits;
  *  - a shape the kernels do not take (head size over KCUDA_FLASH_MAX_HEAD, C % NH != 0, NH < 1) is refused with
  *    cudaErrorInvalidValue and nothing runs.
- * Skips (77) without a CUDA device.
+ * Skips (77) without a CUDA device. STRATA_KCUDA_SHAPES=quick runs only the shapes of small attention work (see
+ * QUICK_WORK; the emulated run in tests/cuda_emu sets it); unset, or "all", runs every shape.
  */
 #include <math.h>
 #include <stdint.h>
@@ -37,6 +38,11 @@ static const shape shapes[] = {
     {2, 70, 99, 3}, /* hs 33: one dim past the first 32 lanes */
     {1, 97, 127, 1}, /* hs 127: odd, so the padded stride is hs itself */
 };
+
+/* STRATA_KCUDA_SHAPES=quick keeps the shapes whose score work, B * NH * T^2 * hs, is at most this: every shape but
+ * the GPT-2 sized one, which takes most of the time on the CPU emulator. They still cover an odd T with hs 24, one
+ * token, hs 64 past four tiles, hs 1, 33 and 127, and hs 128 (shared memory past 48 KiB). */
+#define QUICK_WORK (1.0 * (1 << 25))
 
 /* fp32: |got - want| <= tol * (1 + |want|). */
 #define TOL_OUT_F32 2e-5
@@ -275,6 +281,35 @@ static void check_shape(shape s, kcuda_elem elem, const float *qkv, const float 
     free(g_e);
 }
 
+static double shape_work(shape s)
+{
+    return (double)s.B * s.NH * s.T * s.T * (s.C / s.NH);
+}
+
+/* Which shapes run: keep[n] for shapes[n], from STRATA_KCUDA_SHAPES (unset or "all": every one; "quick": those of
+ * work <= QUICK_WORK). Prints the choice; returns 0 for a value it does not know (a failed check). */
+static int choose_shapes(int keep[])
+{
+    size_t n_shapes = sizeof shapes / sizeof shapes[0], kept = 0;
+    const char *v = getenv("STRATA_KCUDA_SHAPES");
+    int quick = v && strcmp(v, "quick") == 0;
+    if (v && *v && !quick && strcmp(v, "all") != 0) {
+        T_CHECK(0, "STRATA_KCUDA_SHAPES = \"%s\" is not one of: all (the default), quick", v);
+        return 0;
+    }
+    for (size_t n = 0; n < n_shapes; n++)
+        kept += keep[n] = !quick || shape_work(shapes[n]) <= QUICK_WORK;
+    printf("shapes: %s, %zu of %zu", quick ? "quick (STRATA_KCUDA_SHAPES=quick)" : "all", kept, n_shapes);
+    if (quick) {
+        printf(", those with B * NH * T^2 * hs <= %.0f; left out:", QUICK_WORK);
+        for (size_t n = 0; n < n_shapes; n++)
+            if (!keep[n])
+                printf(" (%d,%d,%d,%d)", shapes[n].B, shapes[n].T, shapes[n].C, shapes[n].NH);
+    }
+    printf("\n");
+    return 1;
+}
+
 /* Whether the n bytes at d all hold the byte v. */
 static int dev_all_bytes(const void *d, size_t n, unsigned char v)
 {
@@ -354,7 +389,12 @@ int main(void)
     printf("device 0: %s (sm_%d%d); max head %d; seed %llu\n", prop.name, prop.major, prop.minor, KCUDA_FLASH_MAX_HEAD,
            (unsigned long long)t_rng_seed());
 
+    int keep[sizeof shapes / sizeof shapes[0]];
+    if (!choose_shapes(keep))
+        return t_done();
     for (size_t n = 0; n < sizeof shapes / sizeof shapes[0]; n++) {
+        if (!keep[n])
+            continue;
         shape s = shapes[n];
         size_t n3 = (size_t)s.B * s.T * 3 * s.C, n1 = (size_t)s.B * s.T * s.C;
         float *qkv = host_alloc(n3 * sizeof(float)), *dout = host_alloc(n1 * sizeof(float));

@@ -1,8 +1,15 @@
 /*
- * The CUDA device features the model's kernels (the .cu files of model/cuda) use, emulated on the host, for
- * t_cuda_emu_tables.c: the CUDA model's kernels and kernel tables are checked on the CPU, in every build with the
- * CUDA toolkit, also where no GPU is lent. The GPU tests (t_kcuda_*, t_model_cuda) remain the authority; this
- * emulation catches what a wrong index, leading dimension, missing term or overwrite would show on any machine.
+ * The CUDA device features the model's kernels (the .cu files of model/cuda) use, emulated on the host, so that the
+ * CUDA model's kernels and kernel tables are checked on the CPU in every build with the CUDA toolkit, also where no
+ * GPU is lent. Three tests run on it (CMakeLists.txt builds them):
+ *   cuda_emu_tables           t_cuda_emu_tables.c: the bf16 and fp32 kernel tables through the network, with the
+ *                             emulated cuBLAS (emu_blas.cpp);
+ *   cuda_emu_kcuda_bf16       tests/t_kcuda_bf16.c, the GPU test unchanged: the bf16 kernels and the embedding
+ *                             backward against the host kernels;
+ *   cuda_emu_kcuda_attention  tests/t_kcuda_attention.c, likewise: the flash attention, with STRATA_KCUDA_SHAPES=quick
+ *                             (every shape but the largest).
+ * The GPU tests (t_kcuda_*, t_model_cuda) on a GPU remain the authority; this emulation catches what a wrong index,
+ * leading dimension, missing term or overwrite would show on any machine.
  *
  * convert_cu.py rewrites each .cu / .cuh file into host C++ that includes this header first: a launch
  * k<<<grid, block, smem, stream>>>(args) becomes emu_run_grid(...), which runs the grid's blocks one at a time,

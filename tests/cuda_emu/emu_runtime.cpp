@@ -1,23 +1,26 @@
 /*
- * The emulated CUDA runtime and kernel scheduler behind t_cuda_emu_tables.c (see emu_cuda.h for why it exists and
- * what it does not model).
+ * The emulated CUDA runtime and kernel scheduler behind the emulated tests (emu_cuda.h lists them, says why they exist
+ * and what the emulation does not model).
  *
- * Kernels: emu_run_grid runs a launch's blocks one at a time in a random order; a block's threads are ucontext
- * fibers resumed in a random order each round until every one has exited. A fiber stops at __syncthreads (released
- * when every thread of the block is there; a barrier after some threads exited is a bug, and aborts) and at a warp
- * collective (released when every lane of its warp is there; a warp collective that some lanes of the warp skip, or
- * one in a partial warp, aborts). Shared memory is poisoned with 0xff (NaN in fp32 and bf16, -1 as an integer) before
- * every block, so a read of shared memory no thread of this block wrote shows.
+ * Kernels: emu_run_grid runs a launch's blocks one at a time in a random order; a block's threads are fibers (stacks
+ * of their own, switched by emu_switch below) resumed in a random order each round until every one has exited. A
+ * fiber stops at __syncthreads (released when every thread of the block is there; a barrier after some threads exited
+ * is a bug, and aborts) and at a warp collective (released when every lane of its warp is there; a warp collective
+ * that some lanes of the warp skip, or one in a partial warp, aborts). Shared memory is poisoned with 0xff (NaN in
+ * fp32 and bf16, -1 as an integer) before every block, so a read of shared memory no thread of this block wrote
+ * shows.
  *
  * Runtime: synchronous and in host memory. cudaMalloc returns 256-byte aligned memory filled with 0xff, so a kernel
  * or table that reads memory nobody wrote (instead of zeroing or overwriting it) produces NaN; copies and memsets are
- * memmove / memset; streams and devices are single and trivially synchronized. Only what the model's tables call is
- * defined: anything else they start to call fails the link, loudly.
+ * memmove / memset; streams and devices are single and trivially synchronized. Only what the model's tables and the
+ * t_kcuda_* tests call is defined: anything else they start to call fails the link, loudly.
+ *
+ * The order of blocks and threads comes from the test's seed: emu_seed, or else, at the first launch, testlib's
+ * t_rng_seed() (printed; STRATA_TEST_SEED repeats it), so an order-dependent failure of a t_kcuda_* test reproduces.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucontext.h>
 
 #include <algorithm>
 #include <map>
@@ -35,16 +38,35 @@ uint3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
 enum { SMEM_MAX_BYTES = 232448, SMEM_GUARD_BYTES = 64 };
 float smem[(SMEM_MAX_BYTES + SMEM_GUARD_BYTES) / sizeof(float)];
 
+/* A fiber switch saves the callee-saved registers on the running stack and resumes the other stack's: all that a
+ * switch at a function call has to keep, in a few instructions. (glibc's swapcontext also saves and restores the
+ * signal mask, a system call each way: most of the emulation's time went there.) The project builds for x86-64 only
+ * (its host kernels are AVX2 files). */
+#if !defined(__x86_64__)
+#error "tests/cuda_emu: emu_switch is written for x86-64"
+#endif
+extern "C" void emu_switch(void **save_sp, void *to_sp);
+asm(".text\n"
+    ".globl emu_switch\n"
+    ".type emu_switch, @function\n"
+    "emu_switch:\n"
+    "    pushq %rbp\n    pushq %rbx\n    pushq %r12\n    pushq %r13\n    pushq %r14\n    pushq %r15\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    popq %r15\n    popq %r14\n    popq %r13\n    popq %r12\n    popq %rbx\n    popq %rbp\n"
+    "    ret\n"
+    ".size emu_switch, .-emu_switch\n");
+
 enum fiber_state { RUNNABLE, AT_WARP, AT_BARRIER, EXITED };
 struct fiber {
-    ucontext_t ctx;
+    void *sp; /* the saved stack pointer while it does not run */
     char *stack;
     fiber_state state;
     uint3 tid;
 };
 
 static const size_t FIBER_STACK_BYTES = 128 * 1024;
-static ucontext_t scheduler;
+static void *scheduler_sp;
 static std::vector<fiber> fibers;
 static unsigned current, block_threads;
 static std::function<void()> *kernel_body;
@@ -54,7 +76,10 @@ static cudaError_t last_error = cudaSuccess;
 static std::map<const void *, int> dynamic_smem_limit;
 static std::vector<std::pair<void *, size_t>> shared_arrays;
 static std::mt19937_64 order_rng(1);
+static bool order_seeded;
 emu_counts emu_totals;
+
+extern "C" uint64_t t_rng_seed(void); /* tests/helpers/testlib.c, which every emulated test links */
 
 static void die(const char *what)
 {
@@ -66,6 +91,7 @@ static void die(const char *what)
 extern "C" void emu_seed(uint64_t seed)
 {
     order_rng.seed(seed);
+    order_seeded = true;
 }
 
 bool emu_register_shared(void *p, size_t bytes)
@@ -75,17 +101,32 @@ bool emu_register_shared(void *p, size_t bytes)
     return true;
 }
 
+/* A fiber's first frame: the kernel body, then back to the scheduler for good. */
 static void fiber_main()
 {
     (*kernel_body)();
     fibers[current].state = EXITED;
+    void *unused;
+    emu_switch(&unused, scheduler_sp);
+    abort();
+}
+
+/* A fresh stack that emu_switch enters at fiber_main: six zero registers, fiber_main as the return address, and a
+ * zero return address for fiber_main itself, so that it starts with the stack alignment of a called function. */
+static void *fiber_stack_start(char *stack)
+{
+    uintptr_t top = ((uintptr_t)stack + FIBER_STACK_BYTES) & ~(uintptr_t)15;
+    void **sp = (void **)top - 8;
+    memset(sp, 0, 8 * sizeof(void *));
+    sp[6] = (void *)fiber_main;
+    return sp;
 }
 
 /* Parks the calling fiber until the scheduler releases it. */
 static void park(fiber_state why)
 {
     fibers[current].state = why;
-    swapcontext(&fibers[current].ctx, &scheduler);
+    emu_switch(&fibers[current].sp, scheduler_sp);
     emu_threadIdx = fibers[current].tid;
 }
 
@@ -152,11 +193,7 @@ static void run_block(dim3 bd)
         fiber &fb = fibers[f];
         if (!fb.stack && !(fb.stack = (char *)malloc(FIBER_STACK_BYTES)))
             die("out of memory for fiber stacks");
-        getcontext(&fb.ctx);
-        fb.ctx.uc_stack.ss_sp = fb.stack;
-        fb.ctx.uc_stack.ss_size = FIBER_STACK_BYTES;
-        fb.ctx.uc_link = &scheduler;
-        makecontext(&fb.ctx, fiber_main, 0);
+        fb.sp = fiber_stack_start(fb.stack);
         fb.state = RUNNABLE;
         fb.tid = make_uint3(f % bd.x, (f / bd.x) % bd.y, f / (bd.x * bd.y));
     }
@@ -170,7 +207,7 @@ static void run_block(dim3 bd)
                 current = f;
                 emu_threadIdx = fibers[f].tid;
                 emu_totals.switches++;
-                swapcontext(&scheduler, &fibers[f].ctx);
+                emu_switch(&scheduler_sp, fibers[f].sp);
             }
         unsigned exited = 0, at_barrier = 0, released = 0;
         for (unsigned f = 0; f < block_threads; f++) {
@@ -222,6 +259,8 @@ void emu_run_grid(const void *kernel, dim3 grid, dim3 block, size_t smem_bytes, 
         last_error = cudaErrorInvalidValue;
         return;
     }
+    if (!order_seeded)
+        emu_seed(t_rng_seed());
     emu_totals.launches++;
     kernel_body = &body;
     emu_blockDim = block;
@@ -248,7 +287,7 @@ void emu_run_grid(const void *kernel, dim3 grid, dim3 block, size_t smem_bytes, 
     }
 }
 
-/* ---------------------------------------------------------------- the runtime API the tables call */
+/* ---------------------------------------------------------------- the runtime API the tables and tests call */
 extern "C" {
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
 {
@@ -340,6 +379,24 @@ cudaError_t cudaStreamGetDevice(cudaStream_t, int *d)
 cudaError_t cudaGetDeviceCount(int *n)
 {
     *n = 1;
+    return cudaSuccess;
+}
+
+/* The device the tests print: named for what it is, with the compute capability and shared-memory limits the
+ * emulator enforces (those of sm_90, which the model's kernels target). */
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int d)
+{
+    if (d != 0)
+        return cudaErrorInvalidDevice;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "emulated on the host (tests/cuda_emu)");
+    prop->major = 9;
+    prop->minor = 0;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = 1024;
+    prop->sharedMemPerBlock = 49152;
+    prop->sharedMemPerBlockOptin = SMEM_MAX_BYTES;
+    prop->multiProcessorCount = 1;
     return cudaSuccess;
 }
 
