@@ -139,7 +139,9 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
         double value;
     } agreed[] = {{"--steps", (double)o->steps}, {"--grad-accum", o->grad_accum}, {"--batch", o->batch},
                   {"--seq", o->seq}, {"--seed", (double)o->seed}, {"--lr", o->lr}, {"--min-lr", o->min_lr},
-                  {"--warmup", (double)o->warmup}, {"--schedule layerwise", o->layerwise}};
+                  {"--warmup", (double)o->warmup}, {"--schedule layerwise", o->layerwise},
+                  /* an environment variable, which mpirun does not carry to other hosts unless told (-x) */
+                  {"STRATA_MODEL_ACTS=bf16", gpt_engine_config_acts(cfg) == GPT_ACTS_BF16}};
     for (size_t i = 0; i < sizeof agreed / sizeof agreed[0]; i++)
         if (strata_engine_agree_on(r->e, agreed[i].flag, agreed[i].value) != STRATA_OK)
             return fail(r->e, "declaring what the ranks must agree on (strata_engine_agree_on)");
