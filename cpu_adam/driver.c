@@ -165,12 +165,41 @@ typedef struct work {
     padded_stats *partial;
 } work;
 
-static void step_tile(const adam_job *job, size_t begin, size_t end)
+static void step_range(const adam_job *job, const adam_consts *c, size_t begin, size_t end)
 {
     switch (job->moments) {
-    case STRATA_MOMENTS_BF16: job->ops->step_bf16(&job->consts, &job->arrays, &job->bf16, begin, end); break;
-    case STRATA_MOMENTS_8BIT: job->ops->step_q8(&job->consts, &job->arrays, &job->q8, begin, end); break;
-    default: job->ops->step(&job->consts, &job->arrays, begin, end); break;
+    case STRATA_MOMENTS_BF16: job->ops->step_bf16(c, &job->arrays, &job->bf16, begin, end); break;
+    case STRATA_MOMENTS_8BIT: job->ops->step_q8(c, &job->arrays, &job->q8, begin, end); break;
+    default: job->ops->step(c, &job->arrays, begin, end); break;
+    }
+}
+
+size_t adam_run_at(const adam_group_map *g, size_t pos)
+{
+    size_t lo = 0, hi = g->nruns;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (g->runs[mid].start <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* A tile, cut where a parameter group ends: each piece with its group's constants. */
+static void step_tile(const adam_job *job, size_t begin, size_t end)
+{
+    const adam_group_map *g = job->groups;
+    if (!g) {
+        step_range(job, &job->consts, begin, end);
+        return;
+    }
+    size_t base = job->groups_base;
+    for (size_t i = adam_run_at(g, base + begin), at = begin; at < end; i++) {
+        size_t stop = i + 1 < g->nruns ? MIN(end, g->runs[i + 1].start - base) : end;
+        step_range(job, &g->consts[g->runs[i].group], at, stop);
+        at = stop;
     }
 }
 

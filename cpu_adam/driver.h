@@ -23,9 +23,28 @@
 /* The default tile: 1 Mi elements (2 MiB of bf16 parameters per completion callback). */
 #define ADAM_TILE_DEFAULT ((size_t)1 << 20)
 
+/* Parameter groups inside one job: run i of a view, elements [runs[i].start, runs[i + 1].start) (the last one to
+ * the view's end), updates with consts[runs[i].group]. Runs start on whole 8-bit blocks, so a tile cut at a run
+ * boundary keeps every block in one run. */
+typedef struct adam_run {
+    size_t start;
+    uint32_t group;
+} adam_run;
+
+typedef struct adam_group_map {
+    const adam_consts *consts; /* one per group */
+    const adam_run *runs;      /* ascending, runs[0].start = 0 */
+    size_t nruns;
+} adam_group_map;
+
+/* The index of the run holding view element pos. */
+size_t adam_run_at(const adam_group_map *g, size_t pos);
+
 typedef struct adam_job {
     const adam_ops *ops;
-    adam_consts consts;
+    adam_consts consts;           /* every element's constants, unless groups is set */
+    const adam_group_map *groups;    /* or NULL: element j of the job is element groups_base + j of the groups' view */
+    size_t groups_base;
     adam_arrays arrays;           /* with FP32 moments m and v are arrays.exp_avg / exp_avg_sq, else these are unused */
     strata_moments moments;       /* the form m and v are stored in */
     adam_bf16_moments bf16;       /* BF16: m, v over [0, numel) and this step's key (moments_sr_key) */

@@ -83,6 +83,8 @@ static strata_status create(const strata_config *cfg, strata_comm *c, void *nccl
     e->cfg = full;
     strata_status st = registry_create(&e->reg);
     if (st == STRATA_OK)
+        st = opt_groups_create(&e->cfg, &e->groups);
+    if (st == STRATA_OK)
         st = fetch_order_create(&e->order);
     if (st == STRATA_OK)
         st = join_world(e, c);
@@ -182,6 +184,7 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     fetch_order_destroy(e->order);
     node_share_destroy(e->node);
     registry_destroy(e->reg);
+    opt_groups_destroy(e->groups);
     agree_destroy(e->agree);
     if (e->comm_owned)
         comm_destroy(e->comm);

@@ -4,6 +4,7 @@
  * concern, each private to its file:
  *
  *   registry          registry.c                    modules, parameters, the flat layout
+ *   groups            step/opt_groups.c             the optimizer's parameter groups and a step's constants
  *   acts              act_store.c                   offloaded activations: strata_act_push / pop / drop
  *   residency/        fetch_order.c                 the declared or recorded fetch order of a step
  *                     residency.c                   device copies of modules: fetch, release, prefetch window
@@ -45,6 +46,7 @@
 #include "engine/step/opt_thread.h"
 #include "engine/plan/plan_auto.h"
 #include "engine/registry.h"
+#include "engine/step/opt_groups.h"
 #include "engine/residency/residency.h"
 #include "engine/tiers.h"
 #include "engine/trace.h"
@@ -81,6 +83,7 @@ struct strata_engine {
     device *dev;
     trace *trace;                   /* strata.trace_path, or NULL */
     registry *reg;
+    opt_groups *groups;             /* the optimizer's parameter groups (step/opt_groups.c) */
     fetch_order *order;
     rank_agree *agree;              /* what the ranks compare at finalize (rank_agree.c), or NULL */
     node_share *node;               /* this rank's share of its machine (node_share.h) */

@@ -95,6 +95,12 @@ strata_status registry_param_add(registry *r, strata_module_id module, const cha
     return STRATA_OK;
 }
 
+void registry_param_set_group(registry *r, strata_param_id param, strata_group_id group)
+{
+    r->params[param].group = group;
+    r->params[param].group_set = true;
+}
+
 void registry_shape_str(int ndim, const uint64_t *dims, char *out, size_t len)
 {
     size_t at = (size_t)snprintf(out, len, "[");
@@ -182,9 +188,11 @@ strata_status registry_layout(registry *r, size_t persistence_threshold, int wor
     for (size_t i = 0; i < r->nmodules; i++)
         most = MAX(most, r->modules[i].nparams);
     size_t *sizes = malloc(most * sizeof *sizes), *offs = malloc(most * sizeof *offs);
-    if (!sizes || !offs) {
+    uint32_t *groups = malloc(most * sizeof *groups);
+    if (!sizes || !offs || !groups) {
         free(sizes);
         free(offs);
+        free(groups);
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the layout");
     }
     size_t pos = 0, shard_pos = 0;
@@ -192,9 +200,11 @@ strata_status registry_layout(registry *r, size_t persistence_threshold, int wor
     for (size_t i = 0; i < r->nmodules; i++) {
         reg_module *m = &r->modules[i];
         m->offset = pos;
-        for (size_t j = 0; j < m->nparams; j++)
+        for (size_t j = 0; j < m->nparams; j++) {
             sizes[j] = r->params[m->params[j]].numel;
-        size_t one_rank = plan_module_layout(sizes, m->nparams, offs, &m->used_numel);
+            groups[j] = r->params[m->params[j]].group;
+        }
+        size_t one_rank = plan_module_layout(sizes, groups, m->nparams, offs, &m->used_numel);
         m->shard_numel = align_up((one_rank + world - 1) / world, ENGINE_MODULE_ALIGN);
         m->shard_offset = shard_pos;
         m->numel = m->shard_numel * world;
@@ -209,6 +219,44 @@ strata_status registry_layout(registry *r, size_t persistence_threshold, int wor
     r->shard_total_numel = shard_pos;
     free(sizes);
     free(offs);
+    free(groups);
+    return STRATA_OK;
+}
+
+/* Appends a run unless it continues the last one. */
+static void add_run(adam_run *runs, size_t *n, size_t start, strata_group_id group)
+{
+    if (*n == 0)
+        runs[(*n)++] = (adam_run){0, group};
+    else if (runs[*n - 1].group != group)
+        runs[(*n)++] = (adam_run){start, group};
+}
+
+strata_status registry_group_runs(const registry *r, reg_view v, int rank, adam_run **out, size_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    adam_run *runs = malloc(MAX(r->nparams, (size_t)1) * sizeof *runs);
+    if (!runs)
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the parameter groups' runs");
+    size_t n = 0;
+    for (size_t i = 0; i < r->nmodules; i++) {
+        const reg_module *m = &r->modules[i];
+        /* This rank's slice of the module, in full-view positions, and where it starts in view v. */
+        size_t lo = v == REG_SHARD ? m->offset + (size_t)rank * m->shard_numel : m->offset;
+        size_t hi = v == REG_SHARD ? lo + m->shard_numel : m->offset + m->numel;
+        size_t base = registry_view_offset(m, v);
+        for (size_t j = 0; j < m->nparams; j++) {
+            const reg_param *p = &r->params[m->params[j]];
+            size_t from = MAX(p->offset, lo);
+            if (from < p->offset + p->numel && from < hi)
+                add_run(runs, &n, base + (from - lo), p->group);
+        }
+    }
+    if (n == 0)
+        runs[n++] = (adam_run){0, 0};
+    *out = runs;
+    *count = n;
     return STRATA_OK;
 }
 

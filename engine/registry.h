@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu_adam/driver.h"
 #include "engine/plan/plan.h"
 #include "strata.h"
 
@@ -38,6 +39,8 @@ typedef struct reg_param {
     void *init_ctx;
     int ndim;                      /* the declared model shape (strata_param_set_shape); 0: none */
     uint64_t dims[STRATA_MAX_DIMS];
+    strata_group_id group;         /* its optimizer parameter group (strata_param_set_group); 0 by default */
+    bool group_set;                /* set explicitly: a second, different group is refused */
 } reg_param;
 
 typedef struct reg_module {
@@ -62,6 +65,8 @@ strata_status registry_param_add(registry *r, strata_module_id module, const cha
 /* Records param's model shape (see strata_param_set_shape); STRATA_EINVAL naming the parameter, the dims, their
  * product and its numel when they do not fit. */
 strata_status registry_param_set_shape(registry *r, strata_param_id param, int ndim, const int64_t *dims);
+/* Puts param in group (the caller checked both). */
+void registry_param_set_group(registry *r, strata_param_id param, strata_group_id group);
 /* "[d0, d1, ...]" into out (len bytes; cut when too short). */
 void registry_shape_str(int ndim, const uint64_t *dims, char *out, size_t len);
 
@@ -93,6 +98,11 @@ size_t registry_view_count(const reg_module *m, reg_view v);
 typedef struct engine_views {
     reg_view param, opt, grad;
 } engine_views;
+
+/* The runs of parameter groups (adam_run: from start to the next run's start, one group) in view v as rank `rank`
+ * sees it (after registry_layout), ascending, the first starting at 0; padding belongs to the run before it. *out
+ * is malloc'ed (free it); STRATA_ENOMEM. */
+strata_status registry_group_runs(const registry *r, reg_view v, int rank, adam_run **out, size_t *count);
 
 /* The module holding element pos of the view (modules are contiguous and ascending in both). */
 strata_module_id registry_module_at(const registry *r, reg_view v, size_t pos);

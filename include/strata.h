@@ -491,6 +491,46 @@ STRATA_API strata_status strata_param_add(strata_engine *engine, strata_module_i
 STRATA_API strata_status strata_param_set_shape(strata_engine *engine, strata_param_id param, int ndim,
                                                 const int64_t *dims);
 
+/* ------------------------------------------------------------------ parameter groups
+ *
+ * Adam's hyperparameters belong to parameter groups, as in torch.optim (param_groups): each group has its own lr,
+ * weight decay, betas and eps. Group 0, "default", exists from strata_engine_create with the config's
+ * optimizer.params and holds every parameter not put in another; a trainer adds more before finalize and assigns
+ * parameters to them. Groups are what ranks agree on (finalize compares every group and every assignment; every step
+ * its groups' values) and what checkpoints record (a load checks them; a checkpoint without groups is one group).
+ * The layout keeps the parameters of different groups apart (a group boundary inside a module is padded to 2048
+ * elements), so every optimizer pass over a range runs one set of constants. */
+typedef uint32_t strata_group_id;
+#define STRATA_MAX_GROUPS 4096
+
+typedef struct strata_group_hparams {
+    double lr;           /* [0, 1e6]: the group's learning rate (a schedule writes it before each step) */
+    double weight_decay; /* [0, 1e6]: AdamW's decoupled decay, or Adam's L2 term (optimizer.type) */
+    double beta1, beta2; /* [0, 1) */
+    double eps;          /* (0, 1] */
+} strata_group_hparams;
+
+/* Adds a group (name unique, 1..127 bytes) with hyperparameters *hp; *out its id (1, 2, ...). STRATA_EINVAL naming
+ * the group and the field for a value out of range or a duplicate name, STRATA_ESTATE after finalize, STRATA_ENOMEM
+ * past STRATA_MAX_GROUPS. Not thread-safe (the engine's thread). */
+STRATA_API strata_status strata_group_add(strata_engine *engine, const char *name, const strata_group_hparams *hp,
+                                          strata_group_id *out);
+/* Puts param in group (before finalize). A parameter is in one group: putting it in a second one is STRATA_EINVAL
+ * naming the parameter and both groups (putting it again in the same group is a no-op). STRATA_ESTATE after finalize;
+ * STRATA_EINVAL for an unknown param or group. */
+STRATA_API strata_status strata_param_set_group(strata_engine *engine, strata_param_id param, strata_group_id group);
+/* Replaces group's hyperparameters. Before finalize, or between steps: a step takes its groups' values when it
+ * starts (strata_step; with strata.step_in_backward strata_step_begin, so a change while a step is begun is
+ * STRATA_ESTATE), and a delayed update keeps the values of its own step. Errors as strata_group_add. */
+STRATA_API strata_status strata_group_set(strata_engine *engine, strata_group_id group, const strata_group_hparams *hp);
+/* The group's current hyperparameters into *out (group 0's are the config's until set). STRATA_EINVAL for an unknown
+ * group or NULL. */
+STRATA_API strata_status strata_group_get(strata_engine *engine, strata_group_id group, strata_group_hparams *out);
+/* Groups (>= 1; 0 for a NULL engine). */
+STRATA_API size_t strata_group_count(const strata_engine *engine);
+/* The group of param (0 when never set), or STRATA_INVALID_ID for an unknown param. */
+STRATA_API strata_group_id strata_param_group(const strata_engine *engine, strata_param_id param);
+
 /* Lays out the partitions, checks that the budgets hold the plan (STRATA_EBUDGET with what is
  * needed, what is allowed and which knob to change), allocates every tier and writes the initial
  * state through the init callbacks. A failure (a budget, an NVMe path, a failing init callback) frees
@@ -583,7 +623,9 @@ typedef struct strata_step_args {
     double lr;                 /* this step's learning rate; 0 = the configured one (a schedule that reaches 0
                                   passes the smallest positive double, 5e-324: every fp32 constant of the update
                                   then rounds as at lr 0, so the weights stay put while the moments advance);
-                                  negative or not finite: STRATA_EINVAL */
+                                  negative or not finite: STRATA_EINVAL. It is group 0's lr for this step: with
+                                  several parameter groups it must be 0 (each group's lr is set with
+                                  strata_group_set), anything else is STRATA_EINVAL */
 } strata_step_args;
 
 typedef struct strata_step_result {

@@ -41,7 +41,7 @@ static size_t padded_psi(const synth_opts *o, int n)
     size_t psi = 0;
     for (int l = 0; l < o->layers; l++) {
         size_t sizes[2] = {(size_t)o->width[l + 1] * o->width[l], (size_t)o->width[l + 1]};
-        size_t one = plan_module_layout(sizes, 2, NULL, NULL);
+        size_t one = plan_module_layout(sizes, NULL, 2, NULL, NULL);
         size_t shard = (one + (size_t)n - 1) / (size_t)n;
         shard = (shard + PLAN_MODULE_ALIGN - 1) / PLAN_MODULE_ALIGN * PLAN_MODULE_ALIGN;
         psi += shard * (size_t)n;

@@ -26,7 +26,7 @@ static void layout(const synth_opts *o, flat *f)
     f->n = 0;
     for (int l = 0; l < o->layers; l++) {
         size_t sizes[2] = {(size_t)o->width[l + 1] * o->width[l], (size_t)o->width[l + 1]}, offs[2];
-        size_t numel = plan_module_layout(sizes, 2, offs, NULL);
+        size_t numel = plan_module_layout(sizes, NULL, 2, offs, NULL);
         f->w_at[l] = f->n + offs[0];
         f->b_at[l] = f->n + offs[1];
         f->n += numel;

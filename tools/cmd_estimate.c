@@ -191,7 +191,7 @@ static plan_input plan_input_of(const estimate_ranks *ranks, const strata_config
     for (size_t m = 0; m < *nmodules; m++) {
         size_t sizes[16] = {MIN(module_params, ranks->params - MIN(ranks->params, m * module_params))};
         int n = ranks->params ? 1 : gpt_module_params(shape, (int)m, sizes);
-        size_t numel = plan_module_layout(sizes, (size_t)n, NULL, NULL);
+        size_t numel = plan_module_layout(sizes, NULL, (size_t)n, NULL, NULL);
         size_t shard = align_up(plan_rank_slice_numel(numel, ranks->world_size), PLAN_MODULE_ALIGN);
         in.total_numel += numel;
         in.shard_numel += shard;

@@ -24,6 +24,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/ckpt/ckpt_files.h"
+#include "engine/ckpt/ckpt_groups.h"
 #include "engine/ckpt/ckpt_stream.h"
 #include "engine/ranks/ranks.h"
 #include "engine/step/step.h"
@@ -348,7 +349,9 @@ static strata_status save(strata_engine *e, const char *dir)
                             .skipped_steps = (int64_t)pr.skipped_steps, .loss_scale = pr.loss_scale,
                             .good_steps = pr.good_steps, .hysteresis_left = pr.hysteresis_left,
                             .param_dtype = e->cfg.param_dtype, .pending = pending, .pending_result = pending_res};
-        st = finish(&sc, st, &m, dir);
+        if (st == STRATA_OK)
+            st = ckpt_groups_text(e, &m.groups_json);
+        st = finish(&sc, st, &m, dir); /* every rank's status is agreed there */
     } else if (made) {
         ckpt_dir_remove(sc.tmp);
     }

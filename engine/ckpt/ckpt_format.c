@@ -323,6 +323,8 @@ strata_status ckpt_manifest_build(const ckpt_manifest *m, const strata_config *c
                              tensors);
     if (root && cfg)
         json_object_set_new(root, "config", config_object(cfg));
+    if (root && m->groups_json)
+        json_object_set_new(root, "param_groups", json_loads(m->groups_json, 0, NULL));
     if (root && ckpt_seal(root) != STRATA_OK) {
         json_decref(root);
         return STRATA_ENOMEM;
@@ -469,6 +471,9 @@ static strata_status manifest_fields(const json_t *root, const char *origin, ckp
         m->file_bytes[(size_t)r * CKPT_FILE_COUNT + (size_t)f] = bytes;
     }
     ERR_CHECK(parse_tensors(json_object_get(root, "tensors"), origin, m));
+    const json_t *groups = json_object_get(root, "param_groups");
+    if (groups && !(m->groups_json = json_dumps(groups, JSON_COMPACT | JSON_REAL_PRECISION(17))))
+        return err_set(STRATA_ENOMEM, "%s: out of memory for \"param_groups\"", origin);
     ERR_CHECK(ckpt_manifest_index(m, origin));
     /* Last: a field that is malformed is named by its own check above; one that parses but was edited, here. */
     return ckpt_seal_check(root, m->version, origin);
@@ -495,5 +500,6 @@ void ckpt_manifest_free(ckpt_manifest *m)
     free(m->tensors);
     free(m->file_bytes);
     free(m->index);
+    free(m->groups_json);
     memset(m, 0, sizeof *m);
 }

@@ -82,6 +82,7 @@ typedef struct ckpt_manifest {
     ckpt_tensor *tensors;     /* every piece, in file order */
     size_t ntensors;
     size_t *index;            /* parsed manifests: the pieces ordered by kind, name and first element */
+    char *groups_json;        /* "param_groups" as JSON text (ckpt_groups.h), or NULL: saved before groups */
 } ckpt_manifest;
 
 /* The name of rank's file of a kind in a checkpoint written by world ranks (out: CKPT_FILE_NAME_BYTES). */

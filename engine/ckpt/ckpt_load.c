@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/ckpt/ckpt_files.h"
+#include "engine/ckpt/ckpt_groups.h"
 #include "engine/ckpt/ckpt_stream.h"
 #include "engine/config/config.h"
 #include "engine/plan/host_cache.h"
@@ -370,6 +371,8 @@ static strata_status load(strata_engine *e, const char *dir)
     if (st == STRATA_OK)
         st = check_compatible(e, &lc.m, dir);
     if (st == STRATA_OK)
+        st = ckpt_groups_check(e, lc.m.groups_json, dir);
+    if (st == STRATA_OK)
         st = prepare(&lc, dir);
     st = ckpt_agree(e, st, "strata_load"); /* nothing is touched unless every rank can load its part */
     if (st == STRATA_OK) {
@@ -378,8 +381,10 @@ static strata_status load(strata_engine *e, const char *dir)
     }
     if (st == STRATA_OK)
         st = twin_flow_load(e, e->twin); /* the loaded state of the optimizer's device share */
-    if (st == STRATA_OK)
+    if (st == STRATA_OK) {
         apply(e, &lc.m, dir);
+        ckpt_groups_apply(e, lc.m.groups_json);
+    }
     if (st == STRATA_OK && lc.m.moments != e->tiers.moments)
         LOG_INFO(LOG_CKPT, "strata_load(\"%s\"): the checkpoint's moments were trained in %s, this engine keeps them "
                  "in %s (strata.optimizer_moments): converted", dir, cfg_moments_name(lc.m.moments),

@@ -76,11 +76,13 @@ size_t plan_host_budget(const strata_config *cfg)
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 4 * 3 : (size_t)8 << 30;
 }
 
-size_t plan_module_layout(const size_t *param_numel, size_t nparams, size_t *offsets, size_t *used_numel)
+size_t plan_module_layout(const size_t *param_numel, const uint32_t *group, size_t nparams, size_t *offsets,
+                          size_t *used_numel)
 {
     size_t in = 0;
     for (size_t j = 0; j < nparams; j++) {
-        in = align_up(in, PLAN_PARAM_ALIGN);
+        bool new_group = group && j > 0 && group[j] != group[j - 1];
+        in = align_up(in, new_group ? PLAN_GROUP_ALIGN : PLAN_PARAM_ALIGN);
         if (offsets)
             offsets[j] = in;
         in += param_numel[j];

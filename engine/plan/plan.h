@@ -106,11 +106,16 @@ void plan_windows(const strata_config *cfg, size_t param_bytes, size_t *prefetch
 
 /* The layout rules, in one place: parameters start on PLAN_PARAM_ALIGN elements within their module
  * (device pointers stay 256-byte aligned), modules on PLAN_MODULE_ALIGN elements of the flat partition
- * (>= 4 KiB for any dtype, so NVMe transfers stay aligned). Returns the padded numel of a module whose
- * parameters have the given sizes, and the offset of each within it (offsets may be NULL). */
+ * (>= 4 KiB for any dtype, so NVMe transfers stay aligned), and a parameter whose optimizer group differs from
+ * the one before it on PLAN_GROUP_ALIGN elements (one 8-bit moments block: no block, tile alignment or streaming
+ * store spans two groups, and shards, cut on PLAN_MODULE_ALIGN, keep the boundaries aligned). Returns the padded
+ * numel of a module whose parameters have the given sizes and groups (group may be NULL: all in one), and the
+ * offset of each within it (offsets may be NULL). */
 #define PLAN_PARAM_ALIGN ((size_t)128)
+#define PLAN_GROUP_ALIGN ((size_t)2048)
 #define PLAN_MODULE_ALIGN ((size_t)4096)
-size_t plan_module_layout(const size_t *param_numel, size_t nparams, size_t *offsets, size_t *used_numel);
+size_t plan_module_layout(const size_t *param_numel, const uint32_t *group, size_t nparams, size_t *offsets,
+                          size_t *used_numel);
 
 /* Bytes per element of the optimizer state in its tier: fp32 master weights and two moments in their form (12, 8,
  * 6), and the host bytes of the 8-bit moments' block scales for numel elements (0 for the other forms). */

@@ -124,6 +124,7 @@ typedef struct fingerprint {
     int32_t nitems;
     uint64_t keys[AGREED_KEYS];   /* crc32c of each agreed key's value as its JSON text */
     uint64_t model, modules, params;
+    uint64_t groups, ngroups;     /* the parameter groups: their names, values and members (opt_groups_digest) */
     uint64_t weights;             /* crc32c over the modules' crcs; 0 = not computed */
     agree_item items[AGREE_MAX_ITEMS];
     char msg[400];
@@ -168,6 +169,8 @@ static void fingerprint_of(strata_engine *e, strata_status local, fingerprint *f
     f->model = model_hash(e->reg);
     f->modules = registry_nmodules(e->reg);
     f->params = registry_nparams(e->reg);
+    f->groups = opt_groups_digest(e->groups, e->reg);
+    f->ngroups = opt_groups_count(e->groups);
     rank_agree *a = e->agree;
     if (a && a->crcs && a->ncrcs == f->modules)
         f->weights = (uint64_t)crc32c(0, a->crcs, a->ncrcs * sizeof *a->crcs) | 1ull << 32;
@@ -278,6 +281,12 @@ strata_status agree_finalize(strata_engine *e, strata_status local)
                          "same modules and parameters in the same order", r, (unsigned long long)all[r].modules,
                          (unsigned long long)all[r].params, (unsigned long long)all[0].modules,
                          (unsigned long long)all[0].params);
+        else if (all[r].groups != all[0].groups)
+            st = err_set(STRATA_ECONFIG, "strata_engine_finalize: rank %d's parameter groups differ from rank 0's "
+                         "(%llu groups vs %llu, or a group's name, lr, weight_decay, betas or eps, or which "
+                         "parameters it holds); every rank must make the same groups (strata_group_add, "
+                         "strata_param_set_group)", r, (unsigned long long)all[r].ngroups,
+                         (unsigned long long)all[0].ngroups);
         else if ((st = items_mismatch(all, r)) != STRATA_OK)
             ;
         else if (all[r].weights && all[0].weights && all[r].weights != all[0].weights)
@@ -299,8 +308,8 @@ static uint64_t bits_of(double v)
 void agree_step_pack(const agree_step *s, uint64_t *w)
 {
     /* The maximum of x and of ~x over the ranks: they are x and ~x exactly when every rank had the same x. */
-    uint64_t v[3] = {bits_of(s->lr), s->step, s->micro_batches};
-    for (int i = 0; i < 3; i++) {
+    uint64_t v[AGREE_STEP_WORDS / 2] = {bits_of(s->lr), s->step, s->micro_batches, s->groups};
+    for (int i = 0; i < AGREE_STEP_WORDS / 2; i++) {
         w[2 * i] = v[i];
         w[2 * i + 1] = ~v[i];
     }
@@ -309,7 +318,7 @@ void agree_step_pack(const agree_step *s, uint64_t *w)
 strata_status agree_step_check(strata_engine *e, const agree_step *s, const uint64_t *reduced)
 {
     bool same = true;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < AGREE_STEP_WORDS / 2; i++)
         same = same && reduced[2 * i] == ~reduced[2 * i + 1];
     if (same)
         return STRATA_OK;
@@ -327,6 +336,10 @@ strata_status agree_step_check(strata_engine *e, const agree_step *s, const uint
             st = err_set(STRATA_ECONFIG, "strata_step: the ranks are at different steps: step %llu on rank 0 but %llu "
                          "on rank %d; every rank must call strata_step as often (a resumed rank and a fresh one?)",
                          (unsigned long long)a->step, (unsigned long long)b->step, r);
+        else if (a->groups != b->groups)
+            st = err_set(STRATA_ECONFIG, "strata_step: the ranks' parameter groups differ at step %llu: rank %d set "
+                         "another lr, weight_decay, betas or eps in some group than rank 0 (strata_group_set); every "
+                         "rank must drive every group with the same schedule", (unsigned long long)a->step, r);
         else if (a->micro_batches != b->micro_batches)
             st = err_set(STRATA_ECONFIG, "strata_step: the ranks handed over gradients a different number of times "
                          "in step %llu: %llu micro-batches on rank 0 but %llu on rank %d; every rank must run the "

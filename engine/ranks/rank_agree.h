@@ -32,13 +32,14 @@ strata_status agree_finalize(struct strata_engine *e, strata_status local);
 
 /* One step's arguments, compared across ranks inside the step's flag all-reduce. */
 typedef struct agree_step {
-    double lr;             /* the step's learning rate, resolved */
+    double lr;             /* the step's learning rate, resolved (parameter group 0's) */
     uint64_t step;         /* the trainer's step number (strata_step calls so far) */
     uint64_t micro_batches; /* the most hand-overs any module got this step */
+    uint64_t groups;       /* a digest of every parameter group's values this step (opt_groups_frozen_digest) */
 } agree_step;
 
 /* Words agree_step adds to an all-reduce with COMM_MAX. */
-#define AGREE_STEP_WORDS 6
+#define AGREE_STEP_WORDS 8
 /* Writes s into words[0..AGREE_STEP_WORDS) so that their maximum over the ranks shows whether they all agree. */
 void agree_step_pack(const agree_step *s, uint64_t *words);
 /* After the all-reduce: STRATA_OK when every rank had s; otherwise every rank (all see the same maxima) exchanges

@@ -94,7 +94,7 @@ static strata_status agree_touched(strata_engine *e, int grad_index, tier_array 
     rank_state *rs = e->ranks;
     size_t n = registry_nmodules(e->reg);
     const uint8_t *touched = grads_touched(e->grads, grad_index);
-    agree_step mine = {.lr = lr, .step = step};
+    agree_step mine = {.lr = lr, .step = step, .groups = opt_groups_frozen_digest(e->groups)};
     for (size_t i = 0; i < n; i++) {
         rs->flags[i] = touched[i];
         mine.micro_batches = MAX(mine.micro_batches, touched[i]);

@@ -170,7 +170,7 @@ static strata_status piece_params(module_updater *u, tier_array *pout, const pie
     return STRATA_OK;
 }
 
-strata_status updater_run(module_updater *u, strata_module_id id, const grad_src *g, const adam_consts *consts,
+strata_status updater_run(module_updater *u, strata_module_id id, const grad_src *g, const step_consts *consts,
                           dev_event *released)
 {
     strata_engine *e = u->e;
@@ -192,7 +192,8 @@ strata_status updater_run(module_updater *u, strata_module_id id, const grad_src
         ERR_CHECK(piece_grads(u, g, &p));
         ERR_CHECK(piece_state(u, &p));
         p.a.param = pout->tier == STRATA_TIER_HOST ? tarr_host_ptr(pout, &t->env, p.first) : u->pstage;
-        adam_job job = {.ops = u->adam, .consts = *consts, .arrays = p.a, .numel = p.cnt, .threads = u->threads};
+        adam_job job = {.ops = u->adam, .arrays = p.a, .numel = p.cnt, .threads = u->threads};
+        step_consts_apply(consts, p.first, &job);
         step_job_moments(e, p.first, p.exp_avg, p.exp_avg_sq, p.dst[ROLLBACK_EXP_AVG_SCALE], p.dst[ROLLBACK_EXP_AVG_SQ_SCALE], u->step,
                          &job);
         char place[ENGINE_NAME_BYTES + 64];

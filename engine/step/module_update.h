@@ -14,6 +14,7 @@
 
 #include "cpu_adam/driver.h"
 #include "engine/registry.h"
+#include "engine/step/opt_groups.h"
 #include "engine/step/step_rollback.h"
 #include "strata.h"
 
@@ -51,7 +52,7 @@ void updater_destroy(module_updater *u);
 
 /* Updates module id from g with consts. released (or NULL): the trainer's last read of the module's device copy,
  * which new parameters on the device wait for. Any one thread at a time. */
-strata_status updater_run(module_updater *u, strata_module_id id, const grad_src *g, const adam_consts *consts,
+strata_status updater_run(module_updater *u, strata_module_id id, const grad_src *g, const step_consts *consts,
                           dev_event *released);
 /* Adds the statistics of module id's gradients (grad in dtype), piece by piece as the ordinary step's norm sums
  * them (step_piece_gradstats), to *out. */

@@ -55,6 +55,7 @@ struct step_pipeline {
     size_t holds[STEP_SLOTS]; /* the sub-group whose current state the slot holds, or NO_SUB_GROUP */
     bool acquired;            /* the slots' buffers are taken from the pool */
     bool descending;          /* the direction of the next step */
+    step_consts consts;       /* the step's constants per parameter group (step_run's) */
 };
 #define NO_SUB_GROUP SIZE_MAX
 
@@ -215,6 +216,7 @@ void step_destroy(strata_engine *e, step_pipeline *sp)
         io_wait_destroy(&sp->slot[i].wr);
     }
     release_slot_buffers(e, sp);
+    step_consts_free(&sp->consts);
     free(sp);
 }
 
@@ -407,7 +409,7 @@ void step_job_moments(const strata_engine *e, size_t first, void *m, void *v, ti
     }
 }
 
-static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *consts)
+static strata_status update_sub_group(step_ctx *c, size_t k, const step_consts *consts)
 {
     strata_engine *e = c->e;
     size_t first = sub_first(c, k), n = sub_count(c, k);
@@ -416,7 +418,8 @@ static strata_status update_sub_group(step_ctx *c, size_t k, const adam_consts *
 
     /* The parameter copy is write-only here: streaming stores skip reading its cache lines. */
     adam_arrays a = {.grad_dtype = STRATA_DTYPE_FP32, .param_dtype = e->cfg.param_dtype, .stream_param = true};
-    adam_job job = {.ops = c->sp->adam, .consts = *consts, .numel = n, .threads = c->sp->threads};
+    adam_job job = {.ops = c->sp->adam, .numel = n, .threads = c->sp->threads};
+    step_consts_apply(consts, first, &job);
     void *m = s->m, *v = s->v;
     if (c->opt_nvme) {
         uint64_t t0 = now_ns();
@@ -472,7 +475,7 @@ static size_t sub_at(const step_ctx *c, size_t j, bool descending)
     return descending ? c->ncpu - 1 - j : j;
 }
 
-static strata_status run_pipeline(step_ctx *c, const adam_consts *consts)
+static strata_status run_pipeline(step_ctx *c, const step_consts *consts)
 {
     const strata_offload_config *o = &c->e->cfg.offload_optimizer;
     bool desc = c->sp->descending;
@@ -549,12 +552,12 @@ strata_status step_run(strata_engine *e, const step_job *job, strata_step_result
         }
     }
     if (st == STRATA_OK && !res->skipped) {
-        strata_adam_hparams hp = cfg_adam_hparams(&e->cfg, job->lr);
-        adam_consts consts;
-        adam_consts_init(&consts, &hp, c.sp->count + 1, grad_scale);
-        st = twin_flow_launch(e, e->twin, c.grads, c.pout, &consts);
+        step_consts *consts = &c.sp->consts;
+        st = step_consts_fill(consts, e->groups, &e->cfg, c.sp->count + 1, grad_scale);
         if (st == STRATA_OK)
-            st = run_pipeline(&c, &consts);
+            st = twin_flow_launch(e, e->twin, c.grads, c.pout, consts);
+        if (st == STRATA_OK)
+            st = run_pipeline(&c, consts);
         strata_status tst = twin_flow_finish(e, e->twin, c.pout); /* waits even after a failure */
         if (st == STRATA_OK)
             st = tst;

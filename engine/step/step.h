@@ -28,7 +28,7 @@ void step_destroy(struct strata_engine *e, step_pipeline *sp);
 
 /* What one optimizer step runs over. */
 typedef struct step_job {
-    double lr;
+    double lr;                 /* group 0's (the groups' values were frozen when the step started: opt_groups.h) */
     double loss_scale;         /* the scale the trainer's gradients carry */
     int grad_index;            /* the gradient store it consumes */
     int param_out;             /* the parameter copy it writes */

@@ -75,7 +75,8 @@ struct step_in_backward {
     bool fixed;                    /* step and consts are set: at the step's first hand-over (a strata_load between
                                       strata_step_begin and backward changes the step count) */
     int64_t step;                  /* the update's step count (bias correction) */
-    adam_consts consts;
+    step_consts consts;            /* the updates' constants per parameter group */
+    step_consts decided;           /* a speculating step's, decided from the global norm (settle_speculation) */
 
     /* the worker */
     pthread_t thread;
@@ -354,20 +355,22 @@ void step_in_backward_destroy(strata_engine *e, step_in_backward *s)
     free(s->full);
     free(s->part);
     free(s->req);
+    step_consts_free(&s->consts);
+    step_consts_free(&s->decided);
     free(s);
 }
 
 /* ---------------------------------------------------------------- the step */
 /* The step's constants, from the step count as it is when the first update needs them. */
-static void fix_step(step_in_backward *s)
+static strata_status fix_step(step_in_backward *s)
 {
     if (s->fixed)
-        return;
+        return STRATA_OK;
     s->step = step_count(s->e->step) + 1;
     s->up.step = s->step;
-    strata_adam_hparams hp = cfg_adam_hparams(&s->e->cfg, s->lr);
-    adam_consts_init(&s->consts, &hp, s->step, 1.0 / grad_unscale(s));
+    ERR_CHECK(step_consts_fill(&s->consts, s->e->groups, &s->e->cfg, s->step, 1.0 / grad_unscale(s)));
     s->fixed = true;
+    return STRATA_OK;
 }
 
 /* Before a hand-over of module id (grad_handoff_ops.admit): a step must be begun, and id's update must not have
@@ -463,7 +466,7 @@ static strata_status take_hand_over(grad_handoff *h, strata_engine *e, const gra
     step_in_backward *s = e->in_backward;
     strata_module_id id = g->id;
     void *staging = g->staging;
-    fix_step(s);
+    ERR_CHECK(fix_step(s));
     bool last = !fetch_order_step_fetches_again(e->order, id);
     if (!last) {
         const reg_module *m = registry_module(e->reg, id);
@@ -531,12 +534,21 @@ double step_in_backward_lr(const step_in_backward *s)
     return s->lr;
 }
 
+bool step_in_backward_open(const step_in_backward *s)
+{
+    return s->open;
+}
+
 strata_status step_in_backward_begin(step_in_backward *s, double lr, double loss_scale)
 {
     if (s->open)
         return err_set(STRATA_ESTATE, "strata_step_begin: a step is already begun; call strata_step to finish it "
                        "before beginning the next");
-    s->lr = lr;
+    ERR_CHECK(opt_groups_freeze(s->e->groups, lr, "strata_step_begin"));
+    /* Sized now, so that the hand-overs of backward never allocate them. */
+    ERR_CHECK(step_consts_fill(&s->consts, s->e->groups, &s->e->cfg, 1, 1.0));
+    ERR_CHECK(step_consts_fill(&s->decided, s->e->groups, &s->e->cfg, 1, 1.0));
+    s->lr = opt_groups_frozen_lr(s->e->groups);
     s->loss_scale = loss_scale;
     s->fixed = false;
     s->open = true;
@@ -548,7 +560,7 @@ strata_status step_in_backward_begin(step_in_backward *s, double lr, double loss
 /* The decisions of a speculating step, or of the norm pass, made as the ordinary step makes them (step.c, step_run)
  * from the global norm, the modules' statistics summed in id order: skipped (an fp16 gradient overflowed) or
  * clipped; *consts gets the step's constants with the clip factor. */
-static strata_status decide(step_in_backward *s, adam_consts *consts, double *grad_norm, bool *clipped, bool *skipped)
+static strata_status decide(step_in_backward *s, step_consts *consts, double *grad_norm, bool *clipped, bool *skipped)
 {
     strata_engine *e = s->e;
     double unscale = grad_unscale(s), grad_scale = 1.0 / unscale;
@@ -564,15 +576,13 @@ static strata_status decide(step_in_backward *s, adam_consts *consts, double *gr
     *clipped = !*skipped && e->cfg.gradient_clipping > 0 && *grad_norm > e->cfg.gradient_clipping;
     if (*clipped)
         grad_scale *= e->cfg.gradient_clipping / (*grad_norm + 1e-6);
-    strata_adam_hparams hp = cfg_adam_hparams(&e->cfg, s->lr);
-    adam_consts_init(consts, &hp, s->step, grad_scale);
-    return STRATA_OK;
+    return step_consts_fill(consts, e->groups, &e->cfg, s->step, grad_scale);
 }
 
 /* Clipping triggered: every update that ran in backward runs again from the front copy with the clipped
  * gradients (the kept ones, or the fp32 sums of tied weights), on this thread, and so do those that waited for it
  * (certain). Counted as a redone step. */
-static strata_status redo_updates(step_in_backward *s, const adam_consts *consts)
+static strata_status redo_updates(step_in_backward *s, const step_consts *consts)
 {
     strata_engine *e = s->e;
     uint64_t t0 = now_ns(), bytes0 = atomic_load(&e->tiers.ctr.nvme_read_bytes) +
@@ -617,7 +627,7 @@ static strata_status undo_params(step_in_backward *s)
 /* Speculating, once every update of backward is done: the modules handed over but never for the last time count
  * too; the step decided; the updates undone when it is skipped, redone when clipping triggered. *consts: the
  * step's constants from here on. */
-static strata_status settle_speculation(step_in_backward *s, adam_consts *consts, double *grad_norm, bool *skipped)
+static strata_status settle_speculation(step_in_backward *s, step_consts *consts, double *grad_norm, bool *skipped)
 {
     for (size_t i = 0; i < s->nmods; i++)
         if (s->state[i] == MOD_PARTIAL)
@@ -658,7 +668,7 @@ static void close_step(step_in_backward *s)
 static strata_status end_norm_pass(step_in_backward *s, double *grad_norm)
 {
     strata_engine *e = s->e;
-    fix_step(s); /* a norm pass without hand-overs */
+    ERR_CHECK(fix_step(s)); /* a norm pass without hand-overs */
     ERR_CHECK(wait_updates(s));
     for (size_t i = 0; i < s->nmods; i++)
         if (s->state[i] == MOD_PARTIAL)
@@ -726,11 +736,14 @@ strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *
     if (s->measuring)
         return err_set(STRATA_ESTATE, "strata_step: strata.norm_pass is on and this step's norm pass did not end: "
                        "call strata_norm_pass_end after the step's first forward and backward, then run them again");
-    fix_step(s);
-    strata_status st = wait_updates(s);
-    adam_consts consts = s->consts;
-    if (st == STRATA_OK && s->up.speculate)
-        st = settle_speculation(s, &consts, grad_norm, skipped);
+    strata_status st = fix_step(s);
+    if (st == STRATA_OK)
+        st = wait_updates(s);
+    const step_consts *consts = &s->consts;
+    if (st == STRATA_OK && s->up.speculate) {
+        st = settle_speculation(s, &s->decided, grad_norm, skipped);
+        consts = &s->decided;
+    }
     if (e->cfg.norm_pass) {
         *grad_norm = s->norm;
         *skipped = s->skip;
@@ -741,9 +754,9 @@ strata_status step_in_backward_finish(strata_engine *e, const strata_step_args *
     for (size_t i = 0; st == STRATA_OK && !*skipped && i < s->nmods; i++) {
         grad_src partial = {.mem = s->pending[i], .dtype = STRATA_DTYPE_FP32};
         if (s->state[i] == MOD_PARTIAL) /* the order promised another hand-over that never came */
-            st = updater_run(&s->up, (strata_module_id)i, &partial, &consts, s->released[i]);
+            st = updater_run(&s->up, (strata_module_id)i, &partial, consts, s->released[i]);
         else if (s->state[i] == MOD_NO_GRADS)
-            st = updater_run(&s->up, (strata_module_id)i, &NO_GRADS, &consts, s->released[i]);
+            st = updater_run(&s->up, (strata_module_id)i, &NO_GRADS, consts, s->released[i]);
         else
             continue;
         if (st != STRATA_OK)

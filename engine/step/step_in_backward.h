@@ -52,10 +52,12 @@ strata_status step_in_backward_create(struct strata_engine *e, step_in_backward 
 /* Waits for the update in flight, stops the thread and gives every buffer back. NULL is a no-op. */
 void step_in_backward_destroy(struct strata_engine *e, step_in_backward *s);
 
-/* strata_step_begin's part: the step is open, with learning rate lr and the gradients scaled by loss_scale;
- * STRATA_ESTATE when one is open already. */
+/* strata_step_begin's part: the step is open, with the parameter groups' values frozen (lr > 0: group 0's lr, as
+ * strata_step_args gives it) and the gradients scaled by loss_scale; STRATA_ESTATE when one is open already. */
 strata_status step_in_backward_begin(step_in_backward *s, double lr, double loss_scale);
-/* The lr the begun step's updates run with. */
+/* Whether a step is begun and not yet finished. */
+bool step_in_backward_open(const step_in_backward *s);
+/* Group 0's lr the begun step's updates run with. */
 double step_in_backward_lr(const step_in_backward *s);
 /* The trainer released id: a hand-over waiting for it is queued for its update. */
 strata_status step_in_backward_released(struct strata_engine *e, strata_module_id id);

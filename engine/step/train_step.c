@@ -183,6 +183,7 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
     if (args && !(args->lr >= 0 && isfinite(args->lr)))
         return err_set(STRATA_EINVAL, "strata_step: lr = %g; a learning rate is finite and >= 0 (0 = the configured "
                        "optimizer.params.lr)", args->lr);
+    ERR_CHECK(opt_groups_check_step_lr(e->groups, args ? args->lr : 0, "strata_step"));
     if (e->in_backward)
         return step_updated_in_backward(e, args, out);
     step_driver *d = e->driver;
@@ -190,7 +191,6 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
     ERR_CHECK(grads_drain(e));
     ERR_CHECK(deferred_process(e->frees, true));
     fetch_order_step_boundary(e->order);
-    double lr = args && args->lr > 0 ? args->lr : e->cfg.lr_exact;
     double scale = d->loss_scale; /* the scale this step's gradients were computed with */
     d->iterations++;
 
@@ -203,7 +203,9 @@ static strata_status step(strata_engine *e, const strata_step_args *args, strata
         ERR_CHECK(join_delayed(e, &r, &had));
         back = 1 - e->tiers.param_front;
     }
-    step_job job = {.lr = lr, .loss_scale = scale, .grad_index = grads_front(e->grads), .param_out = back};
+    /* The groups' values this step runs with (the delayed update in flight was joined: nothing reads them now). */
+    ERR_CHECK(opt_groups_freeze(e->groups, args ? args->lr : 0, "strata_step"));
+    step_job job = {.lr = opt_groups_frozen_lr(e->groups), .loss_scale = scale, .grad_index = grads_front(e->grads), .param_out = back};
     ERR_CHECK(prepare_job(e, &job));
     if (two && d->iterations > e->cfg.delayed_warmup_steps) {
         /* The next step's first fetches are queued before the background update's NVMe reads, so the
@@ -243,8 +245,7 @@ static strata_status step_begin(strata_engine *e, const strata_step_args *args)
                        "configured optimizer.params.lr)", args->lr);
     if (!e->in_backward)
         return STRATA_OK; /* the ordinary step takes its lr at strata_step */
-    return step_in_backward_begin(e->in_backward, args && args->lr > 0 ? args->lr : e->cfg.lr_exact,
-                                  e->driver->loss_scale);
+    return step_in_backward_begin(e->in_backward, args ? args->lr : 0, e->driver->loss_scale);
 }
 
 STRATA_API strata_status strata_step_begin(strata_engine *e, const strata_step_args *args)

@@ -185,7 +185,7 @@ size_t twin_flow_cpu_numel(const twin_flow *tf, size_t numel)
 }
 
 strata_status twin_flow_launch(strata_engine *e, twin_flow *tf, tier_array *grads, tier_array *pout,
-                               const adam_consts *c)
+                               const step_consts *c)
 {
     if (!tf)
         return STRATA_OK;
@@ -202,7 +202,15 @@ strata_status twin_flow_launch(strata_engine *e, twin_flow *tf, tier_array *grad
     dev_adam_arrays a = {.master = tf->state[0], .exp_avg = tf->state[1], .exp_avg_sq = tf->state[2], .grad = tf->grad,
                          .param = on_device ? (char *)pout->mem + tf->first * pb : tf->param_scratch,
                          .param_dtype = e->cfg.param_dtype};
-    ERR_CHECK(dev_adam_step(tf->stream, c, &a, tf->numel));
+    /* One launch per parameter group the share holds, each with its group's constants. */
+    for (size_t done = 0, n; done < tf->numel; done += n) {
+        uint32_t group;
+        step_consts_run(c, tf->first + done, tf->numel - done, &group, &n);
+        dev_adam_arrays at = {.master = a.master + done, .exp_avg = a.exp_avg + done,
+                              .exp_avg_sq = a.exp_avg_sq + done, .grad = a.grad + done,
+                              .param = (char *)a.param + done * pb, .param_dtype = a.param_dtype};
+        ERR_CHECK(dev_adam_step(tf->stream, &c->by_group[group], &at, n));
+    }
     if (!on_device) {
         void *dst = pout->tier == STRATA_TIER_HOST ? tarr_host_ptr(pout, &e->tiers.env, tf->first) : tf->param_pinned;
         ERR_CHECK(dev_memcpy_async(tf->stream, dst, tf->param_scratch, tf->numel * pb));

@@ -23,7 +23,7 @@
 #include "strata.h"
 
 struct strata_engine;
-struct adam_consts;
+struct step_consts;
 struct tier_array;
 typedef struct twin_flow twin_flow;
 
@@ -45,7 +45,7 @@ size_t twin_flow_cpu_numel(const twin_flow *tf, size_t numel);
 /* Queues the device share's update on its stream: gradients of grads (a host-tier store) up, Adam with c, new
  * parameters into pout. Returns at once; twin_flow_finish waits. NULL tf: nothing. */
 strata_status twin_flow_launch(struct strata_engine *e, twin_flow *tf, struct tier_array *grads,
-                               struct tier_array *pout, const struct adam_consts *c);
+                               struct tier_array *pout, const struct step_consts *c);
 /* Waits for what twin_flow_launch queued (its error, if any), writes NVMe-homed parameters, traces it. */
 strata_status twin_flow_finish(struct strata_engine *e, twin_flow *tf, struct tier_array *pout);
 
