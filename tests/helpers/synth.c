@@ -325,6 +325,18 @@ static strata_status build(const synth_opts *o, const strata_config *cfg, strata
         if (st == STRATA_OK)
             st = strata_param_add(e, mod[l], "bias", (size_t)o->width[l + 1], init_param, &ictx[2 * l + 1], &b[l]);
     }
+    const synth_groups *g = o->groups;
+    strata_group_id ids[SYNTH_MAX_GROUPS + 1] = {0};
+    for (int i = 0; g && i < g->n && st == STRATA_OK; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "group%d", i + 1);
+        st = strata_group_add(e, name, &g->hp[i], &ids[i + 1]);
+    }
+    for (int l = 0; g && l < o->layers && st == STRATA_OK; l++) {
+        st = strata_param_set_group(e, W[l], ids[g->of_param[2 * l]]);
+        if (st == STRATA_OK)
+            st = strata_param_set_group(e, b[l], ids[g->of_param[2 * l + 1]]);
+    }
     if (st == STRATA_OK)
         st = strata_engine_finalize(e);
     if (st != STRATA_OK && e) {
@@ -404,6 +416,15 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
         double loss = 0;
         int world = o->comm ? strata_comm_size(o->comm) : 1, rank = o->comm ? strata_comm_rank(o->comm) : 0;
         strata_step_args args = {.lr = o->lr_decay > 0 ? cfg->lr * pow(o->lr_decay, s) : 0};
+        if (o->groups && o->lr_decay > 0) { /* each group's lr follows the schedule from its own */
+            args.lr = 0;
+            for (int g = 0; g <= o->groups->n; g++) {
+                strata_group_hparams hp;
+                CHECK(strata_group_get(e, (strata_group_id)g, &hp));
+                hp.lr = (g == 0 ? (double)cfg->lr : o->groups->hp[g - 1].lr) * pow(o->lr_decay, s);
+                CHECK(strata_group_set(e, (strata_group_id)g, &hp));
+            }
+        }
         bool differ = cfg->norm_pass && !differed && o->norm_pass_differ_at == s - o->first_step + 1;
         /* Required with strata.step_in_backward (the updates run during backward), a no-op otherwise. */
         CHECK(strata_step_begin(e, &args));

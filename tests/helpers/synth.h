@@ -13,6 +13,16 @@
 #include "strata.h"
 
 #define SYNTH_MAX_LAYERS 16
+#define SYNTH_MAX_GROUPS 4
+
+/* Optimizer parameter groups: groups 1..n added with hp[0..n), parameter p (2l: layer l's weight, 2l + 1: its bias)
+ * put in group of_param[p] (0: the config's group). With lr_decay, group g's lr of step s is its lr * lr_decay^s, set
+ * with strata_group_set before each step. */
+typedef struct synth_groups {
+    int n;
+    strata_group_hparams hp[SYNTH_MAX_GROUPS];
+    int of_param[2 * SYNTH_MAX_LAYERS];
+} synth_groups;
 
 typedef struct synth_opts {
     int layers;
@@ -24,6 +34,7 @@ typedef struct synth_opts {
     bool declare_order;               /* strata_module_order instead of recording */
     int diverge_at_step;              /* 0 = never; else that step fetches in a different order */
     double lr_decay;                  /* lr of step s = cfg lr * lr_decay^s (0 = constant) */
+    const synth_groups *groups;       /* NULL: one group */
     /* Checkpoints (all off when zero): */
     int first_step;                   /* the first step's index (data and lr continue from there) */
     const char *load_dir;             /* strata_load from here right after finalize */

@@ -1,0 +1,470 @@
+/*
+ * Optimizer parameter groups in the engine against a scalar oracle: the synthetic model trained with three groups
+ * (their own lr, weight decay, betas and eps, and an lr schedule that moves each from its own base) must end with the
+ * master weights of plain arrays trained with the same layer math and the reference kernels, each parameter updated
+ * with its group's constants (adam_consts_init, the specification), over the engine's layout with groups (a group
+ * boundary inside a module padded to PLAN_GROUP_ALIGN). Bit for bit, on every placement, with fp32, bf16 and 8-bit
+ * moments. The step variants that must not change a bit (the step in backward, with clipping speculating or the
+ * norm pass, Twin-Flow's device share) are compared with the ordinary step on the same groups; a checkpoint resumes
+ * exactly and refuses other groups; and every misuse names what was wrong.
+ */
+#include <math.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cpu_adam/adam_moments.h"
+#include "cpu_adam/adam_scalar.h"
+#include "engine/plan/plan.h"
+#include "engine/step/step.h"
+#include "synth.h"
+#include "testlib.h"
+
+/* Layer l's weight in group 1 (decay), its bias in group 2 (no decay, other betas and eps); the last layer's weight
+ * in group 0 (the config's): every module holds two groups. */
+static synth_groups three_groups(int layers)
+{
+    synth_groups g = {.n = 2};
+    g.hp[0] = (strata_group_hparams){.lr = 3e-3, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    g.hp[1] = (strata_group_hparams){.lr = 2e-2, .weight_decay = 0, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6};
+    for (int l = 0; l < layers; l++) {
+        g.of_param[2 * l] = l == layers - 1 ? 0 : 1;
+        g.of_param[2 * l + 1] = 2;
+    }
+    return g;
+}
+
+/* ---------------------------------------------------------------- the oracle */
+
+typedef struct flat {
+    size_t n, at[2 * SYNTH_MAX_LAYERS], numel[2 * SYNTH_MAX_LAYERS];
+    float *master, *grad, *scale_m, *scale_v;
+    uint8_t *m, *v; /* in the form: 4, 2 or 1 bytes an element */
+} flat;
+
+/* The engine's layout: module l = layer l's weight then bias, padded where their groups differ. */
+static void layout(const synth_opts *o, flat *f)
+{
+    f->n = 0;
+    for (int l = 0; l < o->layers; l++) {
+        size_t sizes[2] = {(size_t)o->width[l + 1] * o->width[l], (size_t)o->width[l + 1]}, offs[2];
+        uint32_t groups[2] = {(uint32_t)o->groups->of_param[2 * l], (uint32_t)o->groups->of_param[2 * l + 1]};
+        size_t numel = plan_module_layout(sizes, groups, 2, offs, NULL);
+        for (int j = 0; j < 2; j++) {
+            f->at[2 * l + j] = f->n + offs[j];
+            f->numel[2 * l + j] = sizes[j];
+        }
+        f->n += numel;
+    }
+}
+
+static void flat_init(const synth_opts *o, strata_moments form, flat *f)
+{
+    layout(o, f);
+    size_t eb = form == STRATA_MOMENTS_FP32 ? 4 : form == STRATA_MOMENTS_BF16 ? 2 : 1;
+    f->master = calloc(f->n, 4);
+    f->grad = calloc(f->n, 4);
+    f->m = calloc(f->n, eb);
+    f->v = calloc(f->n, eb);
+    f->scale_m = calloc(f->n / MOMENTS_Q8_BLOCK + 1, 4);
+    f->scale_v = calloc(f->n / MOMENTS_Q8_BLOCK + 1, 4);
+    if (form == STRATA_MOMENTS_8BIT) {
+        memset(f->m, moments_q8_signed()->zero, f->n);
+        memset(f->v, moments_q8_unsigned()->zero, f->n);
+    }
+    for (int p = 0; p < 2 * o->layers; p++)
+        for (size_t i = 0; i < f->numel[p]; i++)
+            f->master[f->at[p] + i] = synth_init_value(o->seed, p, i);
+}
+
+/* The group constants of step s (from 0; the update's count s + 1): group 0 the config's, the others as given, each
+ * lr on the schedule. */
+static void group_consts(const synth_opts *o, const strata_config *c, int s, adam_consts *k)
+{
+    strata_adam_hparams base;
+    T_OK(strata_config_adam_hparams(c, &base));
+    double decay = o->lr_decay > 0 ? pow(o->lr_decay, s) : 1;
+    for (int g = 0; g <= o->groups->n; g++) {
+        strata_adam_hparams hp = base;
+        hp.lr = (g == 0 ? (double)c->lr : o->groups->hp[g - 1].lr) * decay;
+        if (g > 0) {
+            const strata_group_hparams *gh = &o->groups->hp[g - 1];
+            hp.weight_decay = gh->weight_decay;
+            hp.beta1 = gh->beta1;
+            hp.beta2 = gh->beta2;
+            hp.eps = gh->eps;
+        }
+        adam_consts_init(&k[g], &hp, s + 1, 1.0);
+    }
+}
+
+/* One kernel call per run of one group: [start of parameter p, start of the next parameter of another group). The
+ * split does not change a bit (elementwise; bf16's rounding drawn by element index; 8-bit blocks inside a run). */
+static void step_oracle(const synth_opts *o, const strata_config *c, strata_moments form, flat *f, int s)
+{
+    adam_consts k[SYNTH_MAX_GROUPS + 1];
+    group_consts(o, c, s, k);
+    int np = 2 * o->layers;
+    for (int p = 0; p < np;) {
+        int g = o->groups->of_param[p], q = p + 1;
+        while (q < np && o->groups->of_param[q] == g)
+            q++;
+        size_t first = p == 0 ? 0 : f->at[p], end = q < np ? f->at[q] : f->n;
+        adam_arrays a = {.master = f->master, .grad = f->grad, .grad_dtype = STRATA_DTYPE_FP32,
+                         .param_dtype = STRATA_DTYPE_NONE, .exp_avg = (float *)f->m, .exp_avg_sq = (float *)f->v};
+        if (form == STRATA_MOMENTS_FP32) {
+            adam_step_ref(&k[g], &a, first, end);
+        } else if (form == STRATA_MOMENTS_BF16) {
+            adam_bf16_moments mo = {(uint16_t *)f->m, (uint16_t *)f->v,
+                                    step_moments_key(c->optimizer_moments_seed, 0, s + 1), 0};
+            adam_step_bf16_ref(&k[g], &a, &mo, first, end);
+        } else {
+            adam_q8_moments mo = {f->m, f->v, f->scale_m, f->scale_v};
+            adam_step_q8_ref(&k[g], &a, &mo, first, end);
+        }
+        p = q;
+    }
+}
+
+typedef struct layer_scratch {
+    float *act[SYNTH_MAX_LAYERS + 1], *target, *d0, *d1, *tw, *tb;
+} layer_scratch;
+
+/* Step s's gradients, summed over its micro-batches in fp32 as the engine's store sums them, into f->grad. */
+static void gradients(const synth_opts *o, flat *f, layer_scratch *x, int s)
+{
+    int L = o->layers;
+    for (int mb = 0; mb < o->micro_batches; mb++) {
+        synth_batch(o, s, mb, x->act[0], x->target);
+        for (int l = 0; l < L; l++)
+            synth_layer_forward(o, l, f->master + f->at[2 * l], f->master + f->at[2 * l + 1], x->act[l],
+                                x->act[l + 1]);
+        float *dc = x->d0, *dn = x->d1;
+        synth_loss_grad(o, x->act[L], x->target, 1.0f, dc);
+        for (int l = L - 1; l >= 0; l--) {
+            synth_layer_backward(o, l, f->master + f->at[2 * l], x->act[l], x->act[l + 1], dc, dn, x->tw, x->tb);
+            const float *part[2] = {x->tw, x->tb};
+            for (int j = 0; j < 2; j++) {
+                float *g = f->grad + f->at[2 * l + j];
+                for (size_t i = 0; i < f->numel[2 * l + j]; i++)
+                    g[i] = mb == 0 ? part[j][i] : g[i] + part[j][i];
+            }
+            float *t = dc;
+            dc = dn;
+            dn = t;
+        }
+    }
+}
+
+static float *oracle(const synth_opts *o, const strata_config *c, strata_moments form, size_t *n_out)
+{
+    int L = o->layers, B = o->batch;
+    flat f;
+    flat_init(o, form, &f);
+    size_t maxw = 0;
+    for (int l = 0; l <= L; l++)
+        maxw = (size_t)o->width[l] > maxw ? (size_t)o->width[l] : maxw;
+    layer_scratch x = {.target = calloc((size_t)B * o->width[L], 4), .d0 = calloc((size_t)B * maxw, 4),
+                       .d1 = calloc((size_t)B * maxw, 4), .tw = calloc(maxw * maxw, 4), .tb = calloc(maxw, 4)};
+    for (int l = 0; l <= L; l++)
+        x.act[l] = calloc((size_t)B * o->width[l], 4);
+    for (int s = 0; s < o->steps; s++) {
+        gradients(o, &f, &x, s);
+        step_oracle(o, c, form, &f, s);
+    }
+    size_t total = 0;
+    for (int p = 0; p < 2 * L; p++)
+        total += f.numel[p];
+    float *out = malloc(total * 4);
+    for (int p = 0, pos = 0; p < 2 * L; pos += (int)f.numel[p], p++)
+        memcpy(out + pos, f.master + f.at[p], f.numel[p] * 4);
+    for (int l = 0; l <= L; l++)
+        free(x.act[l]);
+    void *bufs[] = {f.master, f.grad, f.m, f.v, f.scale_m, f.scale_v, x.target, x.d0, x.d1, x.tw, x.tb};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    *n_out = total;
+    return out;
+}
+
+/* ---------------------------------------------------------------- the runs */
+
+static void expect_same(const char *what, const float *ref, size_t n_ref, const float *w, size_t n)
+{
+    T_CHECK(w && n == n_ref, "%s: %zu weights, the reference has %zu", what, n, n_ref);
+    if (!w || n != n_ref)
+        return;
+    size_t first, d = synth_count_diff(ref, w, n, &first);
+    T_CHECK(d == 0, "%s: %zu of %zu weights differ from the reference; first at %zu: %.9g vs %.9g", what, d, n, first,
+            first < n ? (double)ref[first] : 0.0, first < n ? (double)w[first] : 0.0);
+}
+
+static float *train(const synth_opts *o, const strata_config *c, const char *what, size_t *n)
+{
+    float *w = NULL;
+    strata_status st = synth_train(o, c, &w, n, NULL, NULL);
+    T_CHECK(st == STRATA_OK, "%s: training failed: %s", what, strata_last_error(NULL));
+    return w;
+}
+
+static synth_opts base_opts(void)
+{
+    synth_opts o;
+    synth_defaults(&o, t_rand_u64());
+    o.steps = 5;
+    o.lr_decay = 0.8;
+    return o;
+}
+
+/* Every placement and moments form against the oracle. */
+static void against_oracle(const char *scratch)
+{
+    synth_opts o = base_opts();
+    synth_groups g = three_groups(o.layers);
+    o.groups = &g;
+    const strata_moments forms[] = {STRATA_MOMENTS_FP32, STRATA_MOMENTS_BF16, STRATA_MOMENTS_8BIT};
+    const char *names[] = {"fp32", "bf16", "8bit"};
+    for (int fi = 0; fi < 3; fi++) {
+        strata_config c = synth_config(STRATA_DTYPE_FP32);
+        c.optimizer_moments = forms[fi];
+        c.optimizer_moments_seed = 5;
+        size_t n_ref;
+        float *ref = oracle(&o, &c, forms[fi], &n_ref);
+        for (size_t p = 0; p < synth_placement_count; p++) {
+            strata_config pc = c;
+            synth_placements[p].apply(&pc, scratch);
+            char what[128];
+            snprintf(what, sizeof what, "3 groups, %s moments, %s", names[fi], synth_placements[p].name);
+            size_t n;
+            float *w = train(&o, &pc, what, &n);
+            expect_same(what, ref, n_ref, w, n);
+            free(w);
+        }
+        free(ref);
+    }
+    /* The oracle itself tells groups apart: one group's values, everywhere, would give other weights. */
+    strata_config c = synth_config(STRATA_DTYPE_FP32);
+    synth_groups same = g;
+    for (int i = 0; i < same.n; i++)
+        same.hp[i] = (strata_group_hparams){.lr = c.lr, .weight_decay = c.weight_decay, .beta1 = c.beta1,
+                                            .beta2 = c.beta2, .eps = c.eps};
+    synth_opts os = o;
+    os.groups = &same;
+    size_t n1, n2;
+    float *a = oracle(&o, &c, STRATA_MOMENTS_FP32, &n1), *b = oracle(&os, &c, STRATA_MOMENTS_FP32, &n2);
+    size_t first;
+    T_CHECK(synth_count_diff(a, b, n1, &first) > n1 / 2, "the groups' values change most weights in the oracle");
+    free(a);
+    free(b);
+}
+
+/* The step variants on the same groups: each must give the ordinary step's weights. bf16 parameters, accumulation
+ * 1 (the step in backward needs it), gradient clipping that triggers on some steps. */
+static void variants(const char *scratch)
+{
+    synth_opts o = base_opts();
+    o.micro_batches = 1;
+    synth_groups g = three_groups(o.layers);
+    o.groups = &g;
+    strata_config c = synth_config(STRATA_DTYPE_BF16);
+    c.gradient_clipping = 0.05;
+    size_t n_ref;
+    float *ref = train(&o, &c, "ordinary step, clipping", &n_ref);
+
+    strata_config v = c;
+    v.step_in_backward = true;
+    size_t n;
+    float *w = train(&o, &v, "step in backward, clipping speculating", &n);
+    expect_same("step in backward (speculating) vs the ordinary step", ref, n_ref, w, n);
+    free(w);
+
+    v.norm_pass = true;
+    w = train(&o, &v, "step in backward with the norm pass", &n);
+    expect_same("norm pass vs the ordinary step", ref, n_ref, w, n);
+    free(w);
+
+    v = c;
+    v.offload_optimizer_ratio = 0.5; /* the device's Adam (the host backend's stream) takes half of the groups' runs */
+    w = train(&o, &v, "Twin-Flow ratio 0.5", &n);
+    expect_same("offload_optimizer.ratio 0.5 vs 1", ref, n_ref, w, n);
+    free(w);
+
+    v = c;
+    synth_use_nvme(&v, scratch, true, true);
+    v.step_in_backward = true;
+    w = train(&o, &v, "step in backward on NVMe", &n);
+    expect_same("step in backward on NVMe vs the ordinary step", ref, n_ref, w, n);
+    free(w);
+    free(ref);
+}
+
+/* Makes dir's manifest one saved before groups existed: without "param_groups" and its checksum. */
+static void strip_groups(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_t *root = json_load_file(path, JSON_PRESERVE_ORDER, NULL);
+    T_CHECK(root && json_object_get(root, "param_groups"), "the manifest records the groups");
+    if (!root)
+        return;
+    json_object_del(root, "param_groups");
+    json_object_del(json_object_get(root, "field_crc32c"), "param_groups");
+    T_CHECK(json_dump_file(root, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER) == 0, "rewriting %s", path);
+    json_decref(root);
+}
+
+/* 2N steps = N, save, load, N more, with the groups' lrs on their schedules; the checkpoint restores the groups'
+ * values and refuses an engine whose groups differ. */
+static void checkpoints(const char *scratch)
+{
+    synth_opts o = base_opts();
+    o.steps = 6;
+    synth_groups g = three_groups(o.layers);
+    o.groups = &g;
+    strata_config c = synth_config(STRATA_DTYPE_FP32);
+    synth_use_nvme(&c, scratch, true, true);
+    size_t n_ref, n;
+    float *ref = train(&o, &c, "6 steps", &n_ref);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/ckpt-groups", scratch);
+    synth_opts first = o;
+    first.steps = 3;
+    first.save_dir = dir;
+    first.save_after = 3;
+    free(train(&first, &c, "3 steps, saved", &n));
+    synth_opts second = o;
+    second.first_step = 3;
+    second.steps = 3;
+    second.load_dir = dir;
+    float *w = train(&second, &c, "loaded, 3 more", &n);
+    expect_same("resumed with groups vs uninterrupted", ref, n_ref, w, n);
+    free(w);
+    free(ref);
+
+    /* The saved values come back: a fresh engine with other group values takes the checkpoint's. */
+    synth_opts other = o;
+    synth_groups og = g;
+    og.hp[0].weight_decay = 0.3;
+    other.groups = &og;
+    strata_engine *e = NULL;
+    T_OK(synth_engine(&other, &c, &e));
+    T_OK(strata_load(e, dir));
+    strata_group_hparams hp;
+    T_OK(strata_group_get(e, 1, &hp));
+    T_CHECK(hp.weight_decay == 0.1 && hp.lr == g.hp[0].lr * pow(o.lr_decay, 2),
+            "group 1 after the load: weight_decay %g (saved 0.1), lr %.17g (saved %.17g)", hp.weight_decay, hp.lr,
+            g.hp[0].lr * pow(o.lr_decay, 2));
+    strata_engine_destroy(e);
+
+    /* Other members: refused, naming the parameter and both groups. */
+    synth_groups moved = g;
+    moved.of_param[1] = 1;
+    other.groups = &moved;
+    T_OK(synth_engine(&other, &c, &e));
+    T_CHECK(strata_load(e, dir) == STRATA_ECONFIG, "a load into other groups' members is refused");
+    T_CHECK(strstr(strata_last_error(e), "layer0.bias") && strstr(strata_last_error(e), "group2") &&
+                strstr(strata_last_error(e), "group1"),
+            "the refusal names the parameter and both groups: %s", strata_last_error(e));
+    strata_engine_destroy(e);
+
+    /* A checkpoint of one group into three: refused, as torch's load_state_dict refuses other param_groups. */
+    synth_opts one = o;
+    one.groups = NULL;
+    one.steps = 2;
+    one.save_dir = dir;
+    one.save_after = 2;
+    free(train(&one, &c, "one group, saved", &n));
+    T_OK(synth_engine(&o, &c, &e));
+    T_CHECK(strata_load(e, dir) == STRATA_ECONFIG && strstr(strata_last_error(e), "1 parameter groups, this engine 3"),
+            "a checkpoint of one group into three refused: %s", strata_last_error(e));
+    strata_engine_destroy(e);
+
+    /* A checkpoint saved before groups existed (its manifest has no "param_groups") loads into an engine with groups;
+     * their own values stay. */
+    strip_groups(dir);
+    T_OK(synth_engine(&o, &c, &e));
+    T_OK(strata_load(e, dir));
+    T_OK(strata_group_get(e, 2, &hp));
+    T_CHECK(hp.lr == g.hp[1].lr && hp.eps == g.hp[1].eps, "group 2 keeps its values after loading a checkpoint of one "
+            "group: lr %g eps %g", hp.lr, hp.eps);
+    strata_engine_destroy(e);
+}
+
+/* Misuse: each refused, naming what was wrong. */
+static void misuse(void)
+{
+    synth_opts o = base_opts();
+    strata_config c = synth_config(STRATA_DTYPE_FP32);
+    strata_engine *e = NULL;
+    T_OK(strata_engine_create(&c, &e));
+    strata_module_id m;
+    strata_param_id p, q;
+    T_OK(strata_module_add(e, "block", &m));
+    T_OK(strata_param_add(e, m, "w", 4096, NULL, NULL, &p));
+    T_OK(strata_param_add(e, m, "b", 64, NULL, NULL, &q));
+    strata_group_hparams ok = {.lr = 1e-3, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    struct {
+        const char *field;
+        strata_group_hparams hp;
+    } bad[] = {
+        {"lr", {.lr = -1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"lr", {.lr = NAN, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"weight_decay", {.lr = 1e-3, .weight_decay = -0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"beta1", {.lr = 1e-3, .beta1 = 1.0, .beta2 = 0.999, .eps = 1e-8}},
+        {"beta2", {.lr = 1e-3, .beta1 = 0.9, .beta2 = -0.5, .eps = 1e-8}},
+        {"eps", {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 0}},
+    };
+    strata_group_id g;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        T_CHECK(strata_group_add(e, "bad", &bad[i].hp, &g) == STRATA_EINVAL && g == STRATA_INVALID_ID,
+                "group %zu (%s out of range) refused", i, bad[i].field);
+        T_CHECK(strstr(strata_last_error(e), bad[i].field) && strstr(strata_last_error(e), "\"bad\""),
+                "the refusal names the group and %s: %s", bad[i].field, strata_last_error(e));
+    }
+    strata_group_id decay, other;
+    T_OK(strata_group_add(e, "decay", &ok, &decay));
+    T_CHECK(strata_group_add(e, "decay", &ok, &g) == STRATA_EINVAL && strstr(strata_last_error(e), "already exists"),
+            "a duplicate name refused: %s", strata_last_error(e));
+    T_OK(strata_group_add(e, "other", &ok, &other));
+    T_CHECK(strata_param_set_group(e, p, 7) == STRATA_EINVAL && strstr(strata_last_error(e), "group 7 is unknown"),
+            "an unknown group refused: %s", strata_last_error(e));
+    T_OK(strata_param_set_group(e, p, decay));
+    T_OK(strata_param_set_group(e, p, decay)); /* again, the same: a no-op */
+    T_CHECK(strata_param_set_group(e, p, other) == STRATA_EINVAL && strstr(strata_last_error(e), "block.w") &&
+                strstr(strata_last_error(e), "\"decay\"") && strstr(strata_last_error(e), "\"other\""),
+            "a parameter in two groups refused, naming it and both groups: %s", strata_last_error(e));
+    T_CHECK(strata_param_group(e, p) == decay && strata_param_group(e, q) == 0 && strata_group_count(e) == 3,
+            "groups of p %u and q %u, %zu groups", strata_param_group(e, p), strata_param_group(e, q),
+            strata_group_count(e));
+    T_OK(strata_engine_finalize(e));
+    T_CHECK(strata_group_add(e, "late", &ok, &g) == STRATA_ESTATE, "strata_group_add after finalize refused");
+    T_CHECK(strata_param_set_group(e, q, decay) == STRATA_ESTATE, "strata_param_set_group after finalize refused");
+    T_CHECK(strata_step(e, &(strata_step_args){.lr = 1e-3}, NULL) == STRATA_EINVAL &&
+                strstr(strata_last_error(e), "3 parameter groups"),
+            "a step's lr with several groups refused: %s", strata_last_error(e));
+    T_OK(strata_group_set(e, decay, &ok));
+    T_CHECK(strata_group_set(e, 9, &ok) == STRATA_EINVAL, "strata_group_set of an unknown group refused");
+    strata_engine_destroy(e);
+
+    /* With the step in backward, a group's values are fixed from strata_step_begin to strata_step. */
+    c.step_in_backward = true;
+    synth_groups sg = three_groups(o.layers);
+    o.groups = &sg;
+    o.micro_batches = 1;
+    T_OK(synth_engine(&o, &c, &e));
+    T_OK(strata_step_begin(e, NULL));
+    T_CHECK(strata_group_set(e, 1, &ok) == STRATA_ESTATE && strstr(strata_last_error(e), "strata_step_begin"),
+            "strata_group_set while a step is begun refused: %s", strata_last_error(e));
+    strata_engine_destroy(e);
+}
+
+int main(void)
+{
+    t_rng_seed();
+    const char *scratch = t_scratch_dir("t_engine_groups");
+    against_oracle(scratch);
+    variants(scratch);
+    checkpoints(scratch);
+    misuse();
+    return t_done();
+}
