@@ -1,0 +1,114 @@
+/*
+ * Parameter groups across ranks: N ranks that each train one micro-batch per step, with three optimizer groups whose
+ * lrs follow a schedule from their own bases, end with the weights of one rank accumulating the same N micro-batches,
+ * at stages 1 to 3 (the optimizer's shard view cuts modules, and so groups, where the ranks' shards meet). The
+ * gradients sit on mpi_engine_ranks.c's exact grid, so any difference is the engine's. Ranks whose groups differ
+ * are refused at finalize, and a step where one rank set a group otherwise fails on every rank, naming it.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "synth.h"
+#include "testlib.h"
+#include "world.h"
+
+static t_world w;
+
+static synth_groups three_groups(int layers)
+{
+    synth_groups g = {.n = 2};
+    g.hp[0] = (strata_group_hparams){.lr = 3e-3, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    g.hp[1] = (strata_group_hparams){.lr = 2e-2, .weight_decay = 0, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6};
+    for (int l = 0; l < layers; l++) {
+        g.of_param[2 * l] = l == layers - 1 ? 0 : 1;
+        g.of_param[2 * l + 1] = 2;
+    }
+    return g;
+}
+
+static synth_opts model(const synth_groups *g)
+{
+    synth_opts o;
+    synth_defaults(&o, w.seed);
+    const int widths[] = {128, 256, 256, 128};
+    memcpy(o.width, widths, sizeof widths);
+    o.layers = 3;
+    o.steps = 3;
+    o.micro_batches = 1;
+    o.comm = w.comm;
+    o.exact_sums = true;
+    o.lr_decay = 0.7;
+    o.groups = g;
+    return o;
+}
+
+static void against_one_rank(int stage)
+{
+    char what[128];
+    snprintf(what, sizeof what, "stage %d, 3 groups, %d ranks", stage, w.size);
+    synth_groups g = three_groups(3);
+    synth_opts o = model(&g);
+    strata_config c = synth_config(STRATA_DTYPE_FP32);
+    c.zero_stage = stage;
+    c.cpu_threads = 1;
+    float *mine = NULL, *ref = NULL;
+    size_t n = 0, nref = 0;
+    T_CHECK(synth_train(&o, &c, &mine, &n, NULL, NULL) == STRATA_OK, "%s: training failed", what);
+    synth_opts one = o;
+    one.comm = NULL;
+    one.micro_batches = w.size;
+    T_CHECK(synth_train(&one, &c, &ref, &nref, NULL, NULL) == STRATA_OK && n == nref, "%s: one rank failed", what);
+    if (mine && ref) {
+        size_t first, d = synth_count_diff(mine, ref, n, &first);
+        T_CHECK(d == 0, "%s: %zu of %zu weights differ from one rank; first %zu: %.9g vs %.9g", what, d, n, first,
+                d ? (double)mine[first] : 0.0, d ? (double)ref[first] : 0.0);
+        t_world_agree(w.comm, what, mine, n);
+    }
+    free(mine);
+    free(ref);
+}
+
+static void refusals(void)
+{
+    if (w.size == 1)
+        return;
+    strata_config c = synth_config(STRATA_DTYPE_FP32);
+    c.zero_stage = 2;
+    /* Rank 1 made group 2 with another eps: every rank's finalize fails, naming the groups. */
+    synth_groups g = three_groups(3);
+    if (w.rank == 1)
+        g.hp[1].eps = 1e-7;
+    synth_opts o = model(&g);
+    strata_engine *e = NULL;
+    strata_status st = synth_engine(&o, &c, &e);
+    T_CHECK(st == STRATA_ECONFIG && strstr(strata_last_error(NULL), "parameter groups differ"),
+            "rank %d: groups that differ are refused at finalize: %s %s", w.rank, strata_status_name(st),
+            strata_last_error(NULL));
+    strata_engine_destroy(e);
+
+    /* The same groups, then rank 1 sets group 1's lr otherwise before a step: that step fails everywhere. */
+    g = three_groups(3);
+    o = model(&g);
+    T_OK(synth_engine(&o, &c, &e));
+    if (w.rank == 1) {
+        strata_group_hparams hp;
+        T_OK(strata_group_get(e, 1, &hp));
+        hp.lr *= 2;
+        T_OK(strata_group_set(e, 1, &hp));
+    }
+    st = strata_step(e, NULL, NULL);
+    T_CHECK(st == STRATA_ECONFIG && strstr(strata_last_error(e), "parameter groups differ at step"),
+            "rank %d: a step with groups set otherwise on one rank fails: %s %s", w.rank, strata_status_name(st),
+            strata_last_error(e));
+    strata_engine_destroy(e);
+}
+
+int main(void)
+{
+    w = t_world_open();
+    for (int stage = 1; stage <= 3; stage++)
+        against_one_rank(stage);
+    refusals();
+    strata_comm_destroy(w.comm);
+    return t_done();
+}
