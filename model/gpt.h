@@ -68,6 +68,10 @@ int gpt_module_param_sizes(const gpt_dims *d, int module, size_t *sizes);
 int gpt_param_shape(const gpt_dims *d, int module, int index, int64_t *dims);
 /* The names matching gpt_module_param_sizes (static strings). */
 const char *gpt_param_name(const gpt_dims *d, int module, int index);
+/* The GPT-2 weight-decay rule (minGPT's, and nanoGPT's with embeddings true): true for the 2-D weight of each linear
+ * map of a block (attention qkv and proj, MLP fc and proj), false for every bias and LayerNorm weight, and for the
+ * embeddings (the token embedding, tied to the head, and the position embedding) unless embeddings is true. */
+bool gpt_param_decays(const gpt_dims *d, int module, int index, bool embeddings);
 /* Elements of module i, and of the whole model. */
 size_t gpt_module_numel(const gpt_dims *d, int module);
 size_t gpt_numel(const gpt_dims *d);

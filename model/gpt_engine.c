@@ -204,6 +204,20 @@ fail:
     return st;
 }
 
+strata_status gpt_model_set_decay_groups(gpt_model *m, bool embeddings, strata_group_id decay,
+                                         strata_group_id no_decay)
+{
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < m->nmodules && st == STRATA_OK; i++) {
+        size_t sizes[GPT_MAX_MODULE_PARAMS];
+        int np = gpt_module_param_sizes(&m->d, i, sizes);
+        for (int k = 0; k < np && st == STRATA_OK; k++)
+            st = strata_param_set_group(m->e, m->param[i][k],
+                                        gpt_param_decays(&m->d, i, k, embeddings) ? decay : no_decay);
+    }
+    return st;
+}
+
 strata_status gpt_model_declare_order(gpt_model *m)
 {
     int n = m->nmodules; /* L + 2 */

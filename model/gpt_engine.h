@@ -51,6 +51,11 @@ void gpt_engine_reserve(const gpt_dims *d, int batch, int seq, int micro_batches
  * finalized yet. On failure *out is NULL and strata_last_error(engine) says why. */
 strata_status gpt_model_register(strata_engine *engine, const gpt_dims *d, uint64_t seed, gpt_model **out);
 
+/* Puts each parameter in optimizer group decay or no_decay as gpt_param_decays(embeddings) says
+ * (strata_param_set_group; before strata_engine_finalize). strata_last_error(engine) says why it failed. */
+strata_status gpt_model_set_decay_groups(gpt_model *m, bool embeddings, strata_group_id decay,
+                                         strata_group_id no_decay);
+
 /* Declares the order in which one pass fetches the modules (strata_module_order): forward 0..L+1, the head (the
  * embeddings again, tied), backward L+1..0; both schedules fetch so. strata.step_in_backward needs it from the
  * first step, to know that the head's hand-over of the embeddings is not their last. */

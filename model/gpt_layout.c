@@ -88,6 +88,12 @@ const char *gpt_param_name(const gpt_dims *d, int module, int index)
     return block_names[index];
 }
 
+bool gpt_param_decays(const gpt_dims *d, int module, int index, bool embeddings)
+{
+    int64_t dims[2];
+    return gpt_param_shape(d, module, index, dims) == 2 && (module != 0 || embeddings);
+}
+
 size_t gpt_module_numel(const gpt_dims *d, int module)
 {
     size_t sizes[GPT_MAX_MODULE_PARAMS], total = 0;
