@@ -14,6 +14,7 @@
 #include "gpu/device.h"
 #include "strata.h"
 #include "tools/cli.h"
+#include "tools/decay_recipe.h"
 #include "tools/estimate_acts.h"
 #include "tools/estimate_ranks.h"
 #include "tools/gpt_shape.h"
@@ -27,6 +28,7 @@ typedef struct estimate_args {
     int batch; /* 0 = not given */
     estimate_ranks ranks;
     estimate_acts acts;
+    decay_recipe decay; /* strata train's weight-decay groups, whose boundaries the layout pads */
 } estimate_args;
 
 #define SIZE_OPT(flag, field, text)                                                                                  \
@@ -50,10 +52,11 @@ static const cli_opt estimate_opts[] = {
 #undef SIZE_OPT
 static const cli_opt_group estimate_groups[] = {
     CLI_GROUP(model_opts), GPT_SHAPE_GROUP(offsetof(estimate_args, shape)), CLI_GROUP(estimate_opts),
-    ESTIMATE_ACTS_GROUP(offsetof(estimate_args, acts)), ESTIMATE_RANKS_GROUP(offsetof(estimate_args, ranks)),
+    DECAY_RECIPE_GROUP(offsetof(estimate_args, decay)), ESTIMATE_ACTS_GROUP(offsetof(estimate_args, acts)),
+    ESTIMATE_RANKS_GROUP(offsetof(estimate_args, ranks)),
 };
 static const cli_spec estimate_spec = {
-    .command = "estimate", .groups = estimate_groups, .ngroups = 5,
+    .command = "estimate", .groups = estimate_groups, .ngroups = sizeof estimate_groups / sizeof estimate_groups[0],
     .about = "Prints how many bytes each tier (device, host, NVMe) needs to train a GPT-style model with the\n"
              "config, with the largest module and the prefetch window in flight, and whether the budgets hold it.\n"
              "With zero_optimization.offload_param.device or offload_optimizer.device \"auto\" in the config it\n"
@@ -147,8 +150,13 @@ static int settle_args(int argc, char **argv, estimate_args *a, strata_config *c
         return CLI_EXIT_USAGE;
     }
     char err[4096];
+    decay_recipe_config_init(cfg); /* strata train's default, which the config and --weight-decay change */
     if (a->config && strata_config_load_json(cfg, a->config, err, sizeof err) != STRATA_OK) {
         fprintf(stderr, "%s\n", err);
+        return CLI_EXIT_USAGE;
+    }
+    if (!decay_recipe_settle(&a->decay, cfg, err, sizeof err)) {
+        fprintf(stderr, "strata estimate: %s\n", err);
         return CLI_EXIT_USAGE;
     }
     if (a->batch) { /* --batch is both the activations' and the world's */
@@ -167,13 +175,18 @@ static int settle_args(int argc, char **argv, estimate_args *a, strata_config *c
         fprintf(stderr, "strata estimate: activations need a model shape (--model or --layers/--hidden), not --params\n");
         return CLI_EXIT_USAGE;
     }
+    if (decay_recipe_on(&a->decay) && a->ranks.params) {
+        fprintf(stderr, "strata estimate: the weight decay's parameter groups need a model shape (--model or "
+                "--layers/--hidden), not --params\n");
+        return CLI_EXIT_USAGE;
+    }
     return 0;
 }
 
 /* What the plan is made of: this rank's shard of each module of the shape (or of the equal modules of a bare
  * count). *nmodules and *tied_numel (the embeddings, which the GPT's head fetches once more) are for the printers. */
 static plan_input plan_input_of(const estimate_ranks *ranks, const strata_config *cfg, const gpt_shape *shape,
-                                size_t *nmodules, size_t *tied_numel)
+                                const decay_recipe *decay, size_t *nmodules, size_t *tied_numel)
 {
     plan_input in = {.param_bytes = strata_dtype_bytes(cfg->param_dtype), .delayed = cfg->delayed_update,
                      .sub_group_numel = align_up(cfg->sub_group_size, PLAN_MODULE_ALIGN),
@@ -188,10 +201,15 @@ static plan_input plan_input_of(const estimate_ranks *ranks, const strata_config
     size_t module_params = ranks->params ? estimate_ranks_module_params(ranks) : 0;
     *tied_numel = 0;
     *nmodules = ranks->params ? (ranks->params + module_params - 1) / module_params : (size_t)gpt_module_count(shape);
+    gpt_dims dims = gpt_shape_dims(shape);
     for (size_t m = 0; m < *nmodules; m++) {
-        size_t sizes[16] = {MIN(module_params, ranks->params - MIN(ranks->params, m * module_params))};
+        size_t sizes[GPT_MAX_MODULE_PARAMS] = {
+            MIN(module_params, ranks->params - MIN(ranks->params, m * module_params))};
+        uint32_t groups[GPT_MAX_MODULE_PARAMS] = {0};
         int n = ranks->params ? 1 : gpt_module_params(shape, (int)m, sizes);
-        size_t numel = plan_module_layout(sizes, NULL, (size_t)n, NULL, NULL);
+        if (!ranks->params) /* the groups strata train makes: their boundaries are padded */
+            decay_recipe_module_groups(&dims, (int)m, decay, groups);
+        size_t numel = plan_module_layout(sizes, groups, (size_t)n, NULL, NULL);
         size_t shard = align_up(plan_rank_slice_numel(numel, ranks->world_size), PLAN_MODULE_ALIGN);
         in.total_numel += numel;
         in.shard_numel += shard;
@@ -230,7 +248,7 @@ static void place_plan(const strata_config *cfg, plan_input *in, placed *out)
 
 /* The lines above the tables: the world, the model and where the state classes went. */
 static void print_model(const estimate_ranks *ranks, const strata_config *cfg, const gpt_shape *shape,
-                        const plan_input *in, const placed *pl, size_t psi, size_t nmodules)
+                        const decay_recipe *decay, const plan_input *in, const placed *pl, size_t psi, size_t nmodules)
 {
     double count = (double)psi;
     if (ranks->active)
@@ -244,6 +262,13 @@ static void print_model(const estimate_ranks *ranks, const strata_config *cfg, c
         printf("model   gpt %s: %d layers, hidden %d, vocab %d, seq %d: %.3g%s parameters (%zu elements padded)\n",
                shape->name, shape->layers, shape->hidden, shape->vocab, shape->seq,
                count >= 1e9 ? count / 1e9 : count / 1e6, count >= 1e9 ? " billion" : " million", in->total_numel);
+    if (decay_recipe_on(decay)) {
+        char text[512];
+        gpt_dims dims = gpt_shape_dims(shape);
+        decay_recipe_describe(&dims, decay, cfg, text, sizeof text);
+        printf("groups  %s, as strata train makes them: a parameter of another group than the one before it starts on "
+               "%zu elements\n", text, PLAN_GROUP_ALIGN);
+    }
     printf("tiers   parameters %s (%s), optimizer state %s, gradients %s; largest module %zu elements\n",
            strata_tier_name(in->param_tier), strata_dtype_name(cfg->param_dtype),
            strata_tier_name(in->opt_tier), strata_tier_name(in->grad_tier), in->largest_module_numel);
@@ -288,7 +313,7 @@ int cmd_estimate(int argc, char **argv)
         cli_print_help(&estimate_spec, stdout);
         return CLI_EXIT_OK;
     }
-    estimate_args a = {.ranks = ESTIMATE_RANKS_INIT, .acts = ESTIMATE_ACTS_INIT};
+    estimate_args a = {.ranks = ESTIMATE_RANKS_INIT, .acts = ESTIMATE_ACTS_INIT, .decay = DECAY_RECIPE_INIT};
     strata_config cfg;
     strata_config_init(&cfg);
     const gpt_shape *shape;
@@ -300,7 +325,7 @@ int cmd_estimate(int argc, char **argv)
     if (!a.ranks.params && !estimate_acts_apply(&a.acts, &dims, &cfg))
         return CLI_EXIT_USAGE;
     size_t nmodules, tied_numel;
-    plan_input in = plan_input_of(&a.ranks, &cfg, shape, &nmodules, &tied_numel);
+    plan_input in = plan_input_of(&a.ranks, &cfg, shape, &a.decay, &nmodules, &tied_numel);
     placed pl;
     place_plan(&cfg, &in, &pl);
     size_t psi = a.ranks.params ? a.ranks.params : gpt_param_count(shape);
@@ -309,7 +334,7 @@ int cmd_estimate(int argc, char **argv)
         estimate_ranks_print(&a.ranks, &cfg, &in, &pl.p, psi, seq, tied_numel);
         return CLI_EXIT_OK;
     }
-    print_model(&a.ranks, &cfg, shape, &in, &pl, psi, nmodules);
+    print_model(&a.ranks, &cfg, shape, &a.decay, &in, &pl, psi, nmodules);
     print_tiers(&cfg, &in, &pl.p);
     if (a.ranks.active)
         estimate_ranks_print(&a.ranks, &cfg, &in, &pl.p, psi, seq, tied_numel);

@@ -48,8 +48,8 @@ typedef struct args {
     {.name = flag, .kind = CLI_REAL, .offset = offsetof(args, field), .lo = 0, .hi = 10, .open_lo = open,            \
      .open_hi = true, .meta = "X", .what = "a learning rate", .help = text}
 
-/* Every flag of `strata train`, one entry each (the model shape's in tools/gpt_shape.h): the parser, its messages,
- * --help and "did you mean" read this table. */
+/* Every flag of `strata train`, one entry each (the model shape's in tools/gpt_shape.h, the weight decay's in
+ * tools/decay_recipe.h): the parser, its messages, --help and "did you mean" read this table. */
 static const cli_opt model_opts[] = {
     TEXT("--model", model, "PRESET", GPT_PRESET_NAMES " (default tiny); the shape flags below override it"),
 };
@@ -73,6 +73,8 @@ static const cli_opt train_opts[] = {
                            "steps, then cosine down to --min-lr"),
     RATE("--min-lr", min_lr, false, "the learning rate the cosine ends at, in {} (default lr/10)"),
     NUM("--warmup", CLI_LL, warmup, 0, 1e15, "warmup steps, {} (default steps/10)"),
+};
+static const cli_opt run_opts[] = {
     NUM("--seed", CLI_LL, seed, 0, 1e15, "the seed of the weights and the data order, {} (default 0)"),
     CHOICE("--device", device, "auto|host|cuda",
            "where the model computes: cuda, host, or auto (default: cuda when a GPU answers)"),
@@ -124,10 +126,12 @@ static const cli_opt train_opts[] = {
 #undef NUM
 #undef RATE
 
-static const cli_opt_group train_groups[] = {CLI_GROUP(model_opts), GPT_SHAPE_GROUP(offsetof(args, shape)),
-                                             CLI_GROUP(train_opts)};
+static const cli_opt_group train_opt_groups[] = {
+    CLI_GROUP(model_opts), GPT_SHAPE_GROUP(offsetof(args, shape)), CLI_GROUP(train_opts),
+    DECAY_RECIPE_GROUP(offsetof(args, topts) + offsetof(trainer_opts, decay)), CLI_GROUP(run_opts)};
 static const cli_spec train_spec = {
-    .command = "train", .groups = train_groups, .ngroups = 3, .footer = "SIZE takes bytes or strings like 2GiB.",
+    .command = "train", .groups = train_opt_groups, .ngroups = sizeof train_opt_groups / sizeof train_opt_groups[0],
+    .footer = "SIZE takes bytes or strings like 2GiB.",
     .about = "Trains a GPT-2 style model (byte-level tokens) with strata holding its parameters and optimizer state.\n"
              "Under `mpirun -np N` it trains as N data-parallel ranks (ZeRO stage from the config; --offload host|nvme\n"
              "means stage 3): --batch and --grad-accum are per rank, rank r takes micro-batches r, N + r, 2N + r, ...\n"
@@ -159,12 +163,13 @@ static void place(strata_offload_config *o, strata_tier tier, const char *dir)
     }
 }
 
-/* The config's defaults, then --config, then --lr; 0 or an exit code. */
-static int load_config(const args *a, strata_config *cfg)
+/* The config's defaults, then --config, then --lr and the weight decay (--weight-decay, else the config's); 0 or an
+ * exit code. */
+static int load_config(args *a, strata_config *cfg)
 {
     strata_config_init(cfg);
     cfg->lr = 1e-3f;
-    cfg->weight_decay = 0.0f;
+    decay_recipe_config_init(cfg);
     if (a->config) {
         char err[4096];
         if (strata_config_load_json(cfg, a->config, err, sizeof err) != STRATA_OK) {
@@ -174,6 +179,11 @@ static int load_config(const args *a, strata_config *cfg)
     }
     if (a->lr >= 0) /* both spellings of the lr (strata.h, lr_exact): messages then show the value as given */
         cfg->lr = (float)(cfg->lr_exact = a->lr);
+    char err[512];
+    if (!decay_recipe_settle(&a->topts.decay, cfg, err, sizeof err)) {
+        train_err("%s", err);
+        return CLI_EXIT_USAGE;
+    }
     return 0;
 }
 
@@ -327,6 +337,9 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
            cfg->delayed_update ? "on" : "off",
            cfg->step_in_backward ? (cfg->norm_pass ? "; step in backward after a norm pass" : "; step in backward")
                                  : "");
+    char decay[512];
+    decay_recipe_describe(d, &t->decay, cfg, decay, sizeof decay);
+    printf("  %s\n", decay);
     print_schedule(t, cfg);
     /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master weights and the
      * moments in their form (12, 8 or 6 bytes of optimizer state an element). */
@@ -414,7 +427,8 @@ static void fill_run(const args *a, const strata_config *cfg, trainer_opts *t)
 static int train(int argc, char **argv, strata_comm *comm, bool *training)
 {
     args a = {.batch = 8, .grad_accum = 1, .steps = 100, .warmup = -1, .lr = -1, .min_lr = -1, .keep = 2,
-              .delayed_warmup = -1, .offload = -1, .offload_acts = -1, .device = -1, .dtype = -1, .schedule = -1};
+              .delayed_warmup = -1, .offload = -1, .offload_acts = -1, .device = -1, .dtype = -1, .schedule = -1,
+              .topts = {.decay = DECAY_RECIPE_INIT}};
     int rc = parse(argc, argv, &a);
     if (rc || (rc = settle_model(&a)))
         return rc;

@@ -13,6 +13,7 @@
 #include "engine/config/config.h"
 #include "model/gpt_engine.h"
 #include "tools/ckpt_locate.h"
+#include "tools/train_groups.h"
 #include "tools/train_msg.h"
 #include "tools/train_report.h"
 #include "tools/train_saves.h"
@@ -90,6 +91,7 @@ typedef struct run {
     char jsonl_path[4096];
     bool outputs_failed;           /* the trace or the log was not written: the run exits 1 at the end */
     train_saves saves;             /* --save: the root checked and locked, and the saves' record */
+    train_groups groups;           /* the optimizer's parameter groups (the weight-decay recipe's) */
     int32_t *tokens, *targets;     /* the micro-batches of one pass, one after the other */
     double *losses;                /* their losses */
     double startup_s;              /* engine creation to the model's buffers: plan, allocation, initial state */
@@ -132,8 +134,9 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
         return fail(NULL, "creating the engine");
     if (gpt_model_register(r->e, &o->dims, o->seed, &r->m) != STRATA_OK)
         return fail(r->e, "registering the model");
-    /* What every rank must be given alike beyond the config and the model, which finalize compares itself: a rank
-     * with other steps, batches or schedule would train other math, or wait for collectives that never come. */
+    /* What every rank must be given alike beyond the config, the model and the parameter groups (the weight-decay
+     * recipe's), which finalize compares itself: a rank with other steps, batches or schedule would train other math,
+     * or wait for collectives that never come. */
     const struct {
         const char *flag;
         double value;
@@ -145,6 +148,8 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
     for (size_t i = 0; i < sizeof agreed / sizeof agreed[0]; i++)
         if (strata_engine_agree_on(r->e, agreed[i].flag, agreed[i].value) != STRATA_OK)
             return fail(r->e, "declaring what the ranks must agree on (strata_engine_agree_on)");
+    if (train_groups_make(&r->groups, r->e, r->m, &o->decay) != STRATA_OK)
+        return fail(r->e, "making the optimizer's parameter groups (strata_group_add)");
     /* Step in backward must know from the first step that the head's hand-over of the embeddings is not their last. */
     if (cfg->step_in_backward && gpt_model_declare_order(r->m) != STRATA_OK)
         return fail(r->e, "declaring the fetch order (strata_module_order)");
@@ -193,6 +198,10 @@ static int resume(run *r, const trainer_opts *o, int64_t *start)
                 strata_last_error(NULL), CKPT_LOCATE_EXPECTED);
         return 2;
     }
+    double saved_decay;
+    int rc = train_groups_check_checkpoint(&r->groups, path, &saved_decay);
+    if (rc)
+        return rc;
     if (strata_load(r->e, path) != STRATA_OK)
         return fail(r->e, "resuming (strata_load)");
     /* The data continues where the saved run's strata_step calls stopped. */
@@ -202,6 +211,9 @@ static int resume(run *r, const trainer_opts *o, int64_t *start)
     *start = info.iterations;
     if (train_msg_root())
         printf("resumed from %s at step %lld\n", path, (long long)*start);
+    if (train_msg_root() && saved_decay != o->decay.weight_decay)
+        printf("  weight decay %.6g from here on; the checkpoint's run had %.6g\n", o->decay.weight_decay,
+               saved_decay);
     return 0;
 }
 
@@ -238,15 +250,20 @@ static int train_step(run *r, const trainer_opts *o, int64_t s, bool norm_pass, 
 {
     double t0 = now_s(), loss = 0;
     int world = strata_comm_size(o->comm), rc = 0;
-    strata_step_args args = {.lr = trainer_lr(o, s)};
-    /* Fixes the step's lr before backward: with strata.step_in_backward the updates run during it. */
+    /* The schedule's lr is every parameter group's, set before the step begins (with strata.step_in_backward its
+     * updates run during backward); the step's own lr is then 0, "the groups' values". So a schedule that ends at 0
+     * ends there: as a step's lr, 0 would mean the configured one. */
+    double lr = trainer_lr(o, s);
+    strata_step_args args = {.lr = 0};
+    if (train_groups_set(&r->groups, r->e, lr) != STRATA_OK)
+        return fail(r->e, "setting the step's learning rate (strata_group_set)");
     if (strata_step_begin(r->e, &args) != STRATA_OK)
         return fail(r->e, "beginning the step (strata_step_begin)");
     if (norm_pass && ((rc = forward_backward(r, o, s, &loss)) != 0 || strata_norm_pass_end(r->e, NULL) != STRATA_OK))
         return rc ? rc : fail(r->e, "the norm pass (strata_norm_pass_end)");
     if ((rc = forward_backward(r, o, s, &loss)) != 0)
         return rc;
-    double t1 = now_s(), lr = args.lr;
+    double t1 = now_s();
     strata_step_result res;
     if (strata_step(r->e, &args, &res) != STRATA_OK)
         return fail(r->e, "the optimizer step (strata_step)");

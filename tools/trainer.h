@@ -1,6 +1,7 @@
 /*
  * The training loop of `strata train`: builds an engine from a config as one rank of a world, registers the GPT
- * model, and runs steps of grad_accum micro-batches per rank with a warmup + cosine learning rate, a live progress
+ * model, and runs steps of grad_accum micro-batches per rank with a warmup + cosine learning rate (every optimizer
+ * parameter group's: train_groups.h), a live progress
  * line, a JSONL log, periodic checkpoints (DIR/step-N, the last `keep` kept) and a summary. In a world of N ranks,
  * rank r's micro-batch m of a step is the data stream's micro-batch m * N + r, and the engine sums the ranks'
  * gradients: N ranks with grad_accum k train as one rank with N * k. World 1: SIGINT/SIGTERM finish the current
@@ -18,6 +19,7 @@
 
 #include "model/data.h"
 #include "model/gpt.h"
+#include "tools/decay_recipe.h"
 
 typedef struct trainer_opts {
     gpt_dims dims;
@@ -27,6 +29,7 @@ typedef struct trainer_opts {
     int64_t steps;
     double lr, min_lr;         /* peak and final learning rate */
     int64_t warmup;            /* steps of linear warmup */
+    decay_recipe decay;        /* the weight decay and which parameters it applies to (settled) */
     uint64_t seed;
     const gpt_data *data;
     strata_comm *comm;         /* the world this process trains in (strata_comm_create) */
