@@ -96,6 +96,9 @@ static strata_status grads_from_host(strata_engine *e, strata_module_id id, cons
     const char *what = "strata_grads_from_host";
     const reg_module *m;
     ERR_CHECK(find_module(e, id, count, grads, what, &m));
+    if (m->frozen)
+        return err_set(STRATA_ESTATE, "%s(\"%s\"): the module is frozen (strata_module_freeze): it has no "
+                       "gradients to hand over", what, m->name);
     grad_store *g = e->grads;
     if (grads_has_buffers(g, id))
         return err_set(STRATA_ESTATE, "%s(\"%s\"): the module's device gradient buffers were taken this step "

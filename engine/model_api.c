@@ -13,6 +13,29 @@ STRATA_API strata_status strata_module_add(strata_engine *e, const char *name, s
     return err_copy(&e->err, registry_module_add(e->reg, name, out));
 }
 
+static strata_status module_freeze(strata_engine *e, strata_module_id module)
+{
+    if (e->finalized)
+        return err_set(STRATA_ESTATE, "strata_module_freeze(module %u): the engine is already finalized; freeze "
+                       "modules before strata_engine_finalize()", module);
+    if (!registry_find_module(e->reg, module, "strata_module_freeze"))
+        return STRATA_ESTATE;
+    registry_module_freeze(e->reg, module);
+    return STRATA_OK;
+}
+
+STRATA_API strata_status strata_module_freeze(strata_engine *e, strata_module_id module)
+{
+    if (!e)
+        return err_set(STRATA_EINVAL, "strata_module_freeze: engine is NULL");
+    return err_copy(&e->err, module_freeze(e, module));
+}
+
+STRATA_API bool strata_module_frozen(const strata_engine *e, strata_module_id module)
+{
+    return e && module < registry_nmodules(e->reg) && registry_module(e->reg, module)->frozen;
+}
+
 STRATA_API strata_status strata_param_add(strata_engine *e, strata_module_id module, const char *name, size_t numel,
                                           strata_init_fn init, void *init_ctx, strata_param_id *out)
 {

@@ -16,7 +16,10 @@ struct registry {
     size_t nparams, params_cap;
     size_t total_numel;             /* the padded flat partition (full view) */
     size_t shard_total_numel;       /* this rank's shards together (shard view) */
+    size_t trained_numel, shard_trained_numel; /* the trained modules' part of each (they come first) */
     size_t largest_module_numel;
+    strata_module_id *by_position;  /* module ids in layout order (after registry_layout) */
+    size_t nfrozen;
 };
 
 strata_status registry_create(registry **out)
@@ -33,6 +36,7 @@ void registry_destroy(registry *r)
         free(r->modules[i].params);
     free(r->modules);
     free(r->params);
+    free(r->by_position);
     free(r);
 }
 
@@ -93,6 +97,11 @@ strata_status registry_param_add(registry *r, strata_module_id module, const cha
     m->params[m->nparams++] = (strata_param_id)r->nparams;
     *out = (strata_param_id)r->nparams++;
     return STRATA_OK;
+}
+
+void registry_module_freeze(registry *r, strata_module_id id)
+{
+    r->modules[id].frozen = true;
 }
 
 void registry_param_set_group(registry *r, strata_param_id param, strata_group_id group)
@@ -187,6 +196,10 @@ strata_status registry_layout(registry *r, size_t persistence_threshold, int wor
     size_t most = 1, world = (size_t)world_size;
     for (size_t i = 0; i < r->nmodules; i++)
         most = MAX(most, r->modules[i].nparams);
+    strata_module_id *order = realloc(r->by_position, MAX(r->nmodules, (size_t)1) * sizeof *order);
+    if (!order)
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the layout");
+    r->by_position = order;
     size_t *sizes = malloc(most * sizeof *sizes), *offs = malloc(most * sizeof *offs);
     uint32_t *groups = malloc(most * sizeof *groups);
     if (!sizes || !offs || !groups) {
@@ -195,10 +208,21 @@ strata_status registry_layout(registry *r, size_t persistence_threshold, int wor
         free(groups);
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the layout");
     }
+    /* Trained modules first, then the frozen ones, each in id order (see Frozen modules). */
+    size_t k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < r->nmodules; i++)
+            if (r->modules[i].frozen == (pass == 1))
+                order[k++] = (strata_module_id)i;
     size_t pos = 0, shard_pos = 0;
     r->largest_module_numel = 0;
-    for (size_t i = 0; i < r->nmodules; i++) {
-        reg_module *m = &r->modules[i];
+    r->nfrozen = 0;
+    for (k = 0; k < r->nmodules; k++) {
+        reg_module *m = &r->modules[order[k]];
+        if (m->frozen && r->nfrozen++ == 0) {
+            r->trained_numel = pos;
+            r->shard_trained_numel = shard_pos;
+        }
         m->offset = pos;
         for (size_t j = 0; j < m->nparams; j++) {
             sizes[j] = r->params[m->params[j]].numel;
@@ -217,6 +241,10 @@ strata_status registry_layout(registry *r, size_t persistence_threshold, int wor
     }
     r->total_numel = pos;
     r->shard_total_numel = shard_pos;
+    if (r->nfrozen == 0) {
+        r->trained_numel = pos;
+        r->shard_trained_numel = shard_pos;
+    }
     free(sizes);
     free(offs);
     free(groups);
@@ -240,11 +268,14 @@ strata_status registry_group_runs(const registry *r, reg_view v, int rank, adam_
     if (!runs)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the parameter groups' runs");
     size_t n = 0;
-    for (size_t i = 0; i < r->nmodules; i++) {
-        const reg_module *m = &r->modules[i];
+    for (size_t k = 0; k < r->nmodules; k++) {
+        const reg_module *m = &r->modules[r->by_position[k]];
+        if (registry_view_count(m, v) == 0)
+            continue; /* frozen, in a trained view */
         /* This rank's slice of the module, in full-view positions, and where it starts in view v. */
-        size_t lo = v == REG_SHARD ? m->offset + (size_t)rank * m->shard_numel : m->offset;
-        size_t hi = v == REG_SHARD ? lo + m->shard_numel : m->offset + m->numel;
+        bool sharded = registry_view_sharded(v);
+        size_t lo = sharded ? m->offset + (size_t)rank * m->shard_numel : m->offset;
+        size_t hi = sharded ? lo + m->shard_numel : m->offset + m->numel;
         size_t base = registry_view_offset(m, v);
         for (size_t j = 0; j < m->nparams; j++) {
             const reg_param *p = &r->params[m->params[j]];
@@ -272,28 +303,50 @@ size_t registry_largest_module_numel(const registry *r)
 
 size_t registry_view_numel(const registry *r, reg_view v)
 {
-    return v == REG_SHARD ? r->shard_total_numel : r->total_numel;
+    switch (v) {
+    case REG_SHARD: return r->shard_total_numel;
+    case REG_FULL_TRAINED: return r->trained_numel;
+    case REG_SHARD_TRAINED: return r->shard_trained_numel;
+    default: return r->total_numel;
+    }
 }
 
 size_t registry_view_offset(const reg_module *m, reg_view v)
 {
-    return v == REG_SHARD ? m->shard_offset : m->offset;
+    return registry_view_sharded(v) ? m->shard_offset : m->offset;
 }
 
 size_t registry_view_count(const reg_module *m, reg_view v)
 {
-    return v == REG_SHARD ? m->shard_numel : m->numel;
+    if (m->frozen && registry_view_trained(v))
+        return 0;
+    return registry_view_sharded(v) ? m->shard_numel : m->numel;
 }
 
-strata_module_id registry_module_at(const registry *r, reg_view v, size_t pos)
+strata_module_id registry_module_by_position(const registry *r, size_t k)
+{
+    return r->by_position[k];
+}
+
+size_t registry_nfrozen(const registry *r)
+{
+    return r->nfrozen;
+}
+
+size_t registry_position_at(const registry *r, reg_view v, size_t pos)
 {
     size_t lo = 0, hi = r->nmodules;
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
-        if (registry_view_offset(&r->modules[mid], v) <= pos)
+        if (registry_view_offset(&r->modules[r->by_position[mid]], v) <= pos)
             lo = mid;
         else
             hi = mid;
     }
-    return (strata_module_id)lo;
+    return lo;
+}
+
+strata_module_id registry_module_at(const registry *r, reg_view v, size_t pos)
+{
+    return r->by_position[registry_position_at(r, v, pos)];
 }

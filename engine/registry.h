@@ -14,6 +14,14 @@
  * others in the full view. Cutting each module (rather than the whole partition) keeps a module's all-gather
  * and reduce-scatter one equal-sized collective. With N = 1 both views are the same.
  *
+ * Frozen modules (strata_module_freeze) have parameters and nothing else: no gradients, no optimizer state. The
+ * layout puts every trained module first, in id order, and the frozen ones after them, so that in both views the
+ * trained modules fill [0, trained numel) and the frozen ones the rest. The gradient and optimizer classes live in
+ * the trained views (REG_FULL_TRAINED, REG_SHARD_TRAINED): the same positions, but only that leading range, in which
+ * a frozen module counts 0 elements. A trained position is the same element in every state class, as before; module
+ * positions no longer ascend with ids when a module is frozen (registry_module_at and registry_module_by_position
+ * walk them in position order).
+ *
  * The registry itself is private to registry.c; the descriptors below are read-only views of it.
  */
 #ifndef STRATA_ENGINE_REGISTRY_H
@@ -51,6 +59,7 @@ typedef struct reg_module {
     size_t used_numel;             /* elements that belong to parameters (without the tail padding) */
     size_t shard_offset, shard_numel; /* this rank's shard: its place in the shard view, and its length */
     bool persistent;               /* below the persistence threshold: stays resident */
+    bool frozen;                   /* parameters only: no gradients, no optimizer state (strata_module_freeze) */
 } reg_module;
 
 typedef struct registry registry;
@@ -65,6 +74,8 @@ strata_status registry_param_add(registry *r, strata_module_id module, const cha
 /* Records param's model shape (see strata_param_set_shape); STRATA_EINVAL naming the parameter, the dims, their
  * product and its numel when they do not fit. */
 strata_status registry_param_set_shape(registry *r, strata_param_id param, int ndim, const int64_t *dims);
+/* Freezes a known module (before layout). */
+void registry_module_freeze(registry *r, strata_module_id id);
 /* Puts param in group (the caller checked both). */
 void registry_param_set_group(registry *r, strata_param_id param, strata_group_id group);
 /* "[d0, d1, ...]" into out (len bytes; cut when too short). */
@@ -86,11 +97,20 @@ strata_status registry_layout(registry *r, size_t persistence_threshold, int wor
 size_t registry_total_numel(const registry *r);
 size_t registry_largest_module_numel(const registry *r);
 
-/* The two views of the partition (see Ranks). */
-typedef enum reg_view { REG_FULL, REG_SHARD } reg_view;
+/* The views of the partition (see Ranks and Frozen modules): full or sharded, and of those the trained part. */
+typedef enum reg_view { REG_FULL, REG_SHARD, REG_FULL_TRAINED, REG_SHARD_TRAINED } reg_view;
+/* Whether v is one of this rank's shards, and whether it holds only the trained modules. */
+static inline bool registry_view_sharded(reg_view v)
+{
+    return v == REG_SHARD || v == REG_SHARD_TRAINED;
+}
+static inline bool registry_view_trained(reg_view v)
+{
+    return v == REG_FULL_TRAINED || v == REG_SHARD_TRAINED;
+}
 /* Elements of the view (the full partition, or this rank's shards together). */
 size_t registry_view_numel(const registry *r, reg_view v);
-/* A module's range in the view. */
+/* A module's range in the view (a frozen module's count is 0 in the trained views). */
 size_t registry_view_offset(const reg_module *m, reg_view v);
 size_t registry_view_count(const reg_module *m, reg_view v);
 /* Where the ZeRO stage puts each state class: the full view (replicated on every rank) or this rank's shard
@@ -104,7 +124,13 @@ typedef struct engine_views {
  * is malloc'ed (free it); STRATA_ENOMEM. */
 strata_status registry_group_runs(const registry *r, reg_view v, int rank, adam_run **out, size_t *count);
 
-/* The module holding element pos of the view (modules are contiguous and ascending in both). */
+/* The module holding element pos of the view (pos below the view's numel). */
 strata_module_id registry_module_at(const registry *r, reg_view v, size_t pos);
+/* The position (as registry_module_by_position counts) of the module holding element pos of the view. */
+size_t registry_position_at(const registry *r, reg_view v, size_t pos);
+/* The module at position k (0 .. registry_nmodules - 1) in the layout's order: trained modules by id, then frozen. */
+strata_module_id registry_module_by_position(const registry *r, size_t k);
+/* How many modules are frozen. */
+size_t registry_nfrozen(const registry *r);
 
 #endif

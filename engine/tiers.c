@@ -74,20 +74,22 @@ strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev,
     return STRATA_OK;
 }
 
-/* Fills one chunk [first, first + count) of fp32 initial values, calling each parameter's init
- * for the part of it inside the chunk; padding is zero. */
-static strata_status fill_chunk(const registry *reg, size_t first, size_t count, float *out, size_t *param_cursor)
+/* Fills one chunk [first, first + count) of module m's fp32 initial values, calling each parameter's init for the
+ * part of it inside the chunk; padding is zero. *param_cursor: the module's parameter (its index in m->params) the
+ * chunk starts in, 0 for the module's first chunk. */
+static strata_status fill_chunk(const registry *reg, const reg_module *m, size_t first, size_t count, float *out,
+                                size_t *param_cursor)
 {
     memset(out, 0, count * sizeof *out);
     size_t end = first + count;
-    while (*param_cursor < registry_nparams(reg)) {
-        const reg_param *p = registry_param(reg, (strata_param_id)*param_cursor);
+    while (*param_cursor < m->nparams) {
+        strata_param_id id = m->params[*param_cursor];
+        const reg_param *p = registry_param(reg, id);
         if (p->offset >= end)
             break;
         size_t lo = MAX(p->offset, first), hi = MIN(p->offset + p->numel, end);
         if (p->init && hi > lo) {
-            strata_status st = p->init(p->init_ctx, (strata_param_id)*param_cursor, lo - p->offset, hi - lo,
-                                       out + (lo - first));
+            strata_status st = p->init(p->init_ctx, id, lo - p->offset, hi - lo, out + (lo - first));
             if (st != STRATA_OK)
                 return err_set(st, "init of parameter \"%s.%s\" failed at elements [%zu, %zu): %s",
                                registry_module(reg, p->module)->name, p->name, lo - p->offset, hi - p->offset,
@@ -131,9 +133,9 @@ static strata_status write_initial(engine_tiers *t, tier_array *a, size_t first,
 static strata_status write_view(engine_tiers *t, tier_array *a, reg_view v, const reg_module *m, int rank,
                                 size_t first, size_t n, const void *buf, io_wait *w)
 {
-    if (!a->numel)
-        return STRATA_OK;
-    if (v == REG_FULL)
+    if (!a->numel || !registry_view_count(m, v))
+        return STRATA_OK; /* a frozen module's optimizer state does not exist */
+    if (!registry_view_sharded(v))
         return write_initial(t, a, first, n, buf, w);
     size_t lo = m->offset + (size_t)rank * m->shard_numel, hi = lo + m->shard_numel;
     lo = MAX(lo, first);
@@ -177,15 +179,17 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
     }
     io_wait w;
     io_wait_init(&w);
-    size_t cursor = 0;
-    /* Module by module over the full view (chunks never straddle two modules, so each lies in one module's
-     * shards), each chunk written to every array in that array's view. */
-    for (size_t i = 0; i < registry_nmodules(reg) && st == STRATA_OK; i++) {
-        const reg_module *m = registry_module(reg, (strata_module_id)i);
+    
+    /* Module by module over the full view in position order (chunks never straddle two modules, so each lies in one
+     * module's shards), each chunk written to every array in that array's view. */
+    for (size_t pos = 0; pos < registry_nmodules(reg) && st == STRATA_OK; pos++) {
+        strata_module_id i = registry_module_by_position(reg, pos);
+        const reg_module *m = registry_module(reg, i);
         uint32_t crc = 0;
+        size_t cursor = 0;
         for (size_t first = m->offset; first < m->offset + m->numel && st == STRATA_OK; first += chunk) {
             size_t n = MIN(chunk, m->offset + m->numel - first);
-            st = fill_chunk(reg, first, n, vals, &cursor);
+            st = fill_chunk(reg, m, first, n, vals, &cursor);
             if (st != STRATA_OK)
                 break;
             if (module_crc)

@@ -480,6 +480,17 @@ STRATA_API strata_status strata_param_add(strata_engine *engine, strata_module_i
                                           size_t numel, strata_init_fn init, void *init_ctx,
                                           strata_param_id *out);
 
+/* Freezes module (before finalize): its parameters are strata's like any other's (partitioned at ZeRO stage 3,
+ * homed on the parameters' tier, fetched around their use, saved in checkpoints: params.safetensors, in param_dtype,
+ * as it holds them) but take no gradients and have no optimizer state, and the plan counts them that way. It is the
+ * unit of freezing: a trainer whose module mixes frozen and trained parameters puts the frozen ones in a module of
+ * their own. strata_grad_data is NULL and strata_grads_ready / strata_grads_from_host STRATA_ESTATE for it;
+ * strata_param_read_master reads its parameters, widened to fp32. Freezing again is a no-op; STRATA_ESTATE after
+ * finalize or for an unknown module. Ranks must freeze the same modules. Not thread-safe (the engine's thread). */
+STRATA_API strata_status strata_module_freeze(strata_engine *engine, strata_module_id module);
+/* Whether module is frozen (false for an unknown one). */
+STRATA_API bool strata_module_frozen(const strata_engine *engine, strata_module_id module);
+
 #define STRATA_MAX_DIMS 8
 /* Declares param's shape in the model: ndim (1..STRATA_MAX_DIMS) dimensions dims[0..ndim), each >= 1, whose product
  * is the parameter's numel. Optional: strata stores and moves a parameter flat whatever its shape; the shape goes

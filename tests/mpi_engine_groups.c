@@ -2,7 +2,8 @@
  * Parameter groups across ranks: N ranks that each train one micro-batch per step, with three optimizer groups whose
  * lrs follow a schedule from their own bases, end with the weights of one rank accumulating the same N micro-batches,
  * at stages 1 to 3 (the optimizer's shard view cuts modules, and so groups, where the ranks' shards meet). The
- * gradients sit on mpi_engine_ranks.c's exact grid, so any difference is the engine's. Ranks whose groups differ
+ * gradients sit on mpi_engine_ranks.c's exact grid, so any difference is the engine's. The same with a frozen
+ * layer between trained ones (its module partitioned and gathered like any other, with no gradients to reduce). Ranks whose groups differ
  * are refused at finalize, and a step where one rank set a group otherwise fails on every rank, naming it.
  */
 #include <math.h>
@@ -42,12 +43,14 @@ static synth_opts model(const synth_groups *g)
     return o;
 }
 
-static void against_one_rank(int stage)
+static void against_one_rank(int stage, uint32_t frozen_layers)
 {
     char what[128];
-    snprintf(what, sizeof what, "stage %d, 3 groups, %d ranks", stage, w.size);
+    snprintf(what, sizeof what, "stage %d, 3 groups, %s, %d ranks", stage,
+             frozen_layers ? "layer 1 frozen" : "all trained", w.size);
     synth_groups g = three_groups(3);
     synth_opts o = model(&g);
+    o.frozen_layers = frozen_layers;
     strata_config c = synth_config(STRATA_DTYPE_FP32);
     c.zero_stage = stage;
     c.cpu_threads = 1;
@@ -106,8 +109,10 @@ static void refusals(void)
 int main(void)
 {
     w = t_world_open();
-    for (int stage = 1; stage <= 3; stage++)
-        against_one_rank(stage);
+    for (int stage = 1; stage <= 3; stage++) {
+        against_one_rank(stage, 0);
+        against_one_rank(stage, 1u << 1);
+    }
     refusals();
     strata_comm_destroy(w.comm);
     return t_done();

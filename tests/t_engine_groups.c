@@ -36,27 +36,50 @@ static synth_groups three_groups(int layers)
 
 /* ---------------------------------------------------------------- the oracle */
 
-typedef struct flat {
+typedef struct flat flat;
+static void place_module(const synth_opts *o, int l, flat *f);
+
+struct flat {
     size_t n, at[2 * SYNTH_MAX_LAYERS], numel[2 * SYNTH_MAX_LAYERS];
+    int order[2 * SYNTH_MAX_LAYERS], ntrained; /* the trained parameters in layout order */
+    size_t trained_n;                          /* where the frozen modules start */
     float *master, *grad, *scale_m, *scale_v;
     uint8_t *m, *v; /* in the form: 4, 2 or 1 bytes an element */
-} flat;
+};
 
-/* The engine's layout: module l = layer l's weight then bias, padded where their groups differ. */
+static void place_module(const synth_opts *o, int l, flat *f)
+{
+    size_t sizes[2] = {(size_t)o->width[l + 1] * o->width[l], (size_t)o->width[l + 1]}, offs[2];
+    uint32_t groups[2] = {(uint32_t)o->groups->of_param[2 * l], (uint32_t)o->groups->of_param[2 * l + 1]};
+    size_t numel = plan_module_layout(sizes, groups, 2, offs, NULL);
+    for (int j = 0; j < 2; j++) {
+        f->at[2 * l + j] = f->n + offs[j];
+        f->numel[2 * l + j] = sizes[j];
+    }
+    f->n += numel;
+}
+
+/* The engine's layout: module l = layer l's weight then bias, padded where their groups differ; the trained
+ * modules first, the frozen ones after them. */
 static void layout(const synth_opts *o, flat *f)
 {
     f->n = 0;
-    for (int l = 0; l < o->layers; l++) {
-        size_t sizes[2] = {(size_t)o->width[l + 1] * o->width[l], (size_t)o->width[l + 1]}, offs[2];
-        uint32_t groups[2] = {(uint32_t)o->groups->of_param[2 * l], (uint32_t)o->groups->of_param[2 * l + 1]};
-        size_t numel = plan_module_layout(sizes, groups, 2, offs, NULL);
-        for (int j = 0; j < 2; j++) {
-            f->at[2 * l + j] = f->n + offs[j];
-            f->numel[2 * l + j] = sizes[j];
+    f->ntrained = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            f->trained_n = f->n;
+        for (int l = 0; l < o->layers; l++) {
+            if ((o->frozen_layers >> l & 1) != (uint32_t)pass)
+                continue;
+            if (pass == 0) {
+                f->order[f->ntrained++] = 2 * l;
+                f->order[f->ntrained++] = 2 * l + 1;
+            }
+            place_module(o, l, f);
         }
-        f->n += numel;
     }
 }
+
 
 static void flat_init(const synth_opts *o, strata_moments form, flat *f)
 {
@@ -104,12 +127,12 @@ static void step_oracle(const synth_opts *o, const strata_config *c, strata_mome
 {
     adam_consts k[SYNTH_MAX_GROUPS + 1];
     group_consts(o, c, s, k);
-    int np = 2 * o->layers;
-    for (int p = 0; p < np;) {
-        int g = o->groups->of_param[p], q = p + 1;
-        while (q < np && o->groups->of_param[q] == g)
-            q++;
-        size_t first = p == 0 ? 0 : f->at[p], end = q < np ? f->at[q] : f->n;
+    int np = f->ntrained;
+    for (int i = 0; i < np;) {
+        int g = o->groups->of_param[f->order[i]], j = i + 1;
+        while (j < np && o->groups->of_param[f->order[j]] == g)
+            j++;
+        size_t first = i == 0 ? 0 : f->at[f->order[i]], end = j < np ? f->at[f->order[j]] : f->trained_n;
         adam_arrays a = {.master = f->master, .grad = f->grad, .grad_dtype = STRATA_DTYPE_FP32,
                          .param_dtype = STRATA_DTYPE_NONE, .exp_avg = (float *)f->m, .exp_avg_sq = (float *)f->v};
         if (form == STRATA_MOMENTS_FP32) {
@@ -122,7 +145,7 @@ static void step_oracle(const synth_opts *o, const strata_config *c, strata_mome
             adam_q8_moments mo = {f->m, f->v, f->scale_m, f->scale_v};
             adam_step_q8_ref(&k[g], &a, &mo, first, end);
         }
-        p = q;
+        i = j;
     }
 }
 
@@ -258,12 +281,110 @@ static void against_oracle(const char *scratch)
     free(b);
 }
 
-/* The step variants on the same groups: each must give the ordinary step's weights. bf16 parameters, accumulation
- * 1 (the step in backward needs it), gradient clipping that triggers on some steps. */
-static void variants(const char *scratch)
+/* Frozen modules: the middle layer frozen (backward passes through it) and the groups of the others, against the
+ * oracle that never updates it, on every placement and moments form; its optimizer state does not exist (the host
+ * tier holds less than with it trained); misuse of it is refused. */
+static void frozen(const char *scratch)
+{
+    synth_opts o = base_opts();
+    synth_groups g = three_groups(o.layers);
+    o.groups = &g;
+    o.frozen_layers = 1u << 1 | 1u << 2;
+    const strata_moments forms[] = {STRATA_MOMENTS_FP32, STRATA_MOMENTS_8BIT};
+    for (int fi = 0; fi < 2; fi++) {
+        strata_config c = synth_config(STRATA_DTYPE_FP32);
+        c.optimizer_moments = forms[fi];
+        size_t n_ref;
+        float *ref = oracle(&o, &c, forms[fi], &n_ref);
+        for (size_t p = 0; p < synth_placement_count; p++) {
+            strata_config pc = c;
+            synth_placements[p].apply(&pc, scratch);
+            char what[128];
+            snprintf(what, sizeof what, "layers 1, 2 frozen, %s moments, %s", fi ? "8bit" : "fp32",
+                     synth_placements[p].name);
+            size_t n;
+            float *w = train(&o, &pc, what, &n);
+            expect_same(what, ref, n_ref, w, n);
+            /* The frozen layers kept their initial values exactly. */
+            size_t at = (size_t)o.width[1] * o.width[0] + o.width[1];
+            T_CHECK(w && w[at] == synth_init_value(o.seed, 2, 0) && w[at + 1] == synth_init_value(o.seed, 2, 1),
+                    "%s: layer 1's weight kept its initial values", what);
+            free(w);
+        }
+        free(ref);
+    }
+    /* The optimizer state and gradients of the frozen modules are not allocated: the host holds less. */
+    strata_config c = synth_config(STRATA_DTYPE_FP32);
+    c.offload_optimizer.device = STRATA_TIER_HOST;
+    synth_opts trained = o;
+    trained.frozen_layers = 0;
+    strata_stats sf, st;
+    float *w = NULL;
+    size_t n;
+    T_OK(synth_train(&o, &c, &w, &n, NULL, &sf));
+    free(w);
+    T_OK(synth_train(&trained, &c, &w, &n, NULL, &st));
+    free(w);
+    size_t frozen_numel = 0; /* layers 1 and 2, padded as the layout pads them */
+    for (int l = 1; l <= 2; l++) {
+        size_t sizes[2] = {(size_t)o.width[l + 1] * o.width[l], (size_t)o.width[l + 1]};
+        uint32_t gr[2] = {(uint32_t)g.of_param[2 * l], (uint32_t)g.of_param[2 * l + 1]};
+        frozen_numel += plan_module_layout(sizes, gr, 2, NULL, NULL);
+    }
+    /* At least master + m + v (12 bytes) and the gradient store (4) per frozen element; the step's pinned slots,
+     * sized by the optimizer's partition where it is smaller than a sub-group, shrink too. */
+    T_CHECK(sf.host_peak_bytes + frozen_numel * 16 <= st.host_peak_bytes,
+            "host peak with layers 1, 2 frozen %zu, trained %zu: the difference %zd holds at least their optimizer "
+            "state and gradient store, %zu", sf.host_peak_bytes, st.host_peak_bytes,
+            (ssize_t)(st.host_peak_bytes - sf.host_peak_bytes), frozen_numel * 16);
+
+    /* Misuse. */
+    strata_engine *e = NULL;
+    T_OK(synth_engine(&o, &c, &e));
+    T_CHECK(strata_module_frozen(e, 1) && !strata_module_frozen(e, 0), "layer 1 frozen, layer 0 not");
+    T_CHECK(strata_module_freeze(e, 0) == STRATA_ESTATE, "freezing after finalize refused");
+    T_OK(strata_fetch(e, 1));
+    T_CHECK(strata_grad_data(e, 2) == NULL && strstr(strata_last_error(e), "frozen"),
+            "no gradient buffer for a frozen parameter: %s", strata_last_error(e));
+    T_CHECK(strata_grads_ready(e, 1) == STRATA_ESTATE && strstr(strata_last_error(e), "layer1") &&
+                strstr(strata_last_error(e), "frozen"),
+            "grads_ready of a frozen module refused: %s", strata_last_error(e));
+    T_OK(strata_release(e, 1));
+    float v;
+    T_OK(strata_param_read_master(e, 2, 5, 1, &v));
+    T_CHECK(v == synth_init_value(o.seed, 2, 5), "a frozen parameter reads as its values: %g vs %g", (double)v,
+            (double)synth_init_value(o.seed, 2, 5));
+    strata_engine_destroy(e);
+
+    /* A checkpoint holds the frozen modules (in params.safetensors) and resumes exactly. */
+    synth_use_nvme(&c, scratch, true, true);
+    o.steps = 4;
+    size_t n_ref;
+    float *ref = train(&o, &c, "frozen: 4 steps", &n_ref);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/ckpt-frozen", scratch);
+    synth_opts first = o;
+    first.steps = 2;
+    first.save_dir = dir;
+    first.save_after = 2;
+    free(train(&first, &c, "frozen: 2 steps, saved", &n));
+    synth_opts second = o;
+    second.first_step = 2;
+    second.steps = 2;
+    second.load_dir = dir;
+    w = train(&second, &c, "frozen: loaded, 2 more", &n);
+    expect_same("frozen: resumed vs uninterrupted", ref, n_ref, w, n);
+    free(w);
+    free(ref);
+}
+
+/* The step variants on the same groups, with or without a frozen layer: each must give the ordinary step's weights.
+ * bf16 parameters, accumulation 1 (the step in backward needs it), gradient clipping. */
+static void variants(const char *scratch, uint32_t frozen_layers)
 {
     synth_opts o = base_opts();
     o.micro_batches = 1;
+    o.frozen_layers = frozen_layers;
     synth_groups g = three_groups(o.layers);
     o.groups = &g;
     strata_config c = synth_config(STRATA_DTYPE_BF16);
@@ -463,7 +584,9 @@ int main(void)
     t_rng_seed();
     const char *scratch = t_scratch_dir("t_engine_groups");
     against_oracle(scratch);
-    variants(scratch);
+    frozen(scratch);
+    variants(scratch, 0);
+    variants(scratch, 1u << 1);
     checkpoints(scratch);
     misuse();
     return t_done();

@@ -58,7 +58,7 @@ static size_t rank_pieces(const ckpt_ctx *c, const save_plan *pl, int kind, int 
         for (size_t k = 0; k < registry_nparams(e->reg); k++) {
             const reg_param *p = CKPT_PARAM(e, c->ord[k]);
             uint64_t first, numel;
-            if (!ckpt_own_piece(e, p, rank, &first, &numel))
+            if (!ckpt_stream_covers(e, &pl->s[kind][s], p) || !ckpt_own_piece(e, p, rank, &first, &numel))
                 continue;
             ckpt_tensor *t = &out[n++];
             memset(t, 0, sizeof *t);
@@ -147,7 +147,8 @@ static strata_status save_file(save_ctx *sc, int kind, ckpt_tensor *pieces)
         st = save_stream(c, &wr, cs);
         for (size_t k = 0; k < registry_nparams(e->reg) && st == STRATA_OK; k++) {
             uint64_t first, numel;
-            if (ckpt_own_piece(e, CKPT_PARAM(e, c->ord[k]), e->rank, &first, &numel))
+            const reg_param *p = CKPT_PARAM(e, c->ord[k]);
+            if (ckpt_stream_covers(e, cs, p) && ckpt_own_piece(e, p, e->rank, &first, &numel))
                 sc->crcs[sc->ncrcs++] = c->crc[k];
         }
     }
@@ -164,11 +165,13 @@ static size_t count_pieces(const ckpt_ctx *c, const save_plan *pl, int rank)
 {
     size_t n = 0;
     for (int kind = 0; kind < CKPT_FILE_COUNT; kind++)
-        for (size_t k = 0; k < registry_nparams(c->e->reg); k++) {
-            uint64_t first, numel;
-            if (ckpt_own_piece(c->e, CKPT_PARAM(c->e, c->ord[k]), rank, &first, &numel))
-                n += (size_t)pl->ns[kind];
-        }
+        for (int s = 0; s < pl->ns[kind]; s++)
+            for (size_t k = 0; k < registry_nparams(c->e->reg); k++) {
+                uint64_t first, numel;
+                const reg_param *p = CKPT_PARAM(c->e, c->ord[k]);
+                if (ckpt_stream_covers(c->e, &pl->s[kind][s], p) && ckpt_own_piece(c->e, p, rank, &first, &numel))
+                    n++;
+            }
     return n;
 }
 
@@ -308,8 +311,9 @@ static void plan_streams(strata_engine *e, bool has_next, save_plan *pl)
     if (has_next)
         pl->s[CKPT_FILE_PARAMS][1] = ckpt_plain_stream(ranks_step_params(e, back), ranks_step_params_view(e), ".next",
                                                       e->cfg.param_dtype);
-    /* fp32 parameters equal the master weights unless an update is pending: no copy needed then. */
-    if (e->cfg.param_dtype != STRATA_DTYPE_FP32 || has_next)
+    /* fp32 parameters equal the master weights unless an update is pending, or a frozen module has none: no copy
+     * needed then. */
+    if (e->cfg.param_dtype != STRATA_DTYPE_FP32 || has_next || registry_nfrozen(e->reg))
         pl->ns[CKPT_FILE_PARAMS] = has_next ? 2 : 1;
 }
 

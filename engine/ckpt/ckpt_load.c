@@ -101,6 +101,8 @@ static strata_status match_stream(load_ctx *lc, const ckpt_stream *s, int kind, 
     char files[CKPT_FILE_NAME_BYTES + 16], file[CKPT_FILE_NAME_BYTES];
     for (size_t k = 0; k < registry_nparams(e->reg); k++) {
         const reg_param *p = CKPT_PARAM(e, lc->c.ord[k]);
+        if (!ckpt_stream_covers(e, s, p))
+            continue; /* a frozen module's gradients and optimizer state do not exist */
         char name[CKPT_NAME_BYTES];
         ckpt_tensor_name(e, p, s->suffix, name);
         const ckpt_tensor *t = ckpt_manifest_piece(&lc->m, kind, name, 0);

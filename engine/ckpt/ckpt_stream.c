@@ -10,12 +10,15 @@
 #include "cpu_adam/moments.h"
 #include "cpu_adam/moments_convert.h"
 
-static int by_offset(const void *a, const void *b, void *ctx)
+/* Module by module in id order (the walks' order), each module's parameters by offset. */
+static int by_module_offset(const void *a, const void *b, void *ctx)
 {
     const registry *reg = ctx;
-    size_t oa = registry_param(reg, (strata_param_id)*(const size_t *)a)->offset;
-    size_t ob = registry_param(reg, (strata_param_id)*(const size_t *)b)->offset;
-    return oa < ob ? -1 : oa > ob;
+    const reg_param *pa = registry_param(reg, (strata_param_id)*(const size_t *)a);
+    const reg_param *pb = registry_param(reg, (strata_param_id)*(const size_t *)b);
+    if (pa->module != pb->module)
+        return pa->module < pb->module ? -1 : 1;
+    return pa->offset < pb->offset ? -1 : pa->offset > pb->offset;
 }
 
 strata_status ckpt_ctx_init(ckpt_ctx *c, strata_engine *e)
@@ -40,7 +43,7 @@ strata_status ckpt_ctx_init(ckpt_ctx *c, strata_engine *e)
         return err_set(STRATA_ENOMEM, "checkpoint: out of memory for the streaming buffers");
     for (size_t i = 0; i < nparams; i++)
         c->ord[i] = i;
-    qsort_r(c->ord, nparams, sizeof *c->ord, by_offset, e->reg);
+    qsort_r(c->ord, nparams, sizeof *c->ord, by_module_offset, e->reg);
     size_t k = 0;
     for (size_t mi = 0; mi < nmods; mi++) {
         c->mod_first[mi] = k;
@@ -118,10 +121,10 @@ strata_status ckpt_quiesce(strata_engine *e, const char *what)
 static void span_of(const strata_engine *e, const ckpt_stream *s, ckpt_walk walk, size_t mi, ckpt_chunk *k)
 {
     const reg_module *m = CKPT_MODULE(e, mi);
-    bool whole = walk == CKPT_HELD && s->view == REG_FULL;
+    bool whole = walk == CKPT_HELD && !registry_view_sharded(s->view);
     size_t lo = whole ? m->offset : m->offset + (size_t)e->rank * m->shard_numel;
-    size_t n = whole ? m->numel : m->shard_numel;
-    size_t at = s->view == REG_SHARD ? m->shard_offset : lo;
+    size_t n = !registry_view_count(m, s->view) ? 0 : whole ? m->numel : m->shard_numel;
+    size_t at = registry_view_sharded(s->view) ? m->shard_offset : lo;
     *k = (ckpt_chunk){.mi = mi, .lo = lo, .n = 0, .at = at, .span_lo = lo, .span_end = lo + n};
 }
 
@@ -165,10 +168,17 @@ bool ckpt_own_piece(const strata_engine *e, const reg_param *p, int rank, uint64
     return true;
 }
 
+bool ckpt_stream_covers(const strata_engine *e, const ckpt_stream *s, const reg_param *p)
+{
+    return registry_view_count(CKPT_MODULE(e, p->module), s->view) > 0;
+}
+
 bool ckpt_held_piece(const strata_engine *e, const ckpt_stream *s, const reg_param *p, uint64_t *first,
                      uint64_t *numel)
 {
-    if (s->view == REG_SHARD)
+    if (!ckpt_stream_covers(e, s, p))
+        return false;
+    if (registry_view_sharded(s->view))
         return ckpt_own_piece(e, p, e->rank, first, numel);
     *first = 0;
     *numel = p->numel;

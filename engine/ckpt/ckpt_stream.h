@@ -97,6 +97,8 @@ bool ckpt_own_piece(const strata_engine *e, const reg_param *p, int rank, uint64
 
 /* The part of parameter p that this rank's array of stream s holds (the whole parameter in the full view, the
  * part in its shard in the shard view); false when it holds none of it. */
+/* Whether stream s has parameter p at all (the gradient and optimizer classes do not hold frozen modules). */
+bool ckpt_stream_covers(const strata_engine *e, const ckpt_stream *s, const reg_param *p);
 bool ckpt_held_piece(const strata_engine *e, const ckpt_stream *s, const reg_param *p, uint64_t *first,
                      uint64_t *numel);
 

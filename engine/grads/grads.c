@@ -181,6 +181,12 @@ STRATA_API void *strata_grad_data(strata_engine *e, strata_param_id param)
         return NULL;
     }
     const reg_module *m = registry_module(e->reg, p->module);
+    if (m->frozen) {
+        err_copy(&e->err, err_set(STRATA_ESTATE, "strata_grad_data(\"%s.%s\"): module \"%s\" is frozen "
+                                  "(strata_module_freeze): its parameters take no gradients", m->name, p->name,
+                                  m->name));
+        return NULL;
+    }
     grad_buffer *b = &e->grads->bufs[p->module];
     strata_status st;
     if (!b->dev) {
@@ -214,6 +220,9 @@ static strata_status check_ready(strata_engine *e, strata_module_id id)
     ERR_CHECK(engine_require_module(e, id, "strata_grads_ready"));
     grad_store *g = e->grads;
     const reg_module *m = registry_module(e->reg, id);
+    if (m->frozen)
+        return err_set(STRATA_ESTATE, "strata_grads_ready(\"%s\"): the module is frozen (strata_module_freeze): it "
+                       "has no gradients to hand over", m->name);
     if (!residency_held(e->res, id))
         return err_set(STRATA_ESTATE, "strata_grads_ready(\"%s\"): the module is not fetched; fetch it for backward, "
                        "write its gradients into strata_grad_data, then call strata_grads_ready", m->name);

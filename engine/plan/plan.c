@@ -125,8 +125,13 @@ void plan_class_numel(const plan_input *in, size_t *param_numel, size_t *grad_nu
     if (in->world_size > 1)
         shard = in->shard_numel ? in->shard_numel
                                 : align_up((n + (size_t)in->world_size - 1) / (size_t)in->world_size, PLAN_MODULE_ALIGN);
-    *opt_numel = in->zero_stage >= 1 ? shard : n;
-    *grad_numel = in->zero_stage >= 2 ? shard : n;
+    size_t trained = n, trained_shard = shard;
+    if (in->frozen) {
+        trained = in->trained_numel;
+        trained_shard = in->world_size > 1 ? in->shard_trained_numel : trained;
+    }
+    *opt_numel = in->zero_stage >= 1 ? trained_shard : trained;
+    *grad_numel = in->zero_stage >= 2 ? trained_shard : trained;
     *param_numel = in->zero_stage >= 3 ? shard : n;
 }
 

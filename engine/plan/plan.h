@@ -30,6 +30,10 @@ typedef struct plan_input {
     int world_size;
     int zero_stage;
     size_t shard_numel;
+    /* With frozen modules (registry.h: parameters only), the gradient and optimizer classes hold the trained modules'
+     * trained_numel elements (shard_trained_numel in this rank's shard); without, everything is trained. */
+    bool frozen;
+    size_t trained_numel, shard_trained_numel;
     /* The optimizer's device share (offload_optimizer.ratio < 1, engine/step/twin_flow.h): elements whose master weights
      * and moments (unless opt_tier is the device already), gradients and, when parameters live elsewhere, a
      * parameter scratch are in device memory. The host arrays keep their full size. */

@@ -146,6 +146,7 @@ static uint64_t model_hash(const registry *r)
     for (size_t i = 0; i < registry_nmodules(r); i++) {
         const reg_module *m = registry_module(r, (strata_module_id)i);
         h = crc32c(h, m->name, strlen(m->name) + 1);
+        h = crc32c(h, &m->frozen, sizeof m->frozen);
         for (size_t j = 0; j < m->nparams; j++) {
             const reg_param *p = registry_param(r, m->params[j]);
             h = crc32c(h, p->name, strlen(p->name) + 1);
@@ -277,8 +278,9 @@ strata_status agree_finalize(strata_engine *e, strata_status local)
             st = key_mismatch(e, (size_t)k, r);
         else if (all[r].model != all[0].model)
             st = err_set(STRATA_ECONFIG, "strata_engine_finalize: rank %d's model differs from rank 0's (%llu modules "
-                         "and %llu parameters vs %llu and %llu, or a name or size differs); every rank must add the "
-                         "same modules and parameters in the same order", r, (unsigned long long)all[r].modules,
+                         "and %llu parameters vs %llu and %llu, or a name, a size or a frozen module differs); every "
+                         "rank must add the same modules and parameters in the same order, and freeze the same "
+                         "modules", r, (unsigned long long)all[r].modules,
                          (unsigned long long)all[r].params, (unsigned long long)all[0].modules,
                          (unsigned long long)all[0].params);
         else if (all[r].groups != all[0].groups)

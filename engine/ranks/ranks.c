@@ -21,14 +21,15 @@ struct rank_state {
 
 void ranks_views(int zero_stage, reg_view *param, reg_view *opt, reg_view *grad)
 {
+    /* Gradients and optimizer state exist for the trained modules only (registry.h, Frozen modules). */
     *param = zero_stage >= 3 ? REG_SHARD : REG_FULL;
-    *opt = zero_stage >= 1 ? REG_SHARD : REG_FULL;
-    *grad = zero_stage >= 2 ? REG_SHARD : REG_FULL;
+    *opt = zero_stage >= 1 ? REG_SHARD_TRAINED : REG_FULL_TRAINED;
+    *grad = zero_stage >= 2 ? REG_SHARD_TRAINED : REG_FULL_TRAINED;
 }
 
 bool ranks_grads_sharded_at_handoff(const strata_engine *e)
 {
-    return e->world > 1 && e->views.grad == REG_SHARD;
+    return e->world > 1 && registry_view_sharded(e->views.grad);
 }
 
 bool ranks_fetch_gathers(const strata_engine *e)
@@ -38,7 +39,7 @@ bool ranks_fetch_gathers(const strata_engine *e)
 
 static bool publishes(const strata_engine *e)
 {
-    return e->world > 1 && e->views.opt == REG_SHARD && e->views.param == REG_FULL;
+    return e->world > 1 && registry_view_sharded(e->views.opt) && e->views.param == REG_FULL;
 }
 
 strata_status ranks_create(strata_engine *e, rank_state **out)
@@ -50,12 +51,12 @@ strata_status ranks_create(strata_engine *e, rank_state **out)
     if (e->world == 1)
         return STRATA_OK;
     size_t big = registry_largest_module_numel(e->reg), nmods = registry_nmodules(e->reg);
-    size_t shards = registry_view_numel(e->reg, REG_SHARD), pb = e->tiers.param_bytes;
+    size_t shards = registry_view_numel(e->reg, REG_SHARD_TRAINED), pb = e->tiers.param_bytes;
     if (posix_memalign((void **)&rs->full, 4096, big * 4) || posix_memalign((void **)&rs->shard, 4096, big * 4) ||
         posix_memalign(&rs->pbuf, 4096, big * pb) || !(rs->flags = calloc(nmods + AGREE_STEP_WORDS, sizeof *rs->flags)))
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the collectives' buffers "
                        "(%zu elements of the largest module)", big);
-    if (e->views.opt == REG_SHARD && e->views.grad == REG_FULL)
+    if (registry_view_sharded(e->views.opt) && !registry_view_sharded(e->views.grad))
         ERR_CHECK(tarr_alloc(&rs->grad_shard, &e->tiers.env, e->tiers.grad_tier, shards, 4,
                              "gradient store (this rank's shard)"));
     if (publishes(e))
@@ -103,9 +104,9 @@ static strata_status agree_touched(strata_engine *e, int grad_index, tier_array 
     ERR_CHECK(comm_allreduce_uncounted(e->comm, rs->flags, n + AGREE_STEP_WORDS, COMM_U64, COMM_MAX));
     ERR_CHECK(agree_step_check(e, &mine, rs->flags + n));
     for (size_t i = 0; i < n; i++) {
-        if (!rs->flags[i] || touched[i])
-            continue;
         const reg_module *m = registry_module(e->reg, (strata_module_id)i);
+        if (!rs->flags[i] || touched[i] || m->frozen)
+            continue;
         size_t off = registry_view_offset(m, e->views.grad), count = registry_view_count(m, e->views.grad);
         float *host = tarr_host_ptr(store, &e->tiers.env, off), *zeros = host ? host : rs->full;
         memset(zeros, 0, count * 4);
@@ -127,7 +128,7 @@ static strata_status module_grads(strata_engine *e, tier_array *store, const reg
 
 tier_array *ranks_step_grads(strata_engine *e, int grad_index)
 {
-    if (e->world > 1 && e->views.opt == REG_SHARD && e->views.grad == REG_FULL)
+    if (e->world > 1 && registry_view_sharded(e->views.opt) && !registry_view_sharded(e->views.grad))
         return &e->ranks->grad_shard;
     return grads_store(e->grads, grad_index);
 }
@@ -139,16 +140,16 @@ strata_status ranks_exchange_grads(strata_engine *e, int grad_index, double lr, 
     if (e->world == 1)
         return STRATA_OK;
     ERR_CHECK(agree_touched(e, grad_index, store, lr, step));
-    if (e->views.grad == REG_SHARD)
+    if (registry_view_sharded(e->views.grad))
         return STRATA_OK; /* reduce-scattered as they were handed over */
     const uint8_t *touched = grads_touched(e->grads, grad_index);
     for (size_t i = 0; i < registry_nmodules(e->reg); i++) {
         const reg_module *m = registry_module(e->reg, (strata_module_id)i);
-        if (!touched[i])
+        if (!touched[i] || m->frozen)
             continue;
         float *g;
         ERR_CHECK(module_grads(e, store, m, &g));
-        if (e->views.opt == REG_FULL) {
+        if (!registry_view_sharded(e->views.opt)) {
             ERR_CHECK(comm_allreduce(e->comm, g, m->numel, COMM_F32, COMM_SUM));
             rs->comm_bytes += 2 * m->numel * 4;
             ERR_CHECK(write_back(e, store, m->offset, m->numel, g));
@@ -165,7 +166,7 @@ strata_status ranks_sum_gradstats(strata_engine *e, double *sumsq, bool *nonfini
 {
     /* Stage 0 all-reduced the gradients: every rank's statistics are already the global ones (summing them would
      * count every gradient N times and clip by a norm sqrt(N) too large). */
-    if (e->world == 1 || e->views.opt == REG_FULL)
+    if (e->world == 1 || !registry_view_sharded(e->views.opt))
         return STRATA_OK;
     double v[2] = {*sumsq, *nonfinite ? 1.0 : 0.0};
     ERR_CHECK(comm_allreduce_uncounted(e->comm, v, 2, COMM_F64, COMM_SUM));
@@ -181,7 +182,7 @@ tier_array *ranks_step_params(strata_engine *e, int param_out)
 
 reg_view ranks_step_params_view(const strata_engine *e)
 {
-    return publishes(e) ? REG_SHARD : e->views.param;
+    return publishes(e) ? REG_SHARD_TRAINED : e->views.param;
 }
 
 strata_status ranks_publish_params(strata_engine *e, int param_out)
@@ -193,6 +194,8 @@ strata_status ranks_publish_params(strata_engine *e, int param_out)
     size_t pb = e->tiers.param_bytes;
     for (size_t i = 0; i < registry_nmodules(e->reg); i++) {
         const reg_module *m = registry_module(e->reg, (strata_module_id)i);
+        if (m->frozen)
+            continue; /* its parameters never change */
         size_t slot = (size_t)e->rank * m->shard_numel * pb;
         char *full = tarr_host_ptr(dst, &e->tiers.env, m->offset);
         char *buf = full ? full : rs->pbuf;
@@ -231,6 +234,17 @@ strata_status ranks_read_master(strata_engine *e, const reg_module *m, size_t fi
     ERR_CHECK(tarr_read_sync(&e->tiers.master, &e->tiers.env, m->shard_offset, m->shard_numel, mine));
     ERR_CHECK(comm_allgather(e->comm, mine, full, m->shard_numel, COMM_F32));
     memcpy(out, full + (first - m->offset), count * 4);
+    return STRATA_OK;
+}
+
+strata_status ranks_read_params(strata_engine *e, const reg_module *m, void *out)
+{
+    size_t pb = e->tiers.param_bytes;
+    char *full = e->ranks->pbuf, *mine = full + (size_t)e->rank * m->shard_numel * pb;
+    ERR_CHECK(tarr_read_sync(&e->tiers.param[e->tiers.param_front], &e->tiers.env, m->shard_offset, m->shard_numel,
+                             mine));
+    ERR_CHECK(comm_allgather(e->comm, mine, full, m->shard_numel * pb, COMM_BYTE));
+    memcpy(out, full, m->numel * pb);
     return STRATA_OK;
 }
 

@@ -68,6 +68,9 @@ strata_status ranks_start_gather(struct strata_engine *e, const reg_module *m, v
 /* With the master weights partitioned: elements [first, first + count) of the full view, all inside module m,
  * gathered from their owners into out. A collective: every rank reads the same range. */
 strata_status ranks_read_master(struct strata_engine *e, const reg_module *m, size_t first, size_t count, float *out);
+/* Module m's parameters (param_dtype, m->numel elements) into out, from this rank's shard and the others' (stage 3:
+ * a collective every rank makes). */
+strata_status ranks_read_params(struct strata_engine *e, const reg_module *m, void *out);
 /* Payload bytes of the engine's data collectives so far (the stats' comm_bytes). */
 uint64_t ranks_comm_bytes(const rank_state *rs);
 /* A failure on this rank that the other ranks would otherwise wait for: tells them (no-op in world 1). */

@@ -107,11 +107,12 @@ static strata_status load_grads(step_ctx *c, size_t first, size_t count, float *
     strata_engine *e = c->e;
     size_t end = first + count, nmodules = registry_nmodules(e->reg);
     reg_view v = e->views.opt;
-    for (size_t i = registry_module_at(e->reg, v, first); i < nmodules; i++) {
-        const reg_module *m = registry_module(e->reg, (strata_module_id)i);
+    for (size_t k = registry_position_at(e->reg, v, first); k < nmodules; k++) {
+        strata_module_id i = registry_module_by_position(e->reg, k);
+        const reg_module *m = registry_module(e->reg, i);
         size_t off = registry_view_offset(m, v);
-        if (off >= end)
-            break;
+        if (off >= end || !registry_view_count(m, v))
+            break; /* past the range, or into the frozen modules, which come last */
         size_t lo = MAX(off, first), hi = MIN(off + registry_view_count(m, v), end);
         if (c->touched[i]) {
             ERR_CHECK(tarr_read(c->grads, &e->tiers.env, lo, hi - lo, buf + (lo - first), w));
@@ -128,7 +129,7 @@ static void zero_untouched(step_ctx *c)
     strata_engine *e = c->e;
     for (size_t i = 0; i < registry_nmodules(e->reg); i++) {
         const reg_module *m = registry_module(e->reg, (strata_module_id)i);
-        if (!c->touched[i])
+        if (!c->touched[i] && !m->frozen)
             memset(tarr_host_ptr(c->grads, &e->tiers.env, registry_view_offset(m, e->views.opt)), 0,
                    registry_view_count(m, e->views.opt) * 4);
     }

@@ -317,6 +317,23 @@ STRATA_API strata_status strata_sync(strata_engine *e)
     return err_copy(&e->err, sync(e));
 }
 
+/* A frozen module has no master weights: its parameters (param_dtype, the values it trains with), widened. */
+static strata_status read_frozen(strata_engine *e, const reg_module *m, size_t first, size_t count, float *out)
+{
+    size_t pb = e->tiers.param_bytes;
+    void *buf;
+    if (posix_memalign(&buf, 4096, m->numel * pb) != 0)
+        return err_set(STRATA_ENOMEM, "strata_param_read_master: out of memory for module \"%s\"", m->name);
+    strata_status st = ranks_fetch_gathers(e)
+                           ? ranks_read_params(e, m, buf)
+                           : tarr_read_sync(&e->tiers.param[e->tiers.param_front], &e->tiers.env, m->offset, m->numel,
+                                            buf);
+    if (st == STRATA_OK)
+        st = strata_convert(out, STRATA_DTYPE_FP32, (char *)buf + (first - m->offset) * pb, e->cfg.param_dtype, count);
+    free(buf);
+    return st;
+}
+
 static strata_status read_master(strata_engine *e, strata_param_id id, size_t offset, size_t count, float *out)
 {
     ERR_CHECK(engine_require_finalized(e, "strata_param_read_master"));
@@ -328,7 +345,10 @@ static strata_status read_master(strata_engine *e, strata_param_id id, size_t of
                        "elements (or out is NULL)", p->name, offset, offset + count, p->numel);
     ERR_CHECK(sync(e));
     ERR_CHECK(twin_flow_store(e, e->twin)); /* the device share's master weights are read from the host array */
-    if (e->world > 1 && e->views.opt == REG_SHARD)
+    const reg_module *m = registry_module(e->reg, p->module);
+    if (m->frozen)
+        return read_frozen(e, m, p->offset + offset, count, out);
+    if (e->world > 1 && registry_view_sharded(e->views.opt))
         return ranks_read_master(e, registry_module(e->reg, p->module), p->offset + offset, count, out);
     if (e->tiers.master.tier != STRATA_TIER_NVME)
         return tarr_read(&e->tiers.master, &e->tiers.env, p->offset + offset, count, out, NULL);

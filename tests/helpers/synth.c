@@ -325,6 +325,9 @@ static strata_status build(const synth_opts *o, const strata_config *cfg, strata
         if (st == STRATA_OK)
             st = strata_param_add(e, mod[l], "bias", (size_t)o->width[l + 1], init_param, &ictx[2 * l + 1], &b[l]);
     }
+    for (int l = 0; l < o->layers && st == STRATA_OK; l++)
+        if (o->frozen_layers >> l & 1)
+            st = strata_module_freeze(e, mod[l]);
     const synth_groups *g = o->groups;
     strata_group_id ids[SYNTH_MAX_GROUPS + 1] = {0};
     for (int i = 0; g && i < g->n && st == STRATA_OK; i++) {
@@ -460,13 +463,21 @@ strata_status synth_train(const synth_opts *o, const strata_config *cfg, float *
                     size_t nw = (size_t)o->width[l + 1] * o->width[l], nb = (size_t)o->width[l + 1];
                     CHECK(strata_fetch(e, mod[l]));
                     const void *w = strata_param_data(e, W[l]);
-                    void *gw = strata_grad_data(e, W[l]), *gb = strata_grad_data(e, b[l]);
-                    if (!w || !gw || !gb) {
+                    bool frozen = o->frozen_layers >> l & 1;
+                    void *gw = frozen ? NULL : strata_grad_data(e, W[l]), *gb = frozen ? NULL : strata_grad_data(e, b[l]);
+                    if (!w || (!frozen && (!gw || !gb))) {
                         st = STRATA_ESTATE;
                         goto out;
                     }
                     load_all(w, dt, wf, nw);
                     synth_layer_backward(o, l, wf, act[l], act[l + 1], dcur, dnext, gwf, gbf);
+                    if (frozen) { /* the input's gradient only */
+                        float *t = dcur;
+                        dcur = dnext;
+                        dnext = t;
+                        CHECK(strata_release(e, mod[l]));
+                        continue;
+                    }
                     if (o->exact_sums) {
                         exact_grid(gwf, nw);
                         exact_grid(gbf, nb);

@@ -35,6 +35,8 @@ typedef struct synth_opts {
     int diverge_at_step;              /* 0 = never; else that step fetches in a different order */
     double lr_decay;                  /* lr of step s = cfg lr * lr_decay^s (0 = constant) */
     const synth_groups *groups;       /* NULL: one group */
+    uint32_t frozen_layers;           /* bit l: layer l's module is frozen (strata_module_freeze): backward passes
+                                         through it without taking or handing over its gradients */
     /* Checkpoints (all off when zero): */
     int first_step;                   /* the first step's index (data and lr continue from there) */
     const char *load_dir;             /* strata_load from here right after finalize */
