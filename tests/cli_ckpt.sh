@@ -39,7 +39,7 @@ out=$("$bin" ckpt verify "$ck" 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q "every checksum matches" <<<"$out" && ok || { fail "verify of a good checkpoint: exit $rc"; echo "$out"; }
 out=$("$bin" ckpt inspect "$ck" 2>&1); rc=$?
 rows=$(grep -c "safetensors .* ok$" <<<"$out")
-tensors=$(grep -o '"name"' "$ck/manifest.json" | wc -l)
+tensors=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["tensors"]))' "$ck/manifest.json")
 [ $rc -eq 0 ] && [ "$rows" -eq "$tensors" ] && grep -q "^step         10 " <<<"$out" && ok ||
     { fail "inspect: exit $rc, $rows ok rows for $tensors tensors"; echo "$out" | head -20; }
 

@@ -28,7 +28,7 @@ want="manifest.json model.rank0.safetensors model.rank1.safetensors optimizer.ra
 check "verify" 0 "pieces from 2 ranks, " -- "$bin" ckpt verify "$ck"
 out=$("$bin" ckpt inspect "$ck" 2>&1); rc=$?
 rows=$(grep -c "safetensors .* ok$" <<<"$out")
-pieces=$(grep -o '"name"' "$ck/manifest.json" | wc -l)
+pieces=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["tensors"]))' "$ck/manifest.json")
 cut=$(grep -cE "\] [0-9]+:[0-9]+ " <<<"$out")
 [ $rc -eq 0 ] && [ "$rows" -eq "$pieces" ] && [ "$cut" -gt 0 ] && grep -q "^world        written by 2 ranks" <<<"$out" &&
     ok ||
