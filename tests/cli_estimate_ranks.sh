@@ -115,4 +115,22 @@ out=$("$bin" estimate --params 7.5e9 --host-budget 1GiB 2>&1)
 grep -q "^host .* NO$" <<<"$out" && grep -qF "why     host: host budget exceeded" <<<"$out" && ok ||
     { fail "host NO without a device budget gives no reason:"; echo "$out"; }
 
+# LoRA's case: a 7B base frozen, 4.2M adapter parameters trained. The frozen modules take parameters only: the
+# optimizer state (12 bytes) and the gradient store (4) are the trained part's, padded to its own modules.
+lora=$(mktemp)
+echo '{"bf16":{"enabled":true},"zero_optimization":{"stage":3,"offload_param":{"device":"cpu"},"offload_optimizer":{"device":"cpu"}}}' >"$lora"
+out=$("$bin" estimate --params 7e9 --trainable-params 4.2M --host-budget 20GiB --config "$lora" 2>&1)
+grep -qF "frozen  4200000 of them trained (--trainable-params; 4202496 elements padded), the other 6995800000 frozen" \
+    <<<"$out" && grep -qE "^host +master weights \+ Adam moments \(fp32\) +48\.09 MiB$" <<<"$out" &&
+    grep -qE "^host +gradient store \(fp32\) +16\.03 MiB$" <<<"$out" && grep -qE "^host .* yes$" <<<"$out" && ok ||
+    { fail "7B with 4.2M trained: the frozen base counts parameters only (4202496 x 12 B, x 4 B) and fits 20 GiB:"
+      echo "$out"; }
+out=$("$bin" estimate --params 7e9 --host-budget 20GiB --config "$lora" 2>&1)
+grep -qE "^host +master weights \+ Adam moments \(fp32\) +78\.23 GiB$" <<<"$out" && grep -qE "^host .* NO$" <<<"$out" &&
+    ok || { fail "7B all trained: 78.23 GiB of optimizer state, which 20 GiB does not hold:"; echo "$out"; }
+rm -f "$lora"
+check "trainable without params" 2 "--trainable-params is the trained part of a bare --params count" -- \
+    "$bin" estimate --model tiny --trainable-params 1M
+check "trainable above params" 2 "(at most it)" -- "$bin" estimate --params 1M --trainable-params 2M
+
 cli_done cli_estimate_ranks

@@ -199,12 +199,20 @@ static plan_input plan_input_of(const estimate_ranks *ranks, const strata_config
      * module), so this rank's shard is the sum of its module slices; a bare count is cut into equal modules. The
      * GPT's embeddings (module 0) are also its head: fetched and handed over once more per micro-batch. */
     size_t module_params = ranks->params ? estimate_ranks_module_params(ranks) : 0;
+    /* With --trainable-params the count's trained part comes first, in modules of its own (as the engine lays out
+     * trained modules before frozen ones), and the rest is frozen. */
+    size_t trained = ranks->trainable ? ranks->trainable : ranks->params;
+    size_t ntrained = ranks->params ? (trained + module_params - 1) / module_params : 0;
+    size_t nfrozen = ranks->params ? (ranks->params - trained + module_params - 1) / module_params : 0;
     *tied_numel = 0;
-    *nmodules = ranks->params ? (ranks->params + module_params - 1) / module_params : (size_t)gpt_module_count(shape);
+    *nmodules = ranks->params ? ntrained + nfrozen : (size_t)gpt_module_count(shape);
+    in.frozen = nfrozen > 0;
     gpt_dims dims = gpt_shape_dims(shape);
     for (size_t m = 0; m < *nmodules; m++) {
-        size_t sizes[GPT_MAX_MODULE_PARAMS] = {
-            MIN(module_params, ranks->params - MIN(ranks->params, m * module_params))};
+        bool frozen = m >= ntrained && ranks->params;
+        size_t first = frozen ? (m - ntrained) * module_params : m * module_params;
+        size_t part = frozen ? ranks->params - trained : trained;
+        size_t sizes[GPT_MAX_MODULE_PARAMS] = {MIN(module_params, part - MIN(part, first))};
         uint32_t groups[GPT_MAX_MODULE_PARAMS] = {0};
         int n = ranks->params ? 1 : gpt_module_params(shape, (int)m, sizes);
         if (!ranks->params) /* the groups strata train makes: their boundaries are padded */
@@ -213,6 +221,10 @@ static plan_input plan_input_of(const estimate_ranks *ranks, const strata_config
         size_t shard = align_up(plan_rank_slice_numel(numel, ranks->world_size), PLAN_MODULE_ALIGN);
         in.total_numel += numel;
         in.shard_numel += shard;
+        if (!frozen) {
+            in.trained_numel += numel;
+            in.shard_trained_numel += shard;
+        }
         in.largest_module_numel = MAX(in.largest_module_numel, numel);
         if (!ranks->params && m == 0)
             *tied_numel = shard * (size_t)ranks->world_size;
@@ -258,6 +270,10 @@ static void print_model(const estimate_ranks *ranks, const strata_config *cfg, c
         printf("model   %zu parameters as %zu module%s of %zu (--module-params): a bare count has no layers, so the "
                "plan takes equal modules, no tied embeddings and no activations (%zu elements padded)\n", psi,
                nmodules, nmodules == 1 ? "" : "s", estimate_ranks_module_params(ranks), in->total_numel);
+    if (ranks->trainable)
+        printf("frozen  %zu of them trained (--trainable-params; %zu elements padded), the other %zu frozen: "
+               "parameters only, no gradients or optimizer state\n", ranks->trainable, in->trained_numel,
+               psi - ranks->trainable);
     else
         printf("model   gpt %s: %d layers, hidden %d, vocab %d, seq %d: %.3g%s parameters (%zu elements padded)\n",
                shape->name, shape->layers, shape->hidden, shape->vocab, shape->seq,

@@ -28,6 +28,10 @@ const cli_opt estimate_ranks_opts[ESTIMATE_RANKS_NOPTS] = {
           "write a parameter count like 7.5e9, 7.5B, 125M or 350000000"),
     WORLD("--module-params", module_params, CLI_COUNT, 1, 1e15, "COUNT", "the parameters of one module of --params",
           "the parameters of one module of a bare --params count, e.g. 200M"),
+    WORLD("--trainable-params", trainable, CLI_COUNT, 1, 1e15, "COUNT",
+          "of --params, the ones trained (LoRA's adapters, say): the rest are frozen modules, with parameters only (no "
+          "gradients, no optimizer state), as strata.torch keeps parameters with requires_grad=False",
+          "the trained part of a bare --params count, e.g. 4.2M for LoRA r=8 on a 7B model's q and v"),
     WORLD("--grad-accum", grad_accum, CLI_INT, 1, 1000000, "K", "micro-batches per optimizer step (default 1)",
           "micro-batches per optimizer step"),
     RATE("--link-gbps", link_gbps, "G", "interconnect bandwidth per rank in Gbit/s (8 Gbit/s = 1 GB/s); enables the "
@@ -56,6 +60,11 @@ bool estimate_ranks_settle(estimate_ranks *r, const strata_config *cfg)
     if (r->module_params && !r->params) {
         fprintf(stderr, "strata estimate: --module-params cuts a bare --params count into modules; a model shape "
                 "(--model or --layers/--hidden) has its own modules\n");
+        return false;
+    }
+    if (r->trainable && (!r->params || r->trainable > r->params)) {
+        fprintf(stderr, "strata estimate: --trainable-params is the trained part of a bare --params count (at most "
+                "it)%s\n", r->params ? "" : "; give --params too");
         return false;
     }
     if (r->zero_stage < 0)
@@ -183,8 +192,9 @@ static void print_table(const estimate_ranks *r, const strata_config *cfg, size_
                         const world_numbers *w)
 {
     static const char *parts[4] = {"nothing (replicated)", "optimizer state", "+ gradients", "+ parameters"};
-    printf("\nZeRO model states per rank: %zu parameters, %d ranks, mixed precision + Adam (2 + 2 + K = 12 bytes)\n",
-           numel, r->world_size);
+    printf("\nZeRO model states per rank: %zu parameters, %d ranks, mixed precision + Adam (2 + 2 + K = 12 bytes)%s\n",
+           numel, r->world_size, r->trainable ? "; the paper's accounting trains every parameter (the plan above "
+           "counts the frozen ones as parameters only)" : "");
     printf("%-6s %-21s %16s %16s %16s %16s %8s\n", "STAGE", "PARTITIONED", "PARAMS_BYTES", "GRADS_BYTES",
            "OPTIMIZER_BYTES", "PER_RANK_BYTES", "GB");
     for (int s = 0; s < 4; s++) {

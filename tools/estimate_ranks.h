@@ -20,6 +20,7 @@ typedef struct estimate_ranks {
     int grad_accum;       /* micro-batches per optimizer step */
     size_t params;        /* --params: a bare parameter count, 0 = the model shape's */
     size_t module_params; /* --module-params: the size of the equal modules a bare count is cut into; 0 = default */
+    size_t trainable;     /* --trainable-params: of a bare count, the trained ones (an adapter); 0 = all */
     int batch;            /* sequences per rank per micro-batch */
     size_t tokens;        /* --tokens per rank per micro-batch; 0 = batch x the shape's seq */
     double tflops;        /* achieved compute per rank, TFLOP/s */
@@ -30,7 +31,7 @@ typedef struct estimate_ranks {
 
 /* These options (all but --batch, which the command shares with the activations), into an estimate_ranks at base in
  * the command's arguments; any of them given sets its active. */
-#define ESTIMATE_RANKS_NOPTS 11
+#define ESTIMATE_RANKS_NOPTS 12
 extern const cli_opt estimate_ranks_opts[ESTIMATE_RANKS_NOPTS];
 #define ESTIMATE_RANKS_GROUP(base)                                                                                  \
     {estimate_ranks_opts, ESTIMATE_RANKS_NOPTS, (base), true, (base) + offsetof(estimate_ranks, active),            \
