@@ -98,6 +98,12 @@ class StepArgs(ctypes.Structure):
     _fields_ = [("lr", c_double)]
 
 
+class GroupHparams(ctypes.Structure):
+    """strata_group_hparams: one parameter group's Adam hyperparameters."""
+    _fields_ = [("lr", c_double), ("weight_decay", c_double), ("beta1", c_double), ("beta2", c_double),
+                ("eps", c_double)]
+
+
 class StepResult(ctypes.Structure):
     _fields_ = [("step", ctypes.c_int64), ("skipped", ctypes.c_bool), ("delayed", ctypes.c_bool),
                 ("grad_norm", c_double), ("loss_scale", c_double)]
@@ -159,6 +165,12 @@ _SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "strata_param_add": (c_status, [c_voidp, c_uint32, c_char_p, c_size, INIT_FN, c_voidp,
                                     ctypes.POINTER(c_uint32)]),
     "strata_param_set_shape": (c_status, [c_voidp, c_uint32, c_int, ctypes.POINTER(ctypes.c_int64)]),
+    "strata_group_add": (c_status, [c_voidp, c_char_p, ctypes.POINTER(GroupHparams), ctypes.POINTER(c_uint32)]),
+    "strata_param_set_group": (c_status, [c_voidp, c_uint32, c_uint32]),
+    "strata_group_set": (c_status, [c_voidp, c_uint32, ctypes.POINTER(GroupHparams)]),
+    "strata_group_get": (c_status, [c_voidp, c_uint32, ctypes.POINTER(GroupHparams)]),
+    "strata_group_count": (c_size, [c_voidp]),
+    "strata_param_group": (c_uint32, [c_voidp, c_uint32]),
     "strata_engine_agree_on": (c_status, [c_voidp, c_char_p, c_double]),
     "strata_comm_set_timeout": (c_status, [c_voidp, c_double]),
     "strata_engine_finalize": (c_status, [c_voidp]),

@@ -1,4 +1,5 @@
-"""The C engine, one call per method: modules and parameters, fetch / release / grads_ready, step, save / load.
+"""The C engine, one call per method: modules and parameters, parameter groups, fetch / release / grads_ready, step,
+save / load.
 
 This is the layer for people who drive strata by hand (as a C trainer does); strata.torch builds the PyTorch
 integration on it. Every failed call raises the StrataError subclass of its status with strata_last_error's text.
@@ -11,12 +12,12 @@ import os
 import sys
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Type, cast
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Type, cast
 
 from . import _lib, _names
 from ._typing import StrPath
 from .config import Config, ConfigSource
-from .errors import StateError, StrataError, Unsupported, error_for
+from .errors import InvalidArgument, StateError, StrataError, Unsupported, error_for
 
 # strata_step_args.lr = 0 means "the configured lr"; a step at lr 0 passes the smallest positive double, with which
 # every fp32 constant of the update rounds as at lr 0 (strata.h says so).
@@ -43,6 +44,16 @@ def _raise(status: int, engine_ptr: Optional[ctypes.c_void_p], what: Optional[st
 def _check(status: int, engine_ptr: Optional[ctypes.c_void_p] = None, what: Optional[str] = None) -> None:
     if status:
         _raise(status, engine_ptr, what)
+
+
+def _group_hparams(hparams: Mapping[str, float]) -> _lib.GroupHparams:
+    """strata_group_hparams from a dict of its fields (each one required: a missing one would be a silent 0)."""
+    fields = [field[0] for field in _lib.GroupHparams._fields_]
+    missing = [name for name in fields if name not in hparams]
+    if missing:
+        raise InvalidArgument("a parameter group's hyperparameters lack %s (it needs %s)" % (
+            ", ".join(missing), ", ".join(fields)))
+    return _lib.GroupHparams(**{name: float(hparams[name]) for name in fields})
 
 
 class Comm:
@@ -248,6 +259,39 @@ class Engine:
         arr = (ctypes.c_int64 * max(len(dims), 1))(*dims)
         self._check(self._lib.strata_param_set_shape(self._p(), param, len(dims), arr),
                     "strata_param_set_shape(%r)" % (tuple(dims),))
+
+    # ---------------------------------------------------------------- parameter groups
+    # A group's hyperparameters are a dict of strata_group_hparams' fields: lr, weight_decay, beta1, beta2, eps.
+
+    def add_group(self, name: str, hparams: Mapping[str, float]) -> int:
+        """Adds a parameter group (before finalize; name unique); returns its id (1, 2, ...). Group 0, "default",
+        holds the config's optimizer.params and every parameter not put in another."""
+        out = ctypes.c_uint32()
+        self._check(self._lib.strata_group_add(self._p(), name.encode(), ctypes.byref(_group_hparams(hparams)),
+                                               ctypes.byref(out)), "strata_group_add(%r)" % name)
+        return out.value
+
+    def set_param_group(self, param: int, group: int) -> None:
+        """Puts param in group (before finalize); a parameter is in one group."""
+        self._check(self._lib.strata_param_set_group(self._p(), param, group), "strata_param_set_group")
+
+    def set_group(self, group: int, hparams: Mapping[str, float]) -> None:
+        """Replaces group's hyperparameters: before finalize, or between steps (the next step takes them)."""
+        self._check(self._lib.strata_group_set(self._p(), group, ctypes.byref(_group_hparams(hparams))),
+                    "strata_group_set(%d)" % group)
+
+    def group(self, group: int) -> Dict[str, float]:
+        """group's current hyperparameters (group 0's are the config's until set)."""
+        out = _lib.GroupHparams()
+        self._check(self._lib.strata_group_get(self._p(), group, ctypes.byref(out)), "strata_group_get(%d)" % group)
+        return _lib.as_dict(out)
+
+    def group_count(self) -> int:
+        return int(self._lib.strata_group_count(self._p()))
+
+    def param_group(self, param: int) -> int:
+        """The group param is in (0 unless set)."""
+        return int(self._lib.strata_param_group(self._p(), param))
 
     def agree_on(self, name: str, value: float) -> None:
         """Declares a value of the trainer's that every rank must share (before finalize, which compares it across
