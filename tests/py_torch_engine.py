@@ -268,9 +268,10 @@ def misuse(engine, model, seed):
     fresh = GPT(MODEL)
     T.check_raises(strata.InvalidArgument, "strata runs its own Adam", lambda: strata.torch.initialize(
         model=fresh, config={}, optimizer=torch.optim.SGD(fresh.parameters(), lr=0.1)), "a torch optimizer passed in")
-    T.check_raises(strata.InvalidArgument, "weight_decay", lambda: strata.torch.initialize(
-        model=fresh, config={}, model_parameters=[{"params": list(fresh.parameters()), "weight_decay": 0.0}]),
-        "a param group with its own weight decay")
+    T.check_raises(strata.InvalidArgument, "model_parameters[0] has the key 'momentum'",
+                   lambda: strata.torch.initialize(model=fresh, config={}, model_parameters=[
+                       {"params": list(fresh.parameters()), "momentum": 0.9}]),
+                   "a param group with a key torch's Adam does not have")
     T.check_raises(strata.InvalidArgument, "not in model_parameters", lambda: strata.torch.initialize(
         model=fresh, config={}, model_parameters=list(fresh.transformer.h.parameters())), "trainable parameters left out")
     frozen(seed)

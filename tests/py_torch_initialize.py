@@ -7,7 +7,8 @@ config; training_data + collate_fn give a DataLoader of train_micro_batch_size_p
 DistributedSampler, the same batches as torch's own loader built that way; lr_scheduler is returned. Refused with a
 message: a model as the first positional argument (DeepSpeed's is args), mpu, mesh_param, a non-default
 distributed_port, a config both in args and config=, an optimizer both as optimizer= and in the config, optimizers
-strata does not run, amsgrad, param groups that differ, collate_fn without data, args.local_rank that is not MPI's.
+strata does not run, amsgrad (in any param group), collate_fn without data, args.local_rank that is not MPI's.
+Param groups that differ are honoured: tests/py_torch_param_groups.py.
 """
 import argparse
 import json
@@ -122,9 +123,9 @@ def refused(seed):
             model=m, config={}, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))),
         ("amsgrad", "amsgrad", lambda: strata.torch.initialize(
             model=m, config={}, optimizer=torch.optim.AdamW(m.parameters(), amsgrad=True))),
-        ("param groups that differ", "param groups differ", lambda: strata.torch.initialize(
+        ("a param group with amsgrad", "param_groups[1] sets amsgrad = True", lambda: strata.torch.initialize(
             model=m, config={}, optimizer=torch.optim.AdamW([{"params": m[0].parameters()},
-                                                             {"params": m[2].parameters(), "lr": 1.0}]))),
+                                                             {"params": m[2].parameters(), "amsgrad": True}]))),
         ("collate_fn without data", "collate_fn without training_data", lambda: strata.torch.initialize(
             model=m, config={}, collate_fn=list)),
         ("args.local_rank that is not MPI's", "local_rank", lambda: strata.torch.initialize(

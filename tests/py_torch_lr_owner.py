@@ -8,12 +8,13 @@
    is the user's instance, now driving engine.optimizer. (Before: the scheduler kept driving the user's AdamW and
    strata's lr stayed where it was at initialize.) What cannot be moved exactly is refused at initialize with the fix
    (a callable lr_scheduler=lambda opt: ...), before the model moves into strata: cycle_momentum=True, a scheduler of
-   another optimizer, an optimizer of several param groups; StrataEngine refuses any scheduler instance.
-2. Every write to engine.optimizer.param_groups is honoured or raises at the write naming the key: 'lr' is read at
-   the next step; the keys torch's schedulers keep for themselves are stored; betas, eps, weight_decay, amsgrad and
-   maximize only at the config's value (the C engine takes only the lr per step); 'momentum' and other betas name
-   cycle_momentum=False; other keys, 'params', removals, add_param_group and growing the list raise. (Before: every
-   write but 'lr' was accepted and ignored.)
+   another optimizer; StrataEngine refuses any scheduler instance. (A scheduler of an optimizer of several param
+   groups is moved too, each group onto its own: tests/py_torch_param_groups.py.)
+2. Every write to engine.optimizer.param_groups is honoured or raises at the write naming the key: 'lr' and
+   'weight_decay' are read at the next step (strata_group_set); the keys torch's schedulers keep for themselves are
+   stored; betas, eps, amsgrad and maximize only at the value strata runs (fixed when the engine is made);
+   'momentum' and other betas name cycle_momentum=False; other keys, 'params', removals, add_param_group and growing
+   the list raise. (Before: every write but 'lr' was accepted and ignored.)
 """
 import os
 import sys
@@ -146,10 +147,6 @@ def refused_at_initialize(seed):
     cases.append(("a scheduler without optimizer= (the config's optimizer)", "optimizer= is not set", m, None,
                   LRS.LambdaLR(torch.optim.AdamW(m.parameters(), **HP), lambda s: 1.0)))
     m = model(seed)
-    opt = torch.optim.AdamW([{"params": m[0].parameters()}, {"params": m[2].parameters()}], **HP)
-    cases.append(("a scheduler of an optimizer with 2 param groups", "2 param groups", m, opt,
-                  LRS.LambdaLR(opt, lambda s: 1.0)))
-    m = model(seed)
     opt = torch.optim.AdamW(m.parameters(), **HP)
     inner = LRS.LambdaLR(torch.optim.AdamW(model(seed).parameters(), **HP), lambda s: 1.0)
     outer = LRS.LambdaLR(opt, lambda s: 1.0)
@@ -183,10 +180,16 @@ def param_group_writes(seed):
         engine.backward(torch.nn.functional.mse_loss(engine(x), y))
         engine.step()
 
-    # 'lr' is honoured: read at the next step
+    # 'lr' and 'weight_decay' are honoured: read at the next step
     group["lr"] = 0.00371
+    group["weight_decay"] = 0.25
     step()
     T.check(got == [0.00371], "param_groups[0]['lr'] = v: the next step runs at v", got, [0.00371])
+    ran = engine.engine.group(0)
+    T.check((ran["lr"], ran["weight_decay"]) == (0.00371, 0.25),
+            "param_groups[0]['weight_decay'] = v: the next step runs with v (strata's group 0)",
+            (ran["lr"], ran["weight_decay"]), (0.00371, 0.25))
+    group["weight_decay"] = 0.01
     # scheduler bookkeeping: stored (torch's schedulers read it back)
     for key in ("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum"):
         group[key] = 0.125
@@ -206,7 +209,8 @@ def param_group_writes(seed):
     refused = [
         ("betas", (0.95, 0.99), "cycle_momentum=False"),
         ("eps", 1e-6, "cannot change it between steps"),
-        ("weight_decay", 0.0, "cannot change it between steps"),
+        ("weight_decay", -1.0, ">= 0"),
+        ("weight_decay", 2e6, "<= 1e+06"),
         ("amsgrad", True, "cannot change it between steps"),
         ("maximize", True, "cannot change it between steps"),
         ("momentum", 0.9, "cycle_momentum=False"),

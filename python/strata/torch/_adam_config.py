@@ -20,7 +20,7 @@ from ._torch_formula import follow_torch
 
 # What the C config table accepts for optimizer.params.lr; the lr of each step is passed with it, so the configured
 # one only documents the group (it shows in checkpoint manifests).
-_CONFIG_LR_RANGE = (1.1754943508222875e-38, 1e6)
+CONFIG_LR_RANGE = (1.1754943508222875e-38, 1e6)
 
 # Mirrors engine/plan/plan.h (PLAN_PARAM_ALIGN, PLAN_MODULE_ALIGN): a module's parameters start on 128-element
 # boundaries and the module is padded to 4096 elements. Used only to size the device windows, with slack.
@@ -106,7 +106,7 @@ def group_document(user_doc: Dict[str, Any], hp: Dict[str, Any], precision: str,
     kept.update(betas=[float(hp["betas"][0]), float(hp["betas"][1])], eps=float(hp["eps"]),
                 weight_decay=float(hp["weight_decay"]), adam_w_mode=bool(hp["adamw_mode"]))
     lr = float(hp["lr"])
-    if _CONFIG_LR_RANGE[0] <= lr <= _CONFIG_LR_RANGE[1]:
+    if CONFIG_LR_RANGE[0] <= lr <= CONFIG_LR_RANGE[1]:
         kept["lr"] = lr
     doc["optimizer"] = {"type": "AdamW" if hp["adamw_mode"] else "Adam", "params": kept}
 

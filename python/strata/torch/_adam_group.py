@@ -1,7 +1,8 @@
 """One OffloadAdam parameter group on its own strata engine.
 
-The C engine has one set of Adam hyperparameters per engine (the lr alone is given per step), so each param group
-gets an engine. The group's parameters become strata parameters packed into strata modules of at most bucket_bytes;
+Each param group gets an engine: OffloadAdam's groups may differ in what strata's engine holds for all its
+parameters alike (their precision and device, bias_correction, Adam or AdamW; strata's own parameter groups differ
+in lr, weight_decay, betas and eps only). The group's parameters become strata parameters packed into strata modules of at most bucket_bytes;
 a tensor larger than a bucket is cut into chunks, each a strata parameter of its own, so that no module (and so no
 device window) grows with the largest tensor. Element order is the tensors' logical (row-major) order everywhere:
 the initial values, the gradients and the weights copied back.

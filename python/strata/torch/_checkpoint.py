@@ -37,6 +37,7 @@ def save(engine: StrataEngine, save_dir: StrPath, tag: Optional[object] = None,
         try:
             state = {"micro_steps": engine.micro_steps, "global_steps": engine.global_steps,
                      "lr": [g["lr"] for g in engine.optimizer.param_groups],
+                     "weight_decay": [g["weight_decay"] for g in engine.optimizer.param_groups],
                      "lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler is not None else None,
                      "client_state": client_state or {}}
             atomic_write(os.path.join(staging, "torch_engine.pt"), lambda f: torch.save(state, f))
@@ -95,6 +96,11 @@ def load(engine: StrataEngine, load_dir: StrPath, tag: Optional[object] = None, 
     if state["lr"] and not keep_lr:
         for g, lr in zip(engine.optimizer.param_groups, state["lr"]):
             g["lr"] = lr
+    # Each group's weight decay as it was at the save (strata_load restored the values its last step ran with).
+    decay = state.get("weight_decay") or [engine.engine.group(i)["weight_decay"]
+                                          for i in range(len(engine.optimizer.param_groups))]
+    for g, wd in zip(engine.optimizer.param_groups, decay):
+        g["weight_decay"] = wd
     if state["lr_scheduler"] is not None and engine.lr_scheduler is not None and load_lr_scheduler_states:
         engine.lr_scheduler.load_state_dict(state["lr_scheduler"])
     return path, state["client_state"]

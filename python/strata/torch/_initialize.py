@@ -3,7 +3,7 @@ with its reason."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, Iterable, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -11,7 +11,8 @@ import torch.nn as nn
 from ..config import ConfigSource, read_document
 from ..engine import Comm, check_launcher, world
 from ..errors import ConfigError, InvalidArgument
-from . import _lr_owner
+from . import _lr_owner, _torch_groups
+from ._adam_config import CONFIG_LR_RANGE
 from .engine import StrataEngine
 
 _DEEPSPEED_DEFAULT_PORT = 29500
@@ -33,16 +34,22 @@ def initialize(args: Any = None, model: Optional[nn.Module] = None, optimizer: A
         args.deepspeed_config (DeepSpeed's command-line argument), as DeepSpeed reads it.
     args: DeepSpeed's argparse namespace: deepspeed_config is read; local_rank, when set, must agree with the
         launcher's (strata takes ranks from MPI).
-    optimizer: a torch.optim.AdamW or Adam (or a callable making one from the parameters) whose hyperparameters
-        become the config's "optimizer" section; strata runs that update itself, on its CPU Adam, bit for bit as
-        torch does. Any other optimizer is refused.
-    model_parameters: what to train (default: every parameter that requires grad, or the optimizer's).
+    optimizer: a torch.optim.AdamW or Adam (or a callable making one from the parameters), with any number of param
+        groups: each becomes one of strata's parameter groups with its own lr, weight_decay, betas and eps
+        (engine.optimizer.param_groups[i] is torch's group i), and its update (AdamW or Adam with L2) and first
+        group the config's "optimizer" section; strata runs that update itself, on its CPU Adam, bit for bit as
+        torch does. Refused, naming the group and the key: amsgrad, maximize, capturable or differentiable on, groups
+        that differ in decoupled_weight_decay, a key torch's Adam does not have, a value out of range, a parameter
+        in two groups. Any other optimizer is refused.
+    model_parameters: what to train (default: every parameter that requires grad, or the optimizer's); as in
+        DeepSpeed, a list of param group dicts makes strata's parameter groups, each key (lr, betas, eps,
+        weight_decay) overriding the config's optimizer.params for its group.
     training_data: a torch Dataset; the returned loader gives train_micro_batch_size_per_gpu samples a batch through
         a DistributedSampler over the ranks (as DeepSpeed's), with collate_fn and dataloader_drop_last.
     lr_scheduler: a torch lr scheduler or a callable making one from engine.optimizer; else the config's
         "scheduler" section, if any. A scheduler built on optimizer= is moved onto engine.optimizer and drives
         strata's lr exactly (SequentialLR's and ChainedScheduler's nested ones too); one that cannot be moved exactly
-        (another optimizer, several param groups, cycle_momentum=True) is refused, naming the callable as the fix.
+        (another optimizer, cycle_momentum=True) is refused, naming the callable as the fix.
         A ReduceLROnPlateau is stepped by the caller with its metric, as in torch.
     distributed_port, dist_init_required: strata's ranks talk through MPI and never set up torch.distributed, so
         these have nothing to do; a non-default port is refused (it would be ignored). mpu and mesh_param (model,
@@ -79,11 +86,16 @@ def initialize(args: Any = None, model: Optional[nn.Module] = None, optimizer: A
     comm = comm if comm is not None else world()
     check_launcher(comm)
     _check_local_rank(args, comm)
+    if model_parameters is not None:
+        model_parameters = _torch_groups.listed(model_parameters)  # read more than once
+    groups: Optional[List[_torch_groups.ParamGroup]] = None
     if optimizer is not None:
-        optimizer, config, model_parameters = _adopt_optimizer(optimizer, config, model_parameters, model)
+        optimizer, config, model_parameters, groups = _adopt_optimizer(optimizer, config, model_parameters, model)
+    elif model_parameters is not None:
+        groups = _torch_groups.from_dicts(model_parameters, _names(model))
     lr_scheduler = _lr_owner.adopt(lr_scheduler, optimizer)
     engine = StrataEngine(model, config, lr_scheduler=lr_scheduler, comm=comm,
-                         trainable=_trainable(model, model_parameters), device=device)
+                         trainable=_trainable(model, model_parameters), device=device, groups=groups)
     engine.training_dataloader = None
     if training_data is not None:
         engine.training_dataloader = _loader(engine, training_data, collate_fn)
@@ -116,13 +128,11 @@ def _check_local_rank(args: Any, comm: Comm) -> None:
                               % (local_rank, comm.local_rank))
 
 
-_ADAM_FLAGS = ("amsgrad", "maximize", "capturable", "differentiable")
-
-
-def _adopt_optimizer(optimizer: Any, config: ConfigSource, model_parameters: Optional[Iterable[Any]],
-                     model: nn.Module) -> Tuple[torch.optim.Optimizer, Dict[str, Any], Iterable[Any]]:
-    """(the torch optimizer, config, model_parameters) with a torch Adam/AdamW turned into the config's optimizer
-    section (the optimizer itself is not used again: a scheduler built on it is moved onto engine.optimizer)."""
+def _adopt_optimizer(optimizer: Any, config: ConfigSource, model_parameters: Optional[List[Any]], model: nn.Module
+                     ) -> Tuple[torch.optim.Optimizer, Dict[str, Any], List[Any], List[_torch_groups.ParamGroup]]:
+    """(the torch optimizer, config, model_parameters, its param groups) with a torch Adam/AdamW's update and first
+    group turned into the config's optimizer section (the optimizer itself is not used again: a scheduler built on it
+    is moved onto engine.optimizer, and each of its groups becomes one of strata's)."""
     if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
         params = model_parameters if model_parameters is not None else [p for p in model.parameters()
                                                                           if p.requires_grad]
@@ -133,33 +143,41 @@ def _adopt_optimizer(optimizer: Any, config: ConfigSource, model_parameters: Opt
             "strata.torch.initialize: optimizer=%s is not taken: strata runs its own Adam/AdamW on the CPU; pass a "
             "torch.optim.AdamW or Adam (its hyperparameters are used), or give them in the config's \"optimizer\" "
             "section (or keep your parameters and use strata.torch.OffloadAdam)" % kind.__name__)
-    groups = optimizer.param_groups
-    keys = ("lr", "betas", "eps", "weight_decay") + _ADAM_FLAGS
-    first = {k: groups[0].get(k) for k in keys}
-    for g in groups[1:]:
-        other = {k: g.get(k) for k in keys}
-        if other != first:
-            raise InvalidArgument(
-                "strata.torch.initialize: the optimizer's param groups differ (%s vs %s); strata's engine runs one set "
-                "of optimizer hyperparameters; hint: use strata.torch.OffloadAdam for param groups of their own" % (
-                    {k: v for k, v in other.items() if v != first[k]}, {k: first[k] for k in other if other[k] !=
-                                                                          first[k]}))
-    on = [k for k in _ADAM_FLAGS if first.get(k)]
-    if on:
-        raise InvalidArgument("strata.torch.initialize: the optimizer sets %s, which strata's Adam does not do; "
-                              "hint: leave them False" % ", ".join(on))
+    groups, adamw = _torch_groups.from_optimizer(optimizer, _names(model))
+    held = _torch_groups.members(groups)
+    if model_parameters is not None and {id(p) for p in _flat(model_parameters)} != {id(p) for p in held}:
+        raise InvalidArgument("strata.torch.initialize: model_parameters and the optimizer's param groups hold "
+                              "different parameters; hint: pass the optimizer alone (its param groups say what to "
+                              "train)")
     doc = _document(config)
     if "optimizer" in doc:
         raise InvalidArgument("strata.torch.initialize: an optimizer came both as optimizer= and in the config's "
                               "\"optimizer\" section; give one (as DeepSpeed asks)")
-    params = {"lr": first["lr"], "betas": list(first["betas"]), "eps": first["eps"],
-              "weight_decay": first["weight_decay"]}
-    if kind is torch.optim.Adam:
-        params["adam_w_mode"] = False  # torch's Adam adds weight decay to the gradient (L2)
-    doc["optimizer"] = {"type": "AdamW" if kind is torch.optim.AdamW else "Adam", "params": params}
-    if model_parameters is None:
-        model_parameters = [p for g in groups for p in g["params"]]
-    return optimizer, doc, model_parameters
+    first = groups[0].hparams
+    section: Dict[str, Any] = {"betas": list(first["betas"]), "eps": first["eps"],
+                               "weight_decay": first["weight_decay"]}
+    if CONFIG_LR_RANGE[0] <= first["lr"] <= CONFIG_LR_RANGE[1]:
+        section["lr"] = first["lr"]  # documents group 0 (the engine sets it exactly, lr 0 included)
+    if not adamw:
+        section["adam_w_mode"] = False  # torch's Adam adds weight decay to the gradient (L2)
+    doc["optimizer"] = {"type": "AdamW" if adamw else "Adam", "params": section}
+    return optimizer, doc, held, groups
+
+
+def _names(model: nn.Module) -> Dict[int, str]:
+    return {id(p): n for n, p in model.named_parameters()}
+
+
+def _flat(model_parameters: List[Any]) -> List[Any]:
+    """The tensors of model_parameters (tensors, or param group dicts)."""
+    out: List[Any] = []
+    for item in model_parameters:
+        if isinstance(item, dict):
+            params = item.get("params", [])
+            out.extend([params] if isinstance(params, torch.Tensor) else params)
+        else:
+            out.append(item)
+    return out
 
 
 def _document(config: ConfigSource) -> Dict[str, Any]:
@@ -178,24 +196,13 @@ def _loader(engine: StrataEngine, dataset: Any, collate_fn: Optional[Callable[..
                                        drop_last=engine.config.trainer.get("dataloader_drop_last", False))
 
 
-def _trainable(model: nn.Module, model_parameters: Optional[Iterable[Any]]) -> Optional[Set[int]]:
-    """The set of ids of the parameters strata trains (one hyperparameter set: param groups may not differ)."""
+def _trainable(model: nn.Module, model_parameters: Optional[List[Any]]) -> Optional[Set[int]]:
+    """The set of ids of the parameters strata trains (tensors, or the params of param group dicts)."""
     if model_parameters is None:
         return None
-    ids: Set[int] = set()
-    for item in model_parameters:
-        if isinstance(item, dict):
-            own = sorted(k for k in item if k != "params")
-            if own:
-                raise InvalidArgument("strata.torch.initialize: a param group sets %s; strata's engine runs one set "
-                                      "of optimizer hyperparameters (the config's \"optimizer\" section); hint: use "
-                                      "strata.torch.OffloadAdam for param groups of their own" % ", ".join(own))
-            params = item["params"]
-            ids.update(id(p) for p in ([params] if isinstance(params, torch.Tensor) else params))
-        else:
-            ids.add(id(item))
-    names = {id(p): n for n, p in model.named_parameters()}
-    stray = [names.get(i, "?") for i in ids if i not in names]
+    ids = {id(p) for p in _flat(model_parameters)}
+    names = _names(model)
+    stray = [i for i in ids if i not in names]
     if stray:
         raise InvalidArgument("strata.torch.initialize: model_parameters holds %d tensor(s) that are not parameters of "
                               "the model" % len(stray))

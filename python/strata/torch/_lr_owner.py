@@ -1,12 +1,13 @@
 """Who drives strata's lr: the lr scheduler given to strata.torch.initialize, moved onto engine.optimizer.
 
-A scheduler is built on an optimizer and writes that optimizer's param_groups[i]['lr']. strata steps with
-engine.optimizer.param_groups[0]['lr'], so a scheduler built on the user's torch.optim.AdamW (the one passed as
-optimizer=) would drive an optimizer strata never reads. initialize therefore rebinds it: every scheduler in it
-(SequentialLR's and ChainedScheduler's nested ones too) takes engine.optimizer as its optimizer, engine.optimizer's
-group takes the lr and the bookkeeping keys the scheduler set on the user's group ('initial_lr', OneCycleLR's
-'max_lr' / 'min_lr'), and engine.optimizer.step gets torch's step-counting patch, so the scheduler goes on exactly
-where it was, without torch's "lr_scheduler.step() before optimizer.step()" warning.
+A scheduler is built on an optimizer and writes that optimizer's param_groups[i]['lr']. strata steps each of its
+parameter groups with engine.optimizer.param_groups[i]['lr'], so a scheduler built on the user's torch.optim.AdamW
+(the one passed as optimizer=) would drive an optimizer strata never reads. initialize therefore rebinds it: every
+scheduler in it (SequentialLR's and ChainedScheduler's nested ones too) takes engine.optimizer as its optimizer,
+engine.optimizer's group i (strata's group i is the user's group i) takes the lr and the bookkeeping keys the
+scheduler set on the user's group i ('initial_lr', OneCycleLR's 'max_lr' / 'min_lr'), and engine.optimizer.step gets
+torch's step-counting patch, so the scheduler goes on exactly where it was, for every group, without torch's
+"lr_scheduler.step() before optimizer.step()" warning.
 
 What cannot be moved exactly is refused at initialize, before the model moves into strata, with the fix: a callable
 lr_scheduler=lambda opt: ... builds the scheduler on engine.optimizer itself.
@@ -90,17 +91,14 @@ def adopt(lr_scheduler: Any, optimizer: Optional[torch.optim.Optimizer]) -> Any:
         if held:
             _refuse(s, "keeps its optimizer (or a param group) in %s as well, which strata cannot move" %
                     ", ".join(held))
-    if len(user.param_groups) != 1:
-        _refuse(lr_scheduler, "was built on an optimizer of %d param groups, and engine.optimizer has one (strata "
-                "runs one set of hyperparameters)" % len(user.param_groups))
-    source = user.param_groups[0]
+    sources = list(user.param_groups)
 
     def rebind(holder: torch.optim.Optimizer) -> Any:
         _patch_step_counting(holder)
-        group = holder.param_groups[0]
-        for key in ("lr",) + BOOKKEEPING:
-            if key in source:
-                group[key] = source[key]
+        for group, source in zip(holder.param_groups, sources):  # initialize made one group of each of the user's
+            for key in ("lr",) + BOOKKEEPING:
+                if key in source:
+                    group[key] = source[key]
         for s in _tree(lr_scheduler):
             if getattr(s, "optimizer", None) is user:
                 s.optimizer = holder
@@ -111,12 +109,12 @@ def adopt(lr_scheduler: Any, optimizer: Optional[torch.optim.Optimizer]) -> Any:
 def _patch_step_counting(holder: torch.optim.Optimizer) -> None:
     """torch's patch of holder.step that counts its calls for the "lr_scheduler.step() before optimizer.step()"
     check (torch 1.13: _with_counter and _step_count; 2.x: _wrapped_by_lr_sched and _opt_called), made the way that
-    works for every torch: by building a scheduler on holder that leaves its lr as it is (x 1.0). The 'initial_lr'
-    it stores is taken back unless the group had one."""
-    group = holder.param_groups[0]
-    had, lr = "initial_lr" in group, group["lr"]
+    works for every torch: by building a scheduler on holder that leaves each group's lr as it is (x 1.0). The
+    'initial_lr' it stores is taken back from the groups that had none."""
+    before = [("initial_lr" in group, group["lr"]) for group in holder.param_groups]
     torch.optim.lr_scheduler.LambdaLR(holder, lambda _: 1.0)
-    group["lr"] = lr
-    if not had:
-        group.pop("initial_lr", None)
+    for group, (had, lr) in zip(holder.param_groups, before):
+        group["lr"] = lr
+        if not had:
+            group.pop("initial_lr", None)
 

@@ -30,7 +30,7 @@ import gc
 import json
 import warnings
 from types import TracebackType
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Set, Tuple, Type, Union, cast
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Set, Tuple, Type, Union, cast
 
 import torch
 import torch.nn as nn
@@ -42,6 +42,7 @@ from ..errors import ConfigError, InvalidArgument, StateError
 from . import _checkpoint, _lr_owner, _param_groups, _saved_hooks, _state_dict, _tensors, _torch_formula
 from ._activations import KeptActivation, ParamView
 from ._precision import cast_rest, fp32_loss
+from ._torch_groups import ParamGroup
 from ._units import Unit, common_prefix, find_units, short_name, tensors_in
 
 class _BackwardFetch(torch.autograd.Function):
@@ -59,16 +60,19 @@ class _BackwardFetch(torch.autograd.Function):
 
 
 class _LrHolder(torch.optim.Optimizer):
-    """engine.optimizer: what torch's lr schedulers drive. strata reads param_groups[0]['lr'] at every step; every
-    other write to its one param group is honoured or refused at the write (_param_groups)."""
+    """engine.optimizer: what torch's lr schedulers drive. One param group per strata parameter group, showing its
+    hyperparameters; strata reads each group's 'lr' and 'weight_decay' at every step, and every other write is
+    honoured or refused at the write (_param_groups)."""
 
-    def __init__(self, engine: StrataEngine, params: List[nn.Parameter], lr: float) -> None:
-        super().__init__(params, {"lr": lr})
+    def __init__(self, engine: StrataEngine, groups: List[List[nn.Parameter]]) -> None:
+        values = [engine.engine.group(i) for i in range(len(groups))]
+        super().__init__([{"params": params, "lr": v["lr"], "weight_decay": v["weight_decay"]}
+                          for params, v in zip(groups, values)], {"lr": values[0]["lr"]})
         self._engine = engine
-        self.param_groups = _param_groups.guard(self.param_groups, engine.config)
+        self.param_groups = _param_groups.guard(self.param_groups, values)
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
-        if not hasattr(self, "_engine"):  # torch's __init__ adds the one group
+        if not hasattr(self, "_engine"):  # torch's __init__ adds the groups
             super().add_param_group(param_group)
             return
         _param_groups.refuse_add_param_group(param_group)
@@ -93,12 +97,17 @@ class StrataEngine:
     With strata.offload_activations in the config, the tensors autograd saves in forward (those of at least
     activation_min_bytes, in a floating dtype, not views of parameters) are kept off the device by strata until
     backward needs them: copied to pinned host memory or NVMe on strata's streams and restored ahead of backward.
-    A user's own saved-tensor hooks (torch.utils.checkpoint) take precedence: what they handle is not offloaded."""
+    A user's own saved-tensor hooks (torch.utils.checkpoint) take precedence: what they handle is not offloaded.
+
+    groups (initialize's, from a torch optimizer's param groups or model_parameters dicts: _torch_groups): each
+    becomes one of strata's parameter groups, and one of engine.optimizer's param groups; without them there is one,
+    with the config's "optimizer" section."""
 
     activation_min_bytes = 64 << 10
 
     def __init__(self, model: nn.Module, config: ConfigSource, lr_scheduler: Any = None, comm: Optional[Comm] = None,
-                 trainable: Optional[Set[int]] = None, device: Union[None, str, torch.device] = None) -> None:
+                 trainable: Optional[Set[int]] = None, device: Union[None, str, torch.device] = None,
+                 groups: Optional[Sequence[ParamGroup]] = None) -> None:
         if not isinstance(model, nn.Module):
             raise InvalidArgument("strata.torch.initialize: model must be a torch.nn.Module, got %s" %
                                   type(model).__name__)
@@ -124,6 +133,9 @@ class StrataEngine:
             raise InvalidArgument("strata.torch.initialize: the model has no trainable parameters")
         self.engine = Engine(self.config, comm=self.comm)
         self._register()
+        self._names = {id(p): q for u in self.units for q, p in u.params}
+        self._pids = {id(p): pid for u in self.units for (_, p), pid in zip(u.params, u.pids)}
+        group_params = self._assign_groups(groups)
         # The batch the ranks train with is the trainer's, not in strata's config: every rank must share it.
         micro = self.config.batch_sizes(self.world_size)[1]
         self.engine.agree_on("gradient_accumulation_steps", self._gas)
@@ -139,8 +151,6 @@ class StrataEngine:
         self._offload_acts = self.config.get("strata.offload_activations.device", "none") != "none"
         self._act_source: Optional[torch.Tensor] = None  # the last activation pushed, which strata may still read
         self._grad_nodes: List[Any] = []  # AccumulateGrad nodes, kept alive so the hooks stay theirs
-        self._names = {id(p): q for u in self.units for q, p in u.params}
-        self._pids = {id(p): pid for u in self.units for (_, p), pid in zip(u.params, u.pids)}
         self.loads = 0              # checkpoints loaded: the weights state_dict() gave before are stale
         self._empty_parameters()
         self._move_buffers()
@@ -159,7 +169,7 @@ class StrataEngine:
         self._warned_no_grad = False
         self._grad_seen: Set[int] = set()  # ids of the parameters a gradient reached since the last step
         self._forward_depth = 0
-        self.optimizer = _LrHolder(self, [p for u in self.units for _, p in u.params], self.config.lr)
+        self.optimizer = _LrHolder(self, group_params)
         self.lr_scheduler: Any = None
         try:  # a callable (initialize's rebinding of a scheduler built on optimizer= too) or the config's section
             if lr_scheduler is not None:
@@ -227,6 +237,25 @@ class StrataEngine:
                     if p.dim():  # checkpoints record the shape; `strata ckpt export` writes the tensor in it
                         e.set_param_shape(pid, p.shape)
                     unit.pids[index[id(p)]] = pid
+
+    def _assign_groups(self, groups: Optional[Sequence[ParamGroup]]) -> List[List[nn.Parameter]]:
+        """Makes strata's parameter groups of the param groups initialize was given (torch's group i is strata's
+        group i; group 0 takes its values exactly, over the config's) and puts each parameter in its group. Returns
+        each group's parameters; without groups, one group of every parameter with the config's values."""
+        if not groups:
+            return [[p for u in self.units for _, p in u.params]]
+        default = self.engine.group(0)
+        out = []
+        for index, group in enumerate(groups):
+            if index == 0:
+                self.engine.set_group(0, group.values(default))
+            else:
+                gid = self.engine.add_group("param_groups[%d]" % index, group.values(default))
+                for p in group.params:
+                    if id(p) in self._pids:
+                        self.engine.set_param_group(self._pids[id(p)], gid)
+            out.append([p for p in group.params if id(p) in self._pids])
+        return out
 
     def _empty_parameters(self) -> None:
         """Frees the model's own parameter storage and hooks each parameter's AccumulateGrad node."""
@@ -583,7 +612,10 @@ class StrataEngine:
         """strata's optimizer step with engine.optimizer's lr; what engine.optimizer.step() does."""
         self._check_between_steps("engine.optimizer.step()")
         self._warn_no_grad()
-        result = self.last_step = self.engine.step(lr=self.optimizer.param_groups[0]["lr"])
+        groups = cast(_param_groups.Groups, self.optimizer.param_groups)
+        groups.push(self.engine)  # each group's lr and weight_decay, for this step
+        # one group: the lr goes with the step as well (the C API's single-group form); several: each group's
+        result = self.last_step = self.engine.step(lr=groups[0]["lr"] if len(groups) == 1 else None)
         self.global_steps += 1
         if not result["skipped"]:
             _lr_owner.step(self.lr_scheduler)
