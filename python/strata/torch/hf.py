@@ -32,9 +32,12 @@ autocast: Trainer's bf16 bit for bit, at twice the parameter memory and traffic.
 Logged: Trainer's loss (normalised as Trainer normalises it: by num_items_in_batch when the model takes it), and
 grad_norm, the norm strata measured while clipping (none when max_grad_norm is 0: strata then measures none).
 
-Refused, with the reason: optimizers other than AdamW, a weight_decay above 0 (Trainer decays all but biases and
-norms, and strata's engine runs one set of hyperparameters), a user-made optimizer, more than one process (Trainer's
-data sharding and DDP are not strata's ranks).
+Weight decay: with TrainingArguments weight_decay above 0, the parameters go into Trainer's own two param groups
+(those Trainer.get_decay_parameter_names names decay, the others, biases and norms, do not), as strata's parameter
+groups, so that each parameter is updated as Trainer's AdamW updates it.
+
+Refused, with the reason: optimizers other than AdamW, a user-made optimizer, more than one process (Trainer's data
+sharding and DDP are not strata's ranks).
 """
 from __future__ import annotations
 
@@ -94,7 +97,8 @@ class StrataTrainer(transformers.Trainer):  # type: ignore[misc]  # transformers
         # the loss and skips overflowing steps itself (engine.backward, skip_with_strata), as DeepSpeed does.
         if getattr(self.accelerator, "scaler", None) is not None:
             self.accelerator.scaler = None
-        self.engine, _, _, _ = initialize(model=self.model, config=config, device=self.args.device)
+        self.engine, _, _, _ = initialize(model=self.model, config=config, device=self.args.device,
+                                          model_parameters=self._decay_groups())
         if self.engine.world_size > 1 or self.args.world_size > 1:
             ranks = (self.engine.world_size, self.args.world_size)
             self.engine.close()
@@ -103,6 +107,16 @@ class StrataTrainer(transformers.Trainer):  # type: ignore[misc]  # transformers
                 "process for now (Trainer would shard its data over torch.distributed and wrap the model in DDP, which "
                 "strata's ranks do not use); hint: one process, or strata.torch.initialize with your own sharded "
                 "loader under mpirun" % ranks)
+
+    def _decay_groups(self) -> Optional[List[Dict[str, Any]]]:
+        """Trainer.create_optimizer's param groups (decayed, and not: biases and norms) when weight_decay is above 0,
+        each a strata parameter group; None (one group) without weight decay, where the two would run alike."""
+        if not self.args.weight_decay:
+            return None
+        decay = set(self.get_decay_parameter_names(self.model))
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        return [{"params": [p for n, p in named if n in decay], "weight_decay": self.args.weight_decay},
+                {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0}]
 
     def create_optimizer(self, *unused: Any) -> torch.optim.Optimizer:
         """engine.optimizer: what strata reads the lr of each step from (transformers 5 passes the model)."""
@@ -384,11 +398,6 @@ def _fill(strata_config: ConfigSource, args: Any, model: Any) -> Dict[str, Any]:
     if args.optim not in _ADAMW:
         raise InvalidArgument("StrataTrainer: optim = %r: strata runs AdamW (allowed: %s)" % (args.optim,
                                                                                           ", ".join(_ADAMW)))
-    if args.weight_decay:
-        raise InvalidArgument(
-            "StrataTrainer: weight_decay = %g: Trainer decays every parameter but biases and norms, and strata's "
-            "engine runs one set of hyperparameters for all; hint: weight_decay=0, or strata.torch.initialize with "
-            "the decay in the config's optimizer section applied to every parameter" % args.weight_decay)
     doc = _document(strata_config) if strata_config is not None else {}
     optimizer = doc.setdefault("optimizer", {"type": "AdamW"})
     if optimizer.get("type", "AdamW") != "AdamW":
