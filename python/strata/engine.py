@@ -364,7 +364,8 @@ class Engine:
 
     def step_begin(self, lr: Optional[float] = None) -> None:
         """Begins a step at lr (as step()) before its backward: required with strata.step_in_backward, where each
-        module's update runs during backward; a no-op otherwise. Pass step() the same lr (or None)."""
+        module's update runs during backward; a no-op otherwise. Pass step() the same lr (or None). The groups'
+        values (set_group) are taken here with step_in_backward: set them before."""
         if lr is None:
             lr = 0.0
         elif lr == 0:
@@ -383,8 +384,9 @@ class Engine:
 
     def step(self, lr: Optional[float] = None) -> Dict[str, Any]:
         """Runs the optimizer over the accumulated gradients at lr (None: the configured one; 0 is a step at lr 0,
-        as a schedule may reach: the moments advance, the weights stay). Returns a dict: step, skipped, delayed,
-        grad_norm, loss_scale."""
+        as a schedule may reach: the moments advance, the weights stay). lr is group 0's: with several parameter
+        groups pass None, each group's lr set with set_group before the step. Returns a dict: step, skipped,
+        delayed, grad_norm, loss_scale."""
         if lr is None:
             lr = 0.0  # the C API's "configured"
         elif lr == 0:

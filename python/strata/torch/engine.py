@@ -78,7 +78,7 @@ class _LrHolder(torch.optim.Optimizer):
         _param_groups.refuse_add_param_group(param_group)
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """The saved group's keys, each written as param_groups[0][key] = value would be (strata keeps no state)."""
+        """Each saved group's keys, written as param_groups[i][key] = value would be (strata keeps no state)."""
         _param_groups.load(self.param_groups, state_dict)
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
