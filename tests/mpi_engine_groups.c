@@ -77,16 +77,30 @@ static void refusals(void)
         return;
     strata_config c = synth_config(STRATA_DTYPE_FP32);
     c.zero_stage = 2;
-    /* Rank 1 made group 2 with another eps: every rank's finalize fails, naming the groups. */
+    /* Rank 1 made group 2 with another eps: every rank's finalize fails, naming the group, the field and both
+     * values. */
     synth_groups g = three_groups(3);
     if (w.rank == 1)
         g.hp[1].eps = 1e-7;
     synth_opts o = model(&g);
     strata_engine *e = NULL;
     strata_status st = synth_engine(&o, &c, &e);
-    T_CHECK(st == STRATA_ECONFIG && strstr(strata_last_error(NULL), "parameter groups differ"),
-            "rank %d: groups that differ are refused at finalize: %s %s", w.rank, strata_status_name(st),
-            strata_last_error(NULL));
+    const char *msg = strata_last_error(NULL);
+    T_CHECK(st == STRATA_ECONFIG && strstr(msg, "\"group2\" has eps = 9.9999999999999995e-07 on rank 0 but "
+                                           "9.9999999999999995e-08 on rank 1"),
+            "rank %d: groups that differ are refused at finalize, naming the group and the value: %s %s", w.rank,
+            strata_status_name(st), msg);
+    strata_engine_destroy(e);
+
+    /* The same groups, but rank 1 put layer 0's bias in group 1: named too. */
+    g = three_groups(3);
+    if (w.rank == 1)
+        g.of_param[1] = 1;
+    o = model(&g);
+    st = synth_engine(&o, &c, &e);
+    msg = strata_last_error(NULL);
+    T_CHECK(st == STRATA_ECONFIG && strstr(msg, "\"layer0.bias\" is in group \"group2\" on rank 0 but in \"group1\""),
+            "rank %d: a parameter in another group is named: %s %s", w.rank, strata_status_name(st), msg);
     strata_engine_destroy(e);
 
     /* The same groups, then rank 1 sets group 1's lr otherwise before a step: that step fails everywhere. */

@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "base/crc32c.h"
+#include "base/util.h"
 #include "engine/config/config_schema.h"
 #include "engine/engine.h"
 
@@ -233,6 +234,75 @@ static strata_status weights_mismatch(strata_engine *e, int r)
     return st;
 }
 
+/* One parameter group as the ranks compare it. */
+typedef struct agree_group {
+    char name[ENGINE_NAME_BYTES];
+    strata_group_hparams hp;
+} agree_group;
+
+/* The first field of group g that differs between rank 0 (a) and rank r (b), as an error. */
+static strata_status group_field_mismatch(size_t g, const agree_group *a, const agree_group *b, int r)
+{
+    if (strcmp(a->name, b->name) != 0)
+        return err_set(STRATA_ECONFIG, "strata_engine_finalize: parameter group %zu is \"%s\" on rank 0 but \"%s\" on "
+                       "rank %d; every rank must add the same groups in the same order", g, a->name, b->name, r);
+    static const char *const fields[] = {"lr", "weight_decay", "beta1", "beta2", "eps"};
+    const double *va = &a->hp.lr, *vb = &b->hp.lr;
+    for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++)
+        if (memcmp(&va[f], &vb[f], sizeof(double)) != 0)
+            return err_set(STRATA_ECONFIG, "strata_engine_finalize: parameter group \"%s\" has %s = %.17g on rank 0 but "
+                           "%.17g on rank %d; every rank must give every group the same values", a->name, fields[f],
+                           va[f], vb[f], r);
+    return STRATA_OK;
+}
+
+/* Names what differs in the parameter groups of rank r and rank 0 (their digests differ): every rank sends its
+ * groups, then, when those agree, which group each parameter is in. A collective (every rank found the same r). */
+static strata_status groups_mismatch(strata_engine *e, const fingerprint *all, int r)
+{
+    size_t most = 0, np = registry_nparams(e->reg), mine = opt_groups_count(e->groups);
+    for (int k = 0; k < e->world; k++)
+        most = MAX(most, (size_t)all[k].ngroups);
+    agree_group *groups = calloc(most * ((size_t)e->world + 1), sizeof *groups);
+    uint32_t *members = calloc((np ? np : 1) * ((size_t)e->world + 1), sizeof *members);
+    if (!groups || !members) {
+        free(groups);
+        free(members);
+        return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory");
+    }
+    agree_group *own = groups + most * (size_t)e->world;
+    for (size_t g = 0; g < mine; g++) {
+        snprintf(own[g].name, sizeof own[g].name, "%s", opt_groups_name(e->groups, (strata_group_id)g));
+        own[g].hp = *opt_groups_get(e->groups, (strata_group_id)g);
+    }
+    strata_status st = comm_allgather(e->comm, own, groups, most * sizeof *groups, COMM_BYTE);
+    const agree_group *a = groups, *b = groups + (size_t)r * most;
+    if (st == STRATA_OK && all[r].ngroups != all[0].ngroups)
+        st = err_set(STRATA_ECONFIG, "strata_engine_finalize: rank 0 made %llu parameter groups, rank %d %llu; every "
+                     "rank must make the same groups (strata_group_add)", (unsigned long long)all[0].ngroups, r,
+                     (unsigned long long)all[r].ngroups);
+    for (size_t g = 0; st == STRATA_OK && g < (size_t)all[0].ngroups; g++)
+        st = group_field_mismatch(g, &a[g], &b[g], r);
+    if (st == STRATA_OK) { /* the groups agree: their members do not */
+        uint32_t *own_members = members + np * (size_t)e->world;
+        for (size_t i = 0; i < np; i++)
+            own_members[i] = registry_param(e->reg, (strata_param_id)i)->group;
+        st = comm_allgather(e->comm, own_members, members, np, COMM_I32);
+        for (size_t i = 0; st == STRATA_OK && i < np; i++) {
+            uint32_t ga = members[i], gb = members[(size_t)r * np + i];
+            if (ga != gb) {
+                const reg_param *p = registry_param(e->reg, (strata_param_id)i);
+                st = err_set(STRATA_ECONFIG, "strata_engine_finalize: parameter \"%s.%s\" is in group \"%s\" on rank 0 "
+                             "but in \"%s\" on rank %d; every rank must put every parameter in the same group",
+                             registry_module(e->reg, p->module)->name, p->name, a[ga].name, a[gb].name, r);
+            }
+        }
+    }
+    free(groups);
+    free(members);
+    return st;
+}
+
 /* The first difference between rank r's declared values and rank 0's, or STRATA_OK. */
 static strata_status items_mismatch(const fingerprint *all, int r)
 {
@@ -284,11 +354,7 @@ strata_status agree_finalize(strata_engine *e, strata_status local)
                          (unsigned long long)all[r].params, (unsigned long long)all[0].modules,
                          (unsigned long long)all[0].params);
         else if (all[r].groups != all[0].groups)
-            st = err_set(STRATA_ECONFIG, "strata_engine_finalize: rank %d's parameter groups differ from rank 0's "
-                         "(%llu groups vs %llu, or a group's name, lr, weight_decay, betas or eps, or which "
-                         "parameters it holds); every rank must make the same groups (strata_group_add, "
-                         "strata_param_set_group)", r, (unsigned long long)all[r].ngroups,
-                         (unsigned long long)all[0].ngroups);
+            st = groups_mismatch(e, all, r);
         else if ((st = items_mismatch(all, r)) != STRATA_OK)
             ;
         else if (all[r].weights && all[0].weights && all[r].weights != all[0].weights)
