@@ -10,22 +10,11 @@
 #include <string.h>
 
 #include "synth.h"
+#include "synth_oracle.h"
 #include "testlib.h"
 #include "world.h"
 
 static t_world w;
-
-static synth_groups three_groups(int layers)
-{
-    synth_groups g = {.n = 2};
-    g.hp[0] = (strata_group_hparams){.lr = 3e-3, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
-    g.hp[1] = (strata_group_hparams){.lr = 2e-2, .weight_decay = 0, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6};
-    for (int l = 0; l < layers; l++) {
-        g.of_param[2 * l] = l == layers - 1 ? 0 : 1;
-        g.of_param[2 * l + 1] = 2;
-    }
-    return g;
-}
 
 static synth_opts model(const synth_groups *g)
 {
@@ -48,7 +37,7 @@ static void against_one_rank(int stage, uint32_t frozen_layers)
     char what[128];
     snprintf(what, sizeof what, "stage %d, 3 groups, %s, %d ranks", stage,
              frozen_layers ? "layer 1 frozen" : "all trained", w.size);
-    synth_groups g = three_groups(3);
+    synth_groups g = synth_three_groups(3);
     synth_opts o = model(&g);
     o.frozen_layers = frozen_layers;
     strata_config c = synth_config(STRATA_DTYPE_FP32);
@@ -79,7 +68,7 @@ static void refusals(void)
     c.zero_stage = 2;
     /* Rank 1 made group 2 with another eps: every rank's finalize fails, naming the group, the field and both
      * values. */
-    synth_groups g = three_groups(3);
+    synth_groups g = synth_three_groups(3);
     if (w.rank == 1)
         g.hp[1].eps = 1e-7;
     synth_opts o = model(&g);
@@ -93,7 +82,7 @@ static void refusals(void)
     strata_engine_destroy(e);
 
     /* The same groups, but rank 1 put layer 0's bias in group 1: named too. */
-    g = three_groups(3);
+    g = synth_three_groups(3);
     if (w.rank == 1)
         g.of_param[1] = 1;
     o = model(&g);
@@ -104,7 +93,7 @@ static void refusals(void)
     strata_engine_destroy(e);
 
     /* The same groups, then rank 1 sets group 1's lr otherwise before a step: that step fails everywhere. */
-    g = three_groups(3);
+    g = synth_three_groups(3);
     o = model(&g);
     T_OK(synth_engine(&o, &c, &e));
     if (w.rank == 1) {

@@ -18,197 +18,8 @@
 #include "engine/plan/plan.h"
 #include "engine/step/step.h"
 #include "synth.h"
+#include "synth_oracle.h"
 #include "testlib.h"
-
-/* Layer l's weight in group 1 (decay), its bias in group 2 (no decay, other betas and eps); the last layer's weight
- * in group 0 (the config's): every module holds two groups. */
-static synth_groups three_groups(int layers)
-{
-    synth_groups g = {.n = 2};
-    g.hp[0] = (strata_group_hparams){.lr = 3e-3, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
-    g.hp[1] = (strata_group_hparams){.lr = 2e-2, .weight_decay = 0, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6};
-    for (int l = 0; l < layers; l++) {
-        g.of_param[2 * l] = l == layers - 1 ? 0 : 1;
-        g.of_param[2 * l + 1] = 2;
-    }
-    return g;
-}
-
-/* ---------------------------------------------------------------- the oracle */
-
-typedef struct flat flat;
-static void place_module(const synth_opts *o, int l, flat *f);
-
-struct flat {
-    size_t n, at[2 * SYNTH_MAX_LAYERS], numel[2 * SYNTH_MAX_LAYERS];
-    int order[2 * SYNTH_MAX_LAYERS], ntrained; /* the trained parameters in layout order */
-    size_t trained_n;                          /* where the frozen modules start */
-    float *master, *grad, *scale_m, *scale_v;
-    uint8_t *m, *v; /* in the form: 4, 2 or 1 bytes an element */
-};
-
-static void place_module(const synth_opts *o, int l, flat *f)
-{
-    size_t sizes[2] = {(size_t)o->width[l + 1] * o->width[l], (size_t)o->width[l + 1]}, offs[2];
-    uint32_t groups[2] = {(uint32_t)o->groups->of_param[2 * l], (uint32_t)o->groups->of_param[2 * l + 1]};
-    size_t numel = plan_module_layout(sizes, groups, 2, offs, NULL);
-    for (int j = 0; j < 2; j++) {
-        f->at[2 * l + j] = f->n + offs[j];
-        f->numel[2 * l + j] = sizes[j];
-    }
-    f->n += numel;
-}
-
-/* The engine's layout: module l = layer l's weight then bias, padded where their groups differ; the trained
- * modules first, the frozen ones after them. */
-static void layout(const synth_opts *o, flat *f)
-{
-    f->n = 0;
-    f->ntrained = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1)
-            f->trained_n = f->n;
-        for (int l = 0; l < o->layers; l++) {
-            if ((o->frozen_layers >> l & 1) != (uint32_t)pass)
-                continue;
-            if (pass == 0) {
-                f->order[f->ntrained++] = 2 * l;
-                f->order[f->ntrained++] = 2 * l + 1;
-            }
-            place_module(o, l, f);
-        }
-    }
-}
-
-
-static void flat_init(const synth_opts *o, strata_moments form, flat *f)
-{
-    layout(o, f);
-    size_t eb = form == STRATA_MOMENTS_FP32 ? 4 : form == STRATA_MOMENTS_BF16 ? 2 : 1;
-    f->master = calloc(f->n, 4);
-    f->grad = calloc(f->n, 4);
-    f->m = calloc(f->n, eb);
-    f->v = calloc(f->n, eb);
-    f->scale_m = calloc(f->n / MOMENTS_Q8_BLOCK + 1, 4);
-    f->scale_v = calloc(f->n / MOMENTS_Q8_BLOCK + 1, 4);
-    if (form == STRATA_MOMENTS_8BIT) {
-        memset(f->m, moments_q8_signed()->zero, f->n);
-        memset(f->v, moments_q8_unsigned()->zero, f->n);
-    }
-    for (int p = 0; p < 2 * o->layers; p++)
-        for (size_t i = 0; i < f->numel[p]; i++)
-            f->master[f->at[p] + i] = synth_init_value(o->seed, p, i);
-}
-
-/* The group constants of step s (from 0; the update's count s + 1): group 0 the config's, the others as given, each
- * lr on the schedule. */
-static void group_consts(const synth_opts *o, const strata_config *c, int s, adam_consts *k)
-{
-    strata_adam_hparams base;
-    T_OK(strata_config_adam_hparams(c, &base));
-    double decay = o->lr_decay > 0 ? pow(o->lr_decay, s) : 1;
-    for (int g = 0; g <= o->groups->n; g++) {
-        strata_adam_hparams hp = base;
-        hp.lr = (g == 0 ? (double)c->lr : o->groups->hp[g - 1].lr) * decay;
-        if (g > 0) {
-            const strata_group_hparams *gh = &o->groups->hp[g - 1];
-            hp.weight_decay = gh->weight_decay;
-            hp.beta1 = gh->beta1;
-            hp.beta2 = gh->beta2;
-            hp.eps = gh->eps;
-        }
-        adam_consts_init(&k[g], &hp, s + 1, 1.0);
-    }
-}
-
-/* One kernel call per run of one group: [start of parameter p, start of the next parameter of another group). The
- * split does not change a bit (elementwise; bf16's rounding drawn by element index; 8-bit blocks inside a run). */
-static void step_oracle(const synth_opts *o, const strata_config *c, strata_moments form, flat *f, int s)
-{
-    adam_consts k[SYNTH_MAX_GROUPS + 1];
-    group_consts(o, c, s, k);
-    int np = f->ntrained;
-    for (int i = 0; i < np;) {
-        int g = o->groups->of_param[f->order[i]], j = i + 1;
-        while (j < np && o->groups->of_param[f->order[j]] == g)
-            j++;
-        size_t first = i == 0 ? 0 : f->at[f->order[i]], end = j < np ? f->at[f->order[j]] : f->trained_n;
-        adam_arrays a = {.master = f->master, .grad = f->grad, .grad_dtype = STRATA_DTYPE_FP32,
-                         .param_dtype = STRATA_DTYPE_NONE, .exp_avg = (float *)f->m, .exp_avg_sq = (float *)f->v};
-        if (form == STRATA_MOMENTS_FP32) {
-            adam_step_ref(&k[g], &a, first, end);
-        } else if (form == STRATA_MOMENTS_BF16) {
-            adam_bf16_moments mo = {(uint16_t *)f->m, (uint16_t *)f->v,
-                                    step_moments_key(c->optimizer_moments_seed, 0, s + 1), 0};
-            adam_step_bf16_ref(&k[g], &a, &mo, first, end);
-        } else {
-            adam_q8_moments mo = {f->m, f->v, f->scale_m, f->scale_v};
-            adam_step_q8_ref(&k[g], &a, &mo, first, end);
-        }
-        i = j;
-    }
-}
-
-typedef struct layer_scratch {
-    float *act[SYNTH_MAX_LAYERS + 1], *target, *d0, *d1, *tw, *tb;
-} layer_scratch;
-
-/* Step s's gradients, summed over its micro-batches in fp32 as the engine's store sums them, into f->grad. */
-static void gradients(const synth_opts *o, flat *f, layer_scratch *x, int s)
-{
-    int L = o->layers;
-    for (int mb = 0; mb < o->micro_batches; mb++) {
-        synth_batch(o, s, mb, x->act[0], x->target);
-        for (int l = 0; l < L; l++)
-            synth_layer_forward(o, l, f->master + f->at[2 * l], f->master + f->at[2 * l + 1], x->act[l],
-                                x->act[l + 1]);
-        float *dc = x->d0, *dn = x->d1;
-        synth_loss_grad(o, x->act[L], x->target, 1.0f, dc);
-        for (int l = L - 1; l >= 0; l--) {
-            synth_layer_backward(o, l, f->master + f->at[2 * l], x->act[l], x->act[l + 1], dc, dn, x->tw, x->tb);
-            const float *part[2] = {x->tw, x->tb};
-            for (int j = 0; j < 2; j++) {
-                float *g = f->grad + f->at[2 * l + j];
-                for (size_t i = 0; i < f->numel[2 * l + j]; i++)
-                    g[i] = mb == 0 ? part[j][i] : g[i] + part[j][i];
-            }
-            float *t = dc;
-            dc = dn;
-            dn = t;
-        }
-    }
-}
-
-static float *oracle(const synth_opts *o, const strata_config *c, strata_moments form, size_t *n_out)
-{
-    int L = o->layers, B = o->batch;
-    flat f;
-    flat_init(o, form, &f);
-    size_t maxw = 0;
-    for (int l = 0; l <= L; l++)
-        maxw = (size_t)o->width[l] > maxw ? (size_t)o->width[l] : maxw;
-    layer_scratch x = {.target = calloc((size_t)B * o->width[L], 4), .d0 = calloc((size_t)B * maxw, 4),
-                       .d1 = calloc((size_t)B * maxw, 4), .tw = calloc(maxw * maxw, 4), .tb = calloc(maxw, 4)};
-    for (int l = 0; l <= L; l++)
-        x.act[l] = calloc((size_t)B * o->width[l], 4);
-    for (int s = 0; s < o->steps; s++) {
-        gradients(o, &f, &x, s);
-        step_oracle(o, c, form, &f, s);
-    }
-    size_t total = 0;
-    for (int p = 0; p < 2 * L; p++)
-        total += f.numel[p];
-    float *out = malloc(total * 4);
-    for (int p = 0, pos = 0; p < 2 * L; pos += (int)f.numel[p], p++)
-        memcpy(out + pos, f.master + f.at[p], f.numel[p] * 4);
-    for (int l = 0; l <= L; l++)
-        free(x.act[l]);
-    void *bufs[] = {f.master, f.grad, f.m, f.v, f.scale_m, f.scale_v, x.target, x.d0, x.d1, x.tw, x.tb};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
-    *n_out = total;
-    return out;
-}
 
 /* ---------------------------------------------------------------- the runs */
 
@@ -230,6 +41,30 @@ static float *train(const synth_opts *o, const strata_config *c, const char *wha
     return w;
 }
 
+/* o->steps steps = half of them, saved into dir, loaded, the other half: bit for bit. */
+static void resumes_exactly(const char *what, const synth_opts *o, const strata_config *c, const char *dir)
+{
+    char label[160];
+    size_t n_ref, n;
+    float *ref = train(o, c, what, &n_ref);
+    synth_opts first = *o;
+    first.steps = o->steps / 2;
+    first.save_dir = dir;
+    first.save_after = first.steps;
+    snprintf(label, sizeof label, "%s: %d steps, saved", what, first.steps);
+    free(train(&first, c, label, &n));
+    synth_opts second = *o;
+    second.first_step = first.steps;
+    second.steps = o->steps - first.steps;
+    second.load_dir = dir;
+    snprintf(label, sizeof label, "%s: loaded, %d more", what, second.steps);
+    float *w = train(&second, c, label, &n);
+    snprintf(label, sizeof label, "%s: resumed vs uninterrupted", what);
+    expect_same(label, ref, n_ref, w, n);
+    free(w);
+    free(ref);
+}
+
 static synth_opts base_opts(void)
 {
     synth_opts o;
@@ -243,7 +78,7 @@ static synth_opts base_opts(void)
 static void against_oracle(const char *scratch)
 {
     synth_opts o = base_opts();
-    synth_groups g = three_groups(o.layers);
+    synth_groups g = synth_three_groups(o.layers);
     o.groups = &g;
     const strata_moments forms[] = {STRATA_MOMENTS_FP32, STRATA_MOMENTS_BF16, STRATA_MOMENTS_8BIT};
     const char *names[] = {"fp32", "bf16", "8bit"};
@@ -252,7 +87,7 @@ static void against_oracle(const char *scratch)
         c.optimizer_moments = forms[fi];
         c.optimizer_moments_seed = 5;
         size_t n_ref;
-        float *ref = oracle(&o, &c, forms[fi], &n_ref);
+        float *ref = synth_oracle(&o, &c, forms[fi], &n_ref);
         for (size_t p = 0; p < synth_placement_count; p++) {
             strata_config pc = c;
             synth_placements[p].apply(&pc, scratch);
@@ -274,7 +109,7 @@ static void against_oracle(const char *scratch)
     synth_opts os = o;
     os.groups = &same;
     size_t n1, n2;
-    float *a = oracle(&o, &c, STRATA_MOMENTS_FP32, &n1), *b = oracle(&os, &c, STRATA_MOMENTS_FP32, &n2);
+    float *a = synth_oracle(&o, &c, STRATA_MOMENTS_FP32, &n1), *b = synth_oracle(&os, &c, STRATA_MOMENTS_FP32, &n2);
     size_t first;
     T_CHECK(synth_count_diff(a, b, n1, &first) > n1 / 2, "the groups' values change most weights in the oracle");
     free(a);
@@ -287,7 +122,7 @@ static void against_oracle(const char *scratch)
 static void frozen(const char *scratch)
 {
     synth_opts o = base_opts();
-    synth_groups g = three_groups(o.layers);
+    synth_groups g = synth_three_groups(o.layers);
     o.groups = &g;
     o.frozen_layers = 1u << 1 | 1u << 2;
     const strata_moments forms[] = {STRATA_MOMENTS_FP32, STRATA_MOMENTS_8BIT};
@@ -295,7 +130,7 @@ static void frozen(const char *scratch)
         strata_config c = synth_config(STRATA_DTYPE_FP32);
         c.optimizer_moments = forms[fi];
         size_t n_ref;
-        float *ref = oracle(&o, &c, forms[fi], &n_ref);
+        float *ref = synth_oracle(&o, &c, forms[fi], &n_ref);
         for (size_t p = 0; p < synth_placement_count; p++) {
             strata_config pc = c;
             synth_placements[p].apply(&pc, scratch);
@@ -359,23 +194,9 @@ static void frozen(const char *scratch)
     /* A checkpoint holds the frozen modules (in params.safetensors) and resumes exactly. */
     synth_use_nvme(&c, scratch, true, true);
     o.steps = 4;
-    size_t n_ref;
-    float *ref = train(&o, &c, "frozen: 4 steps", &n_ref);
     char dir[512];
     snprintf(dir, sizeof dir, "%s/ckpt-frozen", scratch);
-    synth_opts first = o;
-    first.steps = 2;
-    first.save_dir = dir;
-    first.save_after = 2;
-    free(train(&first, &c, "frozen: 2 steps, saved", &n));
-    synth_opts second = o;
-    second.first_step = 2;
-    second.steps = 2;
-    second.load_dir = dir;
-    w = train(&second, &c, "frozen: loaded, 2 more", &n);
-    expect_same("frozen: resumed vs uninterrupted", ref, n_ref, w, n);
-    free(w);
-    free(ref);
+    resumes_exactly("layers 1, 2 frozen", &o, &c, dir);
 }
 
 /* The step variants on the same groups, with or without a frozen layer: each must give the ordinary step's weights.
@@ -385,7 +206,7 @@ static void variants(const char *scratch, uint32_t frozen_layers)
     synth_opts o = base_opts();
     o.micro_batches = 1;
     o.frozen_layers = frozen_layers;
-    synth_groups g = three_groups(o.layers);
+    synth_groups g = synth_three_groups(o.layers);
     o.groups = &g;
     strata_config c = synth_config(STRATA_DTYPE_BF16);
     c.gradient_clipping = 0.05;
@@ -440,27 +261,14 @@ static void checkpoints(const char *scratch)
 {
     synth_opts o = base_opts();
     o.steps = 6;
-    synth_groups g = three_groups(o.layers);
+    synth_groups g = synth_three_groups(o.layers);
     o.groups = &g;
     strata_config c = synth_config(STRATA_DTYPE_FP32);
     synth_use_nvme(&c, scratch, true, true);
-    size_t n_ref, n;
-    float *ref = train(&o, &c, "6 steps", &n_ref);
+    size_t n;
     char dir[512];
     snprintf(dir, sizeof dir, "%s/ckpt-groups", scratch);
-    synth_opts first = o;
-    first.steps = 3;
-    first.save_dir = dir;
-    first.save_after = 3;
-    free(train(&first, &c, "3 steps, saved", &n));
-    synth_opts second = o;
-    second.first_step = 3;
-    second.steps = 3;
-    second.load_dir = dir;
-    float *w = train(&second, &c, "loaded, 3 more", &n);
-    expect_same("resumed with groups vs uninterrupted", ref, n_ref, w, n);
-    free(w);
-    free(ref);
+    resumes_exactly("3 groups", &o, &c, dir); /* dir keeps the checkpoint after 3 of the 6 steps */
 
     /* The saved values come back: a fresh engine with other group values takes the checkpoint's. */
     synth_opts other = o;
@@ -569,7 +377,7 @@ static void misuse(void)
 
     /* With the step in backward, a group's values are fixed from strata_step_begin to strata_step. */
     c.step_in_backward = true;
-    synth_groups sg = three_groups(o.layers);
+    synth_groups sg = synth_three_groups(o.layers);
     o.groups = &sg;
     o.micro_batches = 1;
     T_OK(synth_engine(&o, &c, &e));
