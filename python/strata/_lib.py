@@ -162,6 +162,8 @@ _SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "strata_comm_allreduce_sum": (c_status, [c_voidp, ctypes.POINTER(c_double), c_size]),
     "strata_comm_abort": (None, [c_voidp, c_char_p]),
     "strata_module_add": (c_status, [c_voidp, c_char_p, ctypes.POINTER(c_uint32)]),
+    "strata_module_freeze": (c_status, [c_voidp, c_uint32]),
+    "strata_module_frozen": (ctypes.c_bool, [c_voidp, c_uint32]),
     "strata_param_add": (c_status, [c_voidp, c_uint32, c_char_p, c_size, INIT_FN, c_voidp,
                                     ctypes.POINTER(c_uint32)]),
     "strata_param_set_shape": (c_status, [c_voidp, c_uint32, c_int, ctypes.POINTER(ctypes.c_int64)]),

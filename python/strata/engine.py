@@ -229,6 +229,15 @@ class Engine:
                     "strata_module_add(%r)" % name)
         return out.value
 
+    def freeze_module(self, module: int) -> None:
+        """Freezes module (before finalize): its parameters are partitioned, tiered, fetched and checkpointed like
+        any other's, but have no gradient buffers and no optimizer state (strata_module_freeze). Its parameters
+        must not be handed gradients (grad_data refuses them); read_master reads them widened to fp32."""
+        self._check(self._lib.strata_module_freeze(self._p(), module), "strata_module_freeze(%d)" % module)
+
+    def module_frozen(self, module: int) -> bool:
+        return bool(self._lib.strata_module_frozen(self._p(), module))
+
     def add_param(self, module: int, name: str, numel: int, init: Optional[Initializer] = None) -> int:
         """Adds a parameter of numel elements. init(offset, count, out) fills a ctypes float array of count
         elements with the initial values of [offset, offset + count) (None: zeros)."""
