@@ -58,8 +58,8 @@ def load(engine: StrataEngine, load_dir: StrPath, tag: Optional[object] = None, 
     is a checkpoint, or the newest checkpoint under load_dir. Returns (path, client_state); (None, None) with a
     warning when load_dir holds nothing to load and no tag is given (as DeepSpeed). Training then continues
     bit-identically. DeepSpeed's flags: load_lr_scheduler_states=False keeps the scheduler (and so the lr) as it
-    is; load_module_strict is strict either way for what strata trains (a checkpoint of other parameters fails,
-    naming the tensor) and leaves what strata does not train (frozen parameters, buffers) as it is; weights without
+    is; load_module_strict is strict either way for the parameters strata holds, trained and frozen (a checkpoint of
+    other parameters fails, naming the tensor), and leaves what strata does not hold (buffers) as it is; weights without
     their optimizer state (load_module_only, load_optimizer_states=False) and custom_load_fn are refused."""
     if load_module_only or not load_optimizer_states:
         raise InvalidArgument(
@@ -125,8 +125,8 @@ def _find(directory: str, tag: Optional[object]) -> Optional[str]:
 
 def save_16bit(engine: StrataEngine, save_dir: StrPath, save_filename: str = "pytorch_model.bin",
                exclude_frozen_parameters: bool = False) -> bool:
-    """DeepSpeed's save_16bit_model: the model's state_dict (the weights strata trains in the model's compute dtype,
-    its own frozen parameters and buffers as they are; CPU tensors, tied weights kept shared) written by rank 0 with
+    """DeepSpeed's save_16bit_model: the model's state_dict (the weights strata holds, frozen ones too, in the model's
+    compute dtype, its buffers as they are; CPU tensors, tied weights kept shared) written by rank 0 with
     torch.save to save_dir/save_filename, atomically. A collective with several ranks. Returns True."""
     state = engine.module.state_dict()  # the real weights (_state_dict's hooks); a collective
     if exclude_frozen_parameters:

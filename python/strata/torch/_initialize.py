@@ -43,7 +43,12 @@ def initialize(args: Any = None, model: Optional[nn.Module] = None, optimizer: A
         in two groups. Any other optimizer is refused.
     model_parameters: what to train (default: every parameter that requires grad, or the optimizer's); as in
         DeepSpeed, a list of param group dicts makes strata's parameter groups, each key (lr, betas, eps,
-        weight_decay) overriding the config's optimizer.params for its group.
+        weight_decay) overriding the config's optimizer.params for its group, and of what is listed only the
+        parameters that require grad train (DeepSpeed's ZeRO optimizers drop the others from their groups). Every
+        other parameter of the model (requires_grad=False: a LoRA model's base) is strata's too, frozen: partitioned,
+        on the parameters' tier, fetched around its use, in state_dict() and checkpoints, with no gradient and no
+        optimizer state. Which parameters train is fixed here: a requires_grad changed later is refused at the next
+        forward or step, naming the parameter.
     training_data: a torch Dataset; the returned loader gives train_micro_batch_size_per_gpu samples a batch through
         a DistributedSampler over the ranks (as DeepSpeed's), with collate_fn and dataloader_drop_last.
     lr_scheduler: a torch lr scheduler or a callable making one from engine.optimizer; else the config's
@@ -197,7 +202,8 @@ def _loader(engine: StrataEngine, dataset: Any, collate_fn: Optional[Callable[..
 
 
 def _trainable(model: nn.Module, model_parameters: Optional[List[Any]]) -> Optional[Set[int]]:
-    """The set of ids of the parameters strata trains (tensors, or the params of param group dicts)."""
+    """The ids of model_parameters' tensors (tensors, or the params of param group dicts), of which strata trains
+    those that require grad; None without model_parameters."""
     if model_parameters is None:
         return None
     ids = {id(p) for p in _flat(model_parameters)}

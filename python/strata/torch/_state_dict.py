@@ -2,8 +2,9 @@
 
 Between uses the parameters of a model strata trains hold no storage, so torch's state_dict() would give empty
 tensors, and save_pretrained() would write them (DeepSpeed's answer is stage3_gather_16bit_weights_on_model_save).
-Each module owning a parameter strata trains gets a state_dict hook that puts the parameter's weights there instead:
-strata's fp32 master weights in the model's dtype. A parameter under several names (tied weights) gives the same
+Each module owning a parameter strata holds (trained or frozen) gets a state_dict hook that puts the parameter's
+weights there instead: strata's fp32 master weights in the model's dtype (a frozen parameter's: the weights strata
+keeps, in that dtype already). A parameter under several names (tied weights) gives the same
 tensor object under each, so save_pretrained sees them shared, as it does for an unmanaged model. With several ranks
 state_dict() is a collective: every rank must call it.
 """
@@ -30,7 +31,7 @@ class _Weights:
 
 
 def install(engine: StrataEngine, modules: Iterable[nn.Module]) -> None:
-    """Hooks the state_dict and load_state_dict of modules (those owning a parameter engine trains)."""
+    """Hooks the state_dict and load_state_dict of modules (those owning a parameter engine holds)."""
     weights = _Weights()
     managed = {id(p) for u in engine.units for _, p in u.params}
     handles = []
@@ -69,6 +70,6 @@ def _fill(engine: StrataEngine, weights: _Weights, managed: Set[int], module: nn
 def _refuse(engine: StrataEngine, module: nn.Module) -> None:
     if engine.engine is None:
         return
-    raise StateError("strata: load_state_dict() on %s, whose parameters strata trains: strata holds the weights and "
+    raise StateError("strata: load_state_dict() on %s, whose parameters strata holds: strata keeps the weights and "
                      "their optimizer state; load the weights into the model before strata.torch.initialize, or "
                      "resume with engine.load_checkpoint(dir)" % type(module).__name__)

@@ -2,11 +2,15 @@
 
 A unit is each element of an nn.ModuleList / nn.Sequential (a transformer block, say) with everything under it, and
 every other module with parameters of its own (an embedding, a final LayerNorm). Units that share a parameter
-(GPT's tied embedding and head) are merged into one: strata keeps each parameter in one module.
+(GPT's tied embedding and head) are merged into one: strata keeps each parameter in one module. A unit holds every
+parameter under it, trained and frozen alike (a LoRA block's adapters and its base weights): the frozen ones go into
+a frozen strata module of the unit (strata_module_freeze), fetched with the rest, without gradients or optimizer
+state.
 """
 from __future__ import annotations
 
 import hashlib
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
@@ -25,19 +29,44 @@ def short_name(name: str) -> str:
     return name.encode()[:_NAME_BYTES - 13].decode(errors="ignore") + "~" + digest
 
 
+class InputToken:
+    """Stands for one input of a unit's forward that requires grad, while the graph of that forward lives (see
+    Unit.armed)."""
+
+    __slots__ = ("__weakref__",)
+
+
 class Unit:
-    """One strata module: the torch modules it covers and their parameters."""
+    """The torch modules strata fetches together, their parameters and the strata modules that hold them."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.modules: List[nn.Module] = []                  # torch modules whose hooks fetch this unit
         self.params: List[Tuple[str, nn.Parameter]] = []    # (qualified name, nn.Parameter)
-        self.mids: List[int] = []   # its strata modules (one, or one per parent module: see engine._name_groups)
+        self.trained: List[bool] = []  # per parameter: trained (gradient, optimizer state), else frozen
+        self.mids: List[int] = []   # its strata modules (see engine._name_groups), the frozen ones last
+        self.trained_mids: List[int] = []  # those that take gradients (strata_grads_ready)
         self.pids: List[int] = []
         self.fwd_holds = 0
         self.in_backward = False
-        self.pending: Set[int] = set()  # indexes into params still waiting for their gradient
+        self.pending: Set[int] = set()  # indexes into params of trained ones still waiting for their gradient
+        # A unit with frozen parameters needs them in backward after its last trained gradient (a frozen layer
+        # passes the gradient on to the unit's input), so it is done only when the gradient of each input it was
+        # given in forward has passed out of it too: armed holds a token per such input while its graph lives,
+        # waiting those backward has still to pass.
+        self.armed: "weakref.WeakSet[InputToken]" = weakref.WeakSet()
+        self.waiting: Set[InputToken] = set()
         self.lent: List[Tuple[str, Callable[[], Optional[object]]]] = []  # (name, alive) while fetched
+
+    @property
+    def has_frozen(self) -> bool:
+        return len(self.trained_mids) != len(self.mids)
+
+    def trained_params(self) -> List[Tuple[str, nn.Parameter]]:
+        return [qp for qp, t in zip(self.params, self.trained) if t]
+
+    def frozen_params(self) -> List[Tuple[str, nn.Parameter]]:
+        return [qp for qp, t in zip(self.params, self.trained) if not t]
 
 
 def common_prefix(names: Sequence[str]) -> str:
@@ -52,8 +81,9 @@ def common_prefix(names: Sequence[str]) -> str:
 
 
 def find_units(model: nn.Module, trainable: Optional[Set[int]] = None) -> List[Unit]:
-    """The units of model, in module order, with tied units merged. trainable: ids of the parameters to train
-    (None: those that require grad); the others stay the model's own."""
+    """The units of model, in module order, with tied units merged, holding every parameter. A parameter is trained
+    when it requires grad and (trainable given: the ids of DeepSpeed's model_parameters) is in trainable, as
+    DeepSpeed's ZeRO optimizers take of their param groups only what requires grad; every other one is frozen."""
     groups: List[Tuple[str, nn.Module, bool]] = []  # (name, module, recurse)
 
     def has_params(mod: nn.Module, recurse: bool) -> bool:
@@ -75,16 +105,16 @@ def find_units(model: nn.Module, trainable: Optional[Set[int]] = None) -> List[U
     units: List[Unit] = []
     owner: Dict[int, Unit] = {}
     for name, mod, recurse in groups:
-        params = [p for p in mod.parameters(recurse=recurse)
-                  if (id(p) in trainable if trainable is not None else p.requires_grad)]
+        params = list(mod.parameters(recurse=recurse))
         shared = {owner[id(p)] for p in params if id(p) in owner}
         if shared:  # merge into the first unit it shares with (and with any other it shares with)
             unit = min(shared, key=units.index)
             for other in shared - {unit}:
                 unit.name += "+" + other.name
                 unit.modules += other.modules
-                for q, p in other.params:
+                for (q, p), t in zip(other.params, other.trained):
                     unit.params.append((q, p))
+                    unit.trained.append(t)
                     owner[id(p)] = unit
                 units.remove(other)
             unit.name += "+" + name
@@ -96,6 +126,7 @@ def find_units(model: nn.Module, trainable: Optional[Set[int]] = None) -> List[U
             if id(p) not in owner:
                 owner[id(p)] = unit
                 unit.params.append((names[id(p)], p))
+                unit.trained.append(p.requires_grad and (trainable is None or id(p) in trainable))
     return [u for u in units if u.params]
 
 

@@ -5,6 +5,11 @@ block, say) with everything under it, and every other module with parameters of 
 LayerNorm); units that share a parameter (GPT's tied embedding and head) are one module. After initialize the
 model's parameter tensors hold no storage. Around each use strata lends them its memory without a copy.
 
+Frozen parameters (requires_grad=False at initialize: a LoRA model's base weights) are strata's too: each unit puts
+them in a frozen strata module of its own (strata_module_freeze), partitioned, tiered, fetched with the unit and
+checkpointed like the rest, with no gradient and no optimizer state. Which parameters train is fixed at initialize:
+a forward with grad enabled, or a step, that finds a parameter's requires_grad changed raises, naming it.
+
 The protocol belongs to the modules, not to the engine's call: the forward of every unit's top module and of every
 module that owns one of its parameters is replaced (on the instance) by one that runs the protocol, so engine(x),
 engine.module(x), a parent calling a child's .forward and a checkpoint's recompute inside backward all go through it:
@@ -13,8 +18,11 @@ engine.module(x), a parent calling a child's .forward and a checkpoint's recompu
   backward  the unit's outputs pass through _BackwardFetch, whose backward runs before the unit's own: fetch
             again and point each parameter's .grad at strata's gradient buffer, so autograd accumulates into it
             in place; when the last of the unit's gradients is accumulated (a hook on its AccumulateGrad node),
-            grads_ready hands them to strata and the unit is released. A callback at the end of backward
-            finishes units some of whose parameters got no gradient.
+            grads_ready hands them to strata and the unit is released. A unit with frozen parameters needs them
+            until backward has also passed the gradient of each of its inputs out of it (a frozen layer computes
+            only its input's gradient): its inputs that require grad pass through _BackwardRelease in forward, and
+            it is released when the last of those and of its trained gradients is through. A callback at the end of
+            backward finishes units some of whose parameters got no gradient.
 
 Autograd saves tensors for backward, and some are views of a parameter (nn.Linear saves weight.t()). Those views
 would point into memory strata reuses after the release, so while a module runs, saved-tensor hooks keep them as
@@ -43,7 +51,7 @@ from . import _checkpoint, _lr_owner, _param_groups, _saved_hooks, _state_dict, 
 from ._activations import KeptActivation, ParamView
 from ._precision import cast_rest, fp32_loss
 from ._torch_groups import ParamGroup
-from ._units import Unit, common_prefix, find_units, short_name, tensors_in
+from ._units import InputToken, Unit, common_prefix, find_units, short_name, tensors_in
 
 class _BackwardFetch(torch.autograd.Function):
     """Identity in forward; its backward runs before the unit's backward and fetches the unit."""
@@ -57,6 +65,21 @@ class _BackwardFetch(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[None, None, torch.Tensor]:
         ctx.engine._enter_backward(ctx.unit)
         return None, None, grad
+
+
+class _BackwardRelease(torch.autograd.Function):
+    """Identity in forward on an input of a unit with frozen parameters; its backward runs once the unit's backward
+    has passed the gradient of that input out of the unit (see Unit.armed)."""
+
+    @staticmethod
+    def forward(ctx: Any, engine: StrataEngine, unit: Unit, token: InputToken, tensor: torch.Tensor) -> torch.Tensor:
+        ctx.engine, ctx.unit, ctx.token = engine, unit, token
+        return tensor.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[None, None, None, torch.Tensor]:
+        ctx.engine._input_passed(ctx.unit, ctx.token)
+        return None, None, None, grad
 
 
 class _LrHolder(torch.optim.Optimizer):
@@ -129,12 +152,13 @@ class StrataEngine:
         self.dtype = _tensors.DTYPES[self.config.param_dtype]
         _check_model_dtype(model, self.dtype)
         self.units = find_units(model, trainable)
-        if not self.units:
+        if not any(t for u in self.units for t in u.trained):
             raise InvalidArgument("strata.torch.initialize: the model has no trainable parameters")
         self.engine = Engine(self.config, comm=self.comm)
         self._register()
         self._names = {id(p): q for u in self.units for q, p in u.params}
         self._pids = {id(p): pid for u in self.units for (_, p), pid in zip(u.params, u.pids)}
+        self._trained = {id(p) for u in self.units for _, p in u.trained_params()}
         group_params = self._assign_groups(groups)
         # The batch the ranks train with is the trainer's, not in strata's config: every rank must share it.
         micro = self.config.batch_sizes(self.world_size)[1]
@@ -151,10 +175,11 @@ class StrataEngine:
         self._offload_acts = self.config.get("strata.offload_activations.device", "none") != "none"
         self._act_source: Optional[torch.Tensor] = None  # the last activation pushed, which strata may still read
         self._grad_nodes: List[Any] = []  # AccumulateGrad nodes, kept alive so the hooks stay theirs
+        self._grad_hooks: List[Any] = []  # the handles of the hooks on them and on the trained parameters
         self.loads = 0              # checkpoints loaded: the weights state_dict() gave before are stale
         self._empty_parameters()
         self._move_buffers()
-        cast_rest(model, self.dtype, set(self._pids))  # in bf16 / fp16 the model computes as model.to(dtype)
+        cast_rest(model, self.dtype)  # in bf16 / fp16 the model computes as model.to(dtype)
         # (module, its own forward attribute or None) to put back at close()
         self._wrapped: List[Tuple[nn.Module, Optional[Callable[..., Any]]]] = []
         self._state_dict_handles: List[Any] = []  # _state_dict's hooks on the model, removed at close()
@@ -219,13 +244,27 @@ class StrataEngine:
         return out, where
 
     def _register(self) -> None:
+        """Adds each unit's strata modules: its trained parameters' (_name_groups), then its frozen parameters' in
+        frozen modules, named alike (_frozen_name), so that a tensor's name in a checkpoint is the model's own."""
         e = self.engine
-        for unit in self.units:
+        plans = [(unit, _name_groups(unit.name, unit.trained_params()), _name_groups(unit.name, unit.frozen_params()))
+                 for unit in self.units]
+        taken = {name for _, trained, _ in plans for name, _ in trained}
+        for unit, trained, frozen in plans:
             index = {id(p): i for i, (_, p) in enumerate(unit.params)}
-            unit.pids = [-1] * len(unit.params)  # each set below, in the order of the name groups
-            for prefix, params in _name_groups(unit):
-                mid = e.add_module(short_name(prefix))
+            unit.pids = [-1] * len(unit.params)  # each set below, in the order of the modules
+            modules = [(name, name, params, False) for name, params in trained]
+            for prefix, params in frozen:
+                name, relative_to = _frozen_name(prefix, taken)
+                taken.add(name)
+                modules.append((name, relative_to, params, True))
+            for name, prefix, params, freeze in modules:
+                mid = e.add_module(short_name(name))
                 unit.mids.append(mid)
+                if freeze:
+                    e.freeze_module(mid)
+                else:
+                    unit.trained_mids.append(mid)
                 for qname, p in params:
                     src = p.detach().reshape(-1)
 
@@ -240,10 +279,12 @@ class StrataEngine:
 
     def _assign_groups(self, groups: Optional[Sequence[ParamGroup]]) -> List[List[nn.Parameter]]:
         """Makes strata's parameter groups of the param groups initialize was given (torch's group i is strata's
-        group i; group 0 takes its values exactly, over the config's) and puts each parameter in its group. Returns
-        each group's parameters; without groups, one group of every parameter with the config's values."""
+        group i; group 0 takes its values exactly, over the config's) and puts each trained parameter in its group
+        (a frozen one has no optimizer state, so no group, as DeepSpeed's ZeRO optimizers drop the parameters that do
+        not require grad from their param groups). Returns each group's trained parameters; without groups, one group
+        of every trained parameter with the config's values."""
         if not groups:
-            return [[p for u in self.units for _, p in u.params]]
+            return [[p for u in self.units for _, p in u.trained_params()]]
         default = self.engine.group(0)
         out = []
         for index, group in enumerate(groups):
@@ -252,24 +293,26 @@ class StrataEngine:
             else:
                 gid = self.engine.add_group("param_groups[%d]" % index, group.values(default))
                 for p in group.params:
-                    if id(p) in self._pids:
+                    if id(p) in self._trained:
                         self.engine.set_param_group(self._pids[id(p)], gid)
-            out.append([p for p in group.params if id(p) in self._pids])
+            out.append([p for p in group.params if id(p) in self._trained])
         return out
 
     def _empty_parameters(self) -> None:
-        """Frees the model's own parameter storage and hooks each parameter's AccumulateGrad node."""
+        """Frees the model's own parameter storage and hooks each trained parameter's AccumulateGrad node."""
         for unit in self.units:
-            for i, (_, p) in enumerate(unit.params):
-                # The node takes its shape, dtype and device from the parameter when it is made: make it while the
-                # parameter looks as it will when strata lends it memory.
-                p.data = torch.empty(1, dtype=self.dtype, device=self.device).expand(p.shape)  # no real storage
-                p.grad = None
-                with torch.enable_grad():
-                    node = p.expand_as(p).grad_fn.next_functions[0][0]
-                node.register_hook(lambda grad_in, grad_out, u=unit, i=i: self._grad_accumulated(u, i))
-                self._grad_nodes.append(node)
-                p.register_hook(lambda grad, u=unit, p=p: self._grad_arriving(u, p))
+            for i, ((_, p), trained) in enumerate(zip(unit.params, unit.trained)):
+                if trained:
+                    # The node takes its shape, dtype and device from the parameter when it is made: make it while
+                    # the parameter looks as it will when strata lends it memory.
+                    p.data = torch.empty(1, dtype=self.dtype, device=self.device).expand(p.shape)  # no storage
+                    p.grad = None
+                    with torch.enable_grad():
+                        node = p.expand_as(p).grad_fn.next_functions[0][0]
+                    self._grad_hooks.append(node.register_hook(
+                        lambda grad_in, grad_out, u=unit, i=i: self._grad_accumulated(u, i)))
+                    self._grad_nodes.append(node)
+                    self._grad_hooks.append(p.register_hook(lambda grad, u=unit, p=p: self._grad_arriving(u, p)))
                 setattr(p, "_strata_shape", tuple(p.shape))
                 setattr(p, "_strata_numel", p.numel())
                 p.data = _tensors.empty(self.dtype, self.device)
@@ -390,6 +433,8 @@ class StrataEngine:
         self._acquire(unit)
         outermost = unit.fwd_holds == 1
         try:
+            if outermost and unit.has_frozen and not unit.in_backward and torch.is_grad_enabled():
+                args, kwargs = self._watch_inputs(unit, args, kwargs)
             if _saved_hooks.active_for(self):
                 out = inner(*args, **kwargs)
             else:
@@ -407,8 +452,41 @@ class StrataEngine:
 
     def _acquire(self, unit: Unit) -> None:
         if unit.fwd_holds == 0 and not unit.in_backward:
+            if torch.is_grad_enabled():
+                self._check_trained(unit)
             self._fetch(unit)
         unit.fwd_holds += 1
+
+    def _check_trained(self, unit: Unit) -> None:
+        """Which parameters train is laid out at initialize (a frozen one has no gradient buffer and no optimizer
+        state; a trained one is stepped whether or not a gradient reaches it): a requires_grad changed since then is
+        refused, not ignored."""
+        for (qname, p), trained in zip(unit.params, unit.trained):
+            if p.requires_grad != trained:
+                raise StateError(
+                    "strata: %s.requires_grad is %s, but it was %s at strata.torch.initialize, which laid it out as %s; "
+                    "strata cannot change that on a running engine; hint: set requires_grad before initialize: save "
+                    "what you need (engine.save_checkpoint, or module.state_dict()), engine.close(restore_weights="
+                    "True), set requires_grad, and strata.torch.initialize the model again" % (
+                        qname, p.requires_grad, trained, "trained (with gradients and optimizer state)" if trained
+                        else "frozen (no gradient, no optimizer state)"))
+
+    def _watch_inputs(self, unit: Unit, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+                      ) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+        """args and kwargs with each tensor that requires grad passed through _BackwardRelease (see Unit.armed)."""
+        def watched(value: Any) -> Any:
+            rebuild, tensors = tensors_in(value)
+            if not any(t.requires_grad for t in tensors):
+                return value
+            out = []
+            for t in tensors:
+                if t.requires_grad:
+                    token = InputToken()
+                    unit.armed.add(token)
+                    t = _BackwardRelease.apply(self, unit, token, t)
+                out.append(t)
+            return rebuild(out)
+        return tuple(watched(a) for a in args), {k: watched(v) for k, v in kwargs.items()}
 
     def _let_go(self, unit: Unit) -> None:
         unit.fwd_holds -= 1
@@ -492,12 +570,15 @@ class StrataEngine:
         self._start_backward(unit)
 
     def _start_backward(self, unit: Unit) -> None:
-        """The unit (fetched) takes its gradients now: .grad points at strata's gradient buffers."""
+        """The unit (fetched) takes its gradients now: a trained parameter's .grad points at strata's gradient
+        buffer; and it waits for the inputs of its forwards whose graphs live."""
         unit.in_backward = True
         e = self.engine
-        for i, ((_, p), pid) in enumerate(zip(unit.params, unit.pids)):
-            p.grad = _tensors.wrap(e.grad_data(pid), _numel(p), self.dtype, self.device).view(_shape(p))
-            unit.pending.add(i)
+        for i, ((_, p), pid, trained) in enumerate(zip(unit.params, unit.pids, unit.trained)):
+            if trained:
+                p.grad = _tensors.wrap(e.grad_data(pid), _numel(p), self.dtype, self.device).view(_shape(p))
+                unit.pending.add(i)
+        unit.waiting = set(unit.armed)
 
     def _grad_arriving(self, unit: Unit, p: nn.Parameter) -> None:
         """A gradient is about to be accumulated into p: p must be taking its gradients in strata's buffer."""
@@ -513,15 +594,24 @@ class StrataEngine:
             return  # a gradient refused by _grad_arriving: the error is on its way
         self._grad_seen.add(id(unit.params[i][1]))
         unit.pending.discard(i)
-        if not unit.pending:
+        if not unit.pending and not unit.waiting:
             self._finish_backward(unit)
 
+    def _input_passed(self, unit: Unit, token: InputToken) -> None:
+        """Backward has passed the gradient of one of the unit's inputs out of it (_BackwardRelease)."""
+        unit.armed.discard(token)
+        if unit.in_backward and token in unit.waiting:
+            unit.waiting.discard(token)
+            if not unit.pending and not unit.waiting:
+                self._finish_backward(unit)
+
     def _finish_backward(self, unit: Unit) -> None:
-        for _, p in unit.params:
+        for _, p in unit.trained_params():
             p.grad = None
         unit.in_backward = False
         unit.pending.clear()
-        for mid in unit.mids:
+        unit.waiting.clear()
+        for mid in unit.trained_mids:
             self.engine.grads_ready(mid)
         if unit.fwd_holds == 0:
             self._release(unit)
@@ -572,10 +662,11 @@ class StrataEngine:
         self._backward_active = False
         for unit in self.units:
             if unit.in_backward:
-                for _, p in unit.params:
+                for _, p in unit.trained_params():
                     p.grad = None
                 unit.in_backward = False
                 unit.pending.clear()
+                unit.waiting.clear()
                 if unit.fwd_holds == 0:
                     self._release(unit)
 
@@ -607,6 +698,8 @@ class StrataEngine:
         if held:
             raise StateError("strata: %s while modules %s are still in use (inside backward?); call it after "
                              "engine.backward(loss) returns" % (what, ", ".join(held)))
+        for unit in self.units:
+            self._check_trained(unit)
 
     def _optimizer_step(self) -> None:
         """strata's optimizer step with engine.optimizer's lr; what engine.optimizer.step() does."""
@@ -628,7 +721,7 @@ class StrataEngine:
         """Once: parameters that got no gradient since the last step (a MoE expert no token reached, a branch not
         taken) are stepped with a zero gradient, where torch.optim skips a None .grad."""
         if not self._warned_no_grad:
-            names = [q for u in self.units for q, p in u.params if id(p) not in self._grad_seen]
+            names = [q for u in self.units for q, p in u.trained_params() if id(p) not in self._grad_seen]
             if names:
                 warnings.warn(
                     "strata: %s got no gradient since the last step; strata steps every parameter, so they are updated "
@@ -651,7 +744,8 @@ class StrataEngine:
 
     def fp32_state_dict(self) -> Dict[str, torch.Tensor]:
         """Every parameter's fp32 master weights as CPU tensors under the model's names (a collective with
-        several ranks). For export and inspection; the model's own tensors stay empty."""
+        several ranks): a frozen parameter's are its weights as strata holds them (in the compute dtype), widened.
+        For export and inspection; the model's own tensors stay empty."""
         out = {}
         for unit in self.units:
             for (qname, p), pid in zip(unit.params, unit.pids):
@@ -686,7 +780,7 @@ class StrataEngine:
         when it is a checkpoint, or the newest one under load_dir. Returns (path, client_state), or (None, None)
         with a warning when there is nothing to load (as DeepSpeed). Training then continues bit-identically.
         DeepSpeed's flags: load_lr_scheduler_states=False keeps the scheduler and the lr as they are;
-        load_module_strict either way loads exactly the parameters strata trains; load_module_only=True and
+        load_module_strict either way loads exactly the parameters strata holds; load_module_only=True and
         load_optimizer_states=False are refused (strata's checkpoint holds one whole training state)."""
         return _checkpoint.load(self, load_dir, tag, load_module_strict, load_optimizer_states,
                                 load_lr_scheduler_states, load_module_only, custom_load_fn)
@@ -730,11 +824,22 @@ class StrataEngine:
             raise AttributeError("'%s' object has no attribute '%s', nor has its model (%s)" % (
                 type(self).__name__, name, type(module).__name__)) from None
 
-    def close(self) -> None:
+    def close(self, restore_weights: bool = False) -> None:
         """Frees strata's engine (its memory and files) and gives the model its own forward and state_dict back.
-        The model keeps its empty parameters."""
+        The model keeps its empty parameters; with restore_weights=True each parameter gets its weights back as
+        storage of its own, on the compute device, in the compute dtype (what state_dict() gives), so the model runs
+        without strata (PEFT's merge_and_unload, generate, a plain torch loop). With several ranks restore_weights is
+        a collective."""
         if self.__dict__.get("engine") is not None:  # not through __getattr__: the model may have an "engine"
+            weights = {id(p): self.full_weight(p) for u in self.units for _, p in u.params} if restore_weights else {}
             self._remove_hooks()
+            for h in self._grad_hooks:
+                h.remove()
+            self._grad_hooks, self._grad_nodes = [], []
+            for u in self.units:
+                for _, p in u.params:
+                    if id(p) in weights:
+                        p.data = weights[id(p)].to(self.device)
             _state_dict.remove(self)
             if getattr(self.module, "_strata_engine", None) is self:
                 del self.module._strata_engine
@@ -769,18 +874,35 @@ def _numel(p: torch.Tensor) -> int:
     return numel
 
 
-def _name_groups(unit: Unit) -> List[Tuple[str, List[Tuple[str, nn.Parameter]]]]:
-    """[(strata module name, [(qualified name, parameter)])] of a unit. strata names a tensor "<module>.<param>"
-    (in checkpoints, and so in `strata ckpt export`'s file): a module named by its parameters' common prefix makes
-    those names the model's own state_dict keys. Tied units with no common prefix (BERT's word embeddings and its
-    prediction head's bias) become one strata module per parent module, fetched together."""
-    prefix = common_prefix([q for q, _ in unit.params])
+def _name_groups(unit_name: str, params: List[Tuple[str, nn.Parameter]]
+                 ) -> List[Tuple[str, List[Tuple[str, nn.Parameter]]]]:
+    """[(strata module name, [(qualified name, parameter)])] of a unit's params (its trained ones, or its frozen
+    ones; none: []). strata names a tensor "<module>.<param>" (in checkpoints, and so in `strata ckpt export`'s
+    file): a module named by its parameters' common prefix makes those names the model's own state_dict keys. Tied
+    units with no common prefix (BERT's word embeddings and its prediction head's bias) become one strata module per
+    parent module, fetched together."""
+    if not params:
+        return []
+    prefix = common_prefix([q for q, _ in params])
     if prefix:
-        return [(prefix, unit.params)]
+        return [(prefix, params)]
     groups: Dict[str, List[Tuple[str, nn.Parameter]]] = {}
-    for qname, p in unit.params:
-        groups.setdefault(qname.rpartition(".")[0] or unit.name, []).append((qname, p))
+    for qname, p in params:
+        groups.setdefault(qname.rpartition(".")[0] or unit_name, []).append((qname, p))
     return list(groups.items())
+
+
+def _frozen_name(prefix: str, taken: Set[str]) -> Tuple[str, str]:
+    """(module name, the prefix its parameter names are relative to) of a frozen module whose parameters share
+    prefix: the nearest enclosing prefix that no other module has (a frozen LoRA block's base weights, say
+    "layers.0" beside the trained "layers.0.attn"), so the tensors keep the model's names; where every enclosing
+    prefix is taken, prefix + ".frozen" (the tensors are then "<prefix>.frozen.<rest of the name>")."""
+    name = prefix
+    while name in taken:
+        name = name.rpartition(".")[0]
+    if name:
+        return name, name
+    return prefix + ".frozen", prefix
 
 
 class _NoContext:

@@ -36,6 +36,9 @@ Weight decay: with TrainingArguments weight_decay above 0, the parameters go int
 (those Trainer.get_decay_parameter_names names decay, the others, biases and norms, do not), as strata's parameter
 groups, so that each parameter is updated as Trainer's AdamW updates it.
 
+A peft model (LoRA, IA3, ...) trains as it is: its frozen base is strata's too, offloaded like the rest, and
+trainer.save_model() writes the adapter (tests/py_peft.py).
+
 Refused, with the reason: optimizers other than AdamW, a user-made optimizer, more than one process (Trainer's data
 sharding and DDP are not strata's ranks).
 """
