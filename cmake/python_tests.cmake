@@ -9,7 +9,9 @@
 # them) as <name>@current, which skips naming tools/run when that venv is not there. MKL_ENABLE_INSTRUCTIONS=AVX2:
 # PyPI's torch takes a CPU tensor's sqrt from MKL, whose AVX-512 path is not correctly rounded, so its AdamW, the
 # oracle, would round Adam's denominator otherwise than IEEE on AVX-512 machines
-# (python/strata/torch/_torch_formula.py); its AVX2 path is IEEE. Debian's torch has no MKL.
+# (python/strata/torch/_torch_formula.py); its AVX2 path is IEEE on Intel machines. Where torch's sqrt is not IEEE
+# even so (an AMD EPYC), the tests give their torch optimizers a correctly rounded one (tests/helpers/adam_oracle.py).
+# Debian's torch has no MKL.
 if(EXISTS /usr/bin/python3)
   set(STRATA_TEST_PYTHON_DEFAULT /usr/bin/python3)
 else()

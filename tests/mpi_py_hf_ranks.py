@@ -31,7 +31,7 @@ def micro_batch(seed, step, micro, rank):
 def oracle(seed, world):
     model = H.build(transformers, NAME, seed)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
-    opt = torch.optim.AdamW(model.parameters(), **H.HP)
+    opt = adam_oracle.oracle(torch.optim.AdamW(model.parameters(), **H.HP))
     adam_oracle.stage3_steps(list(model.parameters()), opt, STEPS, GAS, world,
                              lambda step, micro, r: model(**micro_batch(seed, step, micro, r)).loss)
     return {n: p.detach() for n, p in model.named_parameters()}

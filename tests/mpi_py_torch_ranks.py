@@ -33,7 +33,7 @@ def batch(seed, step, micro, rank):
 
 def oracle(model, seed, world):
     """Plain PyTorch over every rank's micro-batches, summed in stage 3's order. Returns (losses by rank, weights)."""
-    opt = torch.optim.AdamW(model.parameters(), **HP)
+    opt = adam_oracle.oracle(torch.optim.AdamW(model.parameters(), **HP))
     losses = {r: [] for r in range(world)}
 
     def micro_loss(step, micro, r):

@@ -7,7 +7,8 @@ config has it, driven every way a fine-tuning script drives a model:
   engine.module(**batch) + engine.backward     the model called directly
   HF gradient_checkpointing_enable()           reentrant (transformers 4.x's default) and non-reentrant
 and each must end with losses and fp32 weights bit-identical to plain PyTorch (AdamW, the same accumulation, and the
-same checkpointing: HF's recompute restores the RNG, so dropout masks match). Also: save_checkpoint -> a fresh
+same checkpointing: HF's recompute restores the RNG, so dropout masks match; AdamW's sqrt correctly rounded where
+torch's is not: adam_oracle.oracle). Also: save_checkpoint -> a fresh
 engine on other weights -> load_checkpoint -> the remaining steps, bit-identical, and `strata ckpt export` of that
 checkpoint gives each tensor in its model shape (read by the safetensors package); engine.module.state_dict() and
 save_pretrained() -> from_pretrained() give the trained weights (eval logits identical to the engine's, and greedy
@@ -59,7 +60,7 @@ def checkpointing(model, way):
 def train_torch(name, seed, way):
     model = H.build(transformers, name, seed)
     checkpointing(model, way)
-    opt = torch.optim.AdamW(model.parameters(), **H.HP)
+    opt = adam_oracle.oracle(torch.optim.AdamW(model.parameters(), **H.HP))
     losses = []
     for step in range(STEPS):
         torch.manual_seed(seed + step)  # dropout's masks, the same after a resume

@@ -10,20 +10,21 @@ On a small GPT with two param groups (own lr and weight decay) and a CosineAnnea
   6. state_dict() -> a new process -> load_state_dict() -> continue == the uninterrupted run, with a delayed
      update pending at the save; save_checkpoint()/load_checkpoint() the same, in this process;
   7. misuse raises, naming the problem;
-  8. DeepSpeedCPUAdam's signature and defaults, bias_correction=False against its torch reference, and the flags
-     strata cannot honour refused with the reason.
+  8. DeepSpeedCPUAdam's signature and defaults, bias_correction=False against its torch reference
+     (adam_oracle.adamw_reference), and the flags strata cannot honour refused with the reason.
 CPU parameters exchange with strata's stores without the device: checks 1 and 2 also demand 0 bytes through it.
 
 Why exact equality can be demanded: strata's CPU Adam is torch 1.13's formula with torch's fused multiply-adds
 (cpu_adam/adam_ref.c), and it derives 1 - beta, the bias corrections and 1 - lr * weight_decay from doubles (the
 config's exact values, strata_config.lr_exact and the rest; the lr of each step is passed as a double), as torch
-does from Python floats. So the usual hyperparameters (betas 0.9 / 0.999) are compared bit for bit.
+does from Python floats. So the usual hyperparameters (betas 0.9 / 0.999) are compared bit for bit, on every machine:
+where torch's CPU sqrt is not IEEE's (strata's is), the torch optimizers here take theirs correctly rounded
+(adam_oracle.oracle, tests/helpers/adam_oracle.py).
 
 Run as `py_offload_adam.py --continue DIR` it is the second process of check 6.
 """
 import copy
 import json
-import math
 import os
 import pickle
 import subprocess
@@ -114,7 +115,7 @@ def check_tier(seed, what, config, nvme):
     batches = make_batches(seed + 1)
     opt = offload(model, config=config)
     losses = train(model, opt, cosine(opt), batches)
-    ref_opt = torch.optim.AdamW(param_groups(ref), betas=BETAS, eps=EPS)
+    ref_opt = adam_oracle.oracle(torch.optim.AdamW(param_groups(ref), betas=BETAS, eps=EPS))
     want = train(ref, ref_opt, cosine(ref_opt), batches)
     same_run("%s == torch.optim.AdamW (2 groups, cosine lr through 0)" % what, losses, want, model, ref)
     to_nvme = sum(s["host_to_nvme_bytes"] for s in opt.stats())
@@ -134,13 +135,13 @@ def check_adam_l2(seed):
     ref = copy.deepcopy(model)
     batches = make_batches(seed + 2, 6)
 
-    def run(m, opt_cls, **kw):
+    def run(m, make_opt, **kw):
         groups = param_groups(m)
-        opt = opt_cls([groups[0]], betas=BETAS, eps=EPS, **kw)
+        opt = make_opt([groups[0]], betas=BETAS, eps=EPS, **kw)
         return train(m, opt, None, batches, lambda i: i == 3 and opt.add_param_group(groups[1]))
 
     losses = run(model, OffloadAdam, adamw_mode=False, bucket_bytes=BUCKET)
-    want = run(ref, torch.optim.Adam)
+    want = run(ref, lambda *a, **kw: adam_oracle.oracle(torch.optim.Adam(*a, **kw)))
     same_run("adamw_mode=False == torch.optim.Adam, a param group added after step 3", losses, want, model, ref)
 
 
@@ -153,7 +154,7 @@ def check_bf16(seed):
     batches = make_batches(seed + 3, 6)
     opt = offload(model)
     losses = train(model, opt, cosine(opt), batches)
-    ref_opt = torch.optim.AdamW(param_groups(master), betas=BETAS, eps=EPS)
+    ref_opt = adam_oracle.oracle(torch.optim.AdamW(param_groups(master), betas=BETAS, eps=EPS))
     ref_sched = cosine(ref_opt)
     want = []
     for x, y in batches:
@@ -180,7 +181,7 @@ def torch_delayed(model, batches, warmup):
     in the background and returns: the trainer computes the next gradient with the weights before update i.
     Returns the losses and the optimizer's own (master) weights."""
     master = copy.deepcopy(model)
-    opt = torch.optim.AdamW(param_groups(master), betas=BETAS, eps=EPS)
+    opt = adam_oracle.oracle(torch.optim.AdamW(param_groups(master), betas=BETAS, eps=EPS))
     sched = cosine(opt)
     losses = []
     for i, (x, y) in enumerate(batches, 1):
@@ -328,25 +329,6 @@ DEEPSPEED_SIGNATURE = [("model_params", None), ("lr", 1e-3), ("bias_correction",
                        ("fp32_optimizer_states", True)]
 
 
-def adamw_reference(params, grads, lr, wd, bias_correction):
-    """The running torch's single-tensor AdamW step, operation for operation (the first moment as torch 1.x or 2.x
-    updates it), with the bias corrections optional (as DeepSpeedCPUAdam's bias_correction): strata's Adam must match
-    it bit for bit either way."""
-    state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
-    for step, gs in enumerate(grads, 1):
-        for p, g, (m, v) in zip(params, gs, state):
-            p.mul_(1 - lr * wd)
-            if adam_oracle.LERP:
-                m.lerp_(g, 1 - BETAS[0])
-            else:
-                m.mul_(BETAS[0]).add_(g, alpha=1 - BETAS[0])
-            v.mul_(BETAS[1]).addcmul_(g, g, value=1 - BETAS[1])
-            bc1 = 1 - BETAS[0] ** step if bias_correction else 1.0
-            bc2 = 1 - BETAS[1] ** step if bias_correction else 1.0
-            denom = (v.sqrt() / math.sqrt(bc2)).add_(EPS)
-            p.addcdiv_(m, denom, value=-lr / bc1)
-
-
 def check_deepspeed_signature():
     import inspect
     got = [(name, None if p.default is inspect.Parameter.empty else p.default)
@@ -358,7 +340,7 @@ def check_deepspeed_signature():
     grads = [[torch.randn(p.shape, generator=g) * 1e-2 for p in init] for _ in range(4)]
     for bias_correction in (True, False):
         want = [p.clone() for p in init]
-        adamw_reference(want, grads, 1e-2, 0.0, bias_correction)
+        adam_oracle.adamw_reference(want, grads, 1e-2, BETAS, EPS, 0.0, bias_correction)
         params = [torch.nn.Parameter(p.clone()) for p in init]
         opt = OffloadAdam(params, 1e-2, bias_correction, bucket_bytes=BUCKET)  # positional, as DeepSpeedCPUAdam's
         for gs in grads:

@@ -5,7 +5,8 @@ and a cosine lr schedule, twice from the same initial weights and batches: throu
 the optimizer state on NVMe and a device budget smaller than the model, and with torch.optim.AdamW in memory.
 
 The losses and the final weights must be bit-identical. They can be: strata's CPU Adam performs torch 1.13's AdamW
-arithmetic operation for operation (cpu_adam/adam_ref.c); autograd accumulates into strata's gradient buffer in
+arithmetic operation for operation (cpu_adam/adam_ref.c), with a correctly rounded sqrt (torch.optim.AdamW takes one
+too here: adam_oracle.oracle); autograd accumulates into strata's gradient buffer in
 place (0 + g, then + g: the sums torch makes in param.grad); strata's fp32 gradient store adds the micro-batches in
 the same order; strata derives Adam's constants from the config's hyperparameters as doubles (strata_config.lr_exact
 and the rest) and takes each step's lr as a double, as torch does from Python floats.
@@ -64,7 +65,7 @@ def cosine(optimizer):
 
 
 def train_torch(model, seed, steps):
-    opt = torch.optim.AdamW(model.parameters(), **HP)
+    opt = adam_oracle.oracle(torch.optim.AdamW(model.parameters(), **HP))
     sched = cosine(opt)
     losses = []
     for step in range(steps):
@@ -217,7 +218,7 @@ def on_cuda(seed):
     model = GPT(MODEL)  # built on the CPU: strata puts it on the GPU
     masters = [p.detach().clone() for p in ref.parameters()]
     ref.cuda()
-    opt = torch.optim.AdamW(masters, **HP)
+    opt = adam_oracle.oracle(torch.optim.AdamW(masters, **HP))
     want_losses = []
     for step in range(steps):
         for micro in range(GAS):

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "examples", "gpt"))
 
 SKIP = 77
-_state = {"checks": 0, "failed": 0, "name": os.path.basename(sys.argv[0])}
+_state = {"checks": 0, "failed": 0, "name": os.path.basename(sys.argv[0]), "at_done": []}
 
 
 def child_process():
@@ -75,8 +75,15 @@ def check_raises(exc_type, fragment, fn, what):
     return check(False, "%s raises %s" % (what, exc_type.__name__), "no exception", exc_type.__name__)
 
 
+def at_done(line):
+    """line() is printed by done(), before the closing line (a helper's summary: the largest difference it saw)."""
+    _state["at_done"].append(line)
+
+
 def done():
     """The closing line; the exit code is the verdict."""
+    for line in _state["at_done"]:
+        print(line())
     print("%s: %d checks, %d failed" % (_state["name"], _state["checks"], _state["failed"]))
     sys.stdout.flush()
     if _state["checks"] == 0:
