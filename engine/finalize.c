@@ -42,6 +42,7 @@ static void plan_input_of(const strata_engine *e, plan_input *in)
         .shard_numel = registry_view_numel(e->reg, REG_SHARD),
         .frozen = registry_nfrozen(e->reg) > 0,
         .trained_numel = registry_view_numel(e->reg, REG_FULL_TRAINED),
+        .largest_trained_numel = registry_largest_trained_numel(e->reg),
         .shard_trained_numel = registry_view_numel(e->reg, REG_SHARD_TRAINED),
         .step_in_backward = e->cfg.step_in_backward,
         .speculate = cfg_speculates(&e->cfg),

@@ -18,6 +18,7 @@ struct registry {
     size_t shard_total_numel;       /* this rank's shards together (shard view) */
     size_t trained_numel, shard_trained_numel; /* the trained modules' part of each (they come first) */
     size_t largest_module_numel;
+    size_t largest_trained_numel;   /* the largest module that is not frozen */
     strata_module_id *by_position;  /* module ids in layout order (after registry_layout) */
     size_t nfrozen;
 };
@@ -216,6 +217,7 @@ strata_status registry_layout(registry *r, size_t persistence_threshold, int wor
                 order[k++] = (strata_module_id)i;
     size_t pos = 0, shard_pos = 0;
     r->largest_module_numel = 0;
+    r->largest_trained_numel = 0;
     r->nfrozen = 0;
     for (k = 0; k < r->nmodules; k++) {
         reg_module *m = &r->modules[order[k]];
@@ -238,6 +240,8 @@ strata_status registry_layout(registry *r, size_t persistence_threshold, int wor
         pos += m->numel;
         shard_pos += m->shard_numel;
         r->largest_module_numel = MAX(r->largest_module_numel, m->numel);
+        if (!m->frozen)
+            r->largest_trained_numel = MAX(r->largest_trained_numel, m->numel);
     }
     r->total_numel = pos;
     r->shard_total_numel = shard_pos;
@@ -299,6 +303,11 @@ size_t registry_total_numel(const registry *r)
 size_t registry_largest_module_numel(const registry *r)
 {
     return r->largest_module_numel;
+}
+
+size_t registry_largest_trained_numel(const registry *r)
+{
+    return r->largest_trained_numel;
 }
 
 size_t registry_view_numel(const registry *r, reg_view v)

@@ -96,6 +96,8 @@ const reg_param *registry_find_param(const registry *r, strata_param_id id, cons
 strata_status registry_layout(registry *r, size_t persistence_threshold, int world_size);
 size_t registry_total_numel(const registry *r);
 size_t registry_largest_module_numel(const registry *r);
+/* The largest module that is not frozen (0 when every module is). */
+size_t registry_largest_trained_numel(const registry *r);
 
 /* The views of the partition (see Ranks and Frozen modules): full or sharded, and of those the trained part. */
 typedef enum reg_view { REG_FULL, REG_SHARD, REG_FULL_TRAINED, REG_SHARD_TRAINED } reg_view;

@@ -224,6 +224,7 @@ static plan_input plan_input_of(const estimate_ranks *ranks, const strata_config
         if (!frozen) {
             in.trained_numel += numel;
             in.shard_trained_numel += shard;
+            in.largest_trained_numel = MAX(in.largest_trained_numel, numel);
         }
         in.largest_module_numel = MAX(in.largest_module_numel, numel);
         if (!ranks->params && m == 0)

@@ -193,8 +193,10 @@ void plan_compute(const plan_input *in, plan *p)
         p->live_window_bytes += window;
         add(p, "fetched modules + prefetch window", STRATA_TIER_DEVICE, window, false);
     }
-    p->live_window_bytes += big;
-    add(p, "gradient buffers of one module", STRATA_TIER_DEVICE, big, false);
+    /* Gradient buffers and their staging are a trained module's: frozen ones take none. */
+    size_t grad_big = (in->frozen ? in->largest_trained_numel : in->largest_module_numel) * in->param_bytes;
+    p->live_window_bytes += grad_big;
+    add(p, "gradient buffers of one module", STRATA_TIER_DEVICE, grad_big, false);
     add(p, "trainer activations (strata.activation_bytes)", STRATA_TIER_DEVICE, in->activation_bytes, false);
     if (in->act_tier == STRATA_TIER_HOST || in->act_tier == STRATA_TIER_NVME) {
         size_t one = align_up(in->act_max_bytes, PLAN_ACT_ALIGN);
@@ -213,9 +215,9 @@ void plan_compute(const plan_input *in, plan *p)
     size_t *part = p->pool_part_bytes;
     if (in->param_tier == STRATA_TIER_NVME)
         part[0] = MIN(in->prefetch_bytes, n * in->param_bytes) + 2 * big;
-    part[1] = 2 * big;
+    part[1] = 2 * grad_big;
     bool grad_nvme = in->grad_tier == STRATA_TIER_NVME && !in->step_in_backward;
-    part[2] = grad_nvme ? in->largest_module_numel * 4 : 0;
+    part[2] = grad_nvme ? grad_big / in->param_bytes * 4 : 0;
     size_t pstage = in->param_tier != STRATA_TIER_HOST ? sg * in->param_bytes : 0;
     size_t slot = (in->opt_tier == STRATA_TIER_NVME ? opt_elem * sg : 0) + (grad_nvme ? 4 * sg : 0);
     size_t kept = in->keep_grads && in->opt_tier == STRATA_TIER_NVME ? sg * kept_bytes : 0;

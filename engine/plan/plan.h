@@ -34,6 +34,8 @@ typedef struct plan_input {
      * trained_numel elements (shard_trained_numel in this rank's shard); without, everything is trained. */
     bool frozen;
     size_t trained_numel, shard_trained_numel;
+    size_t largest_trained_numel;  /* with frozen modules: the largest trained module, whose gradients are the most a
+                                      hand-off buffers (frozen ones take none) */
     /* The optimizer's device share (offload_optimizer.ratio < 1, engine/step/twin_flow.h): elements whose master weights
      * and moments (unless opt_tier is the device already), gradients and, when parameters live elsewhere, a
      * parameter scratch are in device memory. The host arrays keep their full size. */
