@@ -331,22 +331,26 @@ def no_gradient(seed):
 
 
 def frozen(seed):
-    """A frozen parameter stays the model's own, untouched; the rest trains."""
+    """A frozen parameter is strata's, in a frozen strata module: unchanged, no gradient, no storage between steps;
+    the rest trains (tests/py_torch_frozen.py tests frozen parameters at length)."""
     torch.manual_seed(seed)
     model = GPT(MODEL)
     model.transformer.wpe.weight.requires_grad_(False)
     wpe = model.transformer.wpe.weight.detach().clone()
     engine = strata.torch.initialize(model=model, config={"gradient_accumulation_steps": GAS}, device="cpu")[0]
-    T.check("transformer.wpe" not in [u.name for u in engine.units], "a frozen parameter is no strata module",
-            [u.name for u in engine.units][:3], "no transformer.wpe")
+    unit = next(u for u in engine.units if u.name == "transformer.wpe")
+    T.check(unit.mids and not unit.trained_mids and all(engine.engine.module_frozen(m) for m in unit.mids),
+            "a frozen parameter is in a frozen strata module", (unit.mids, unit.trained_mids), "frozen only")
     before = engine.fp32_state_dict()
     for micro in range(GAS):
         x, y = batch(seed, 0, micro)
         engine.backward(engine(x, y))
         engine.step()
-    T.check(torch.equal(model.transformer.wpe.weight, wpe) and model.transformer.wpe.weight.grad is None,
-            "the frozen parameter kept its values and got no gradient")
-    T.check(first_difference(engine.fp32_state_dict(), before) is not None, "the rest trained")
+    after = engine.fp32_state_dict()
+    p = model.transformer.wpe.weight
+    T.check(torch.equal(after["transformer.wpe.weight"], wpe) and p.grad is None and p.numel() == 0,
+            "the frozen parameter kept its values (strata holds them), got no gradient and holds no storage")
+    T.check(first_difference(after, before) is not None, "the rest trained")
     engine.close()
 
 
