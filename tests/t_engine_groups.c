@@ -74,32 +74,42 @@ static synth_opts base_opts(void)
     return o;
 }
 
+/* Every placement with the moments in `form` against the oracle; the frozen layers' weights keep their initial
+ * values exactly. */
+static void sweep(const char *label, const synth_opts *o, strata_moments form, const char *scratch)
+{
+    static const char *const names[] = {"fp32", "bf16", "8bit"};
+    strata_config c = synth_config(STRATA_DTYPE_FP32);
+    c.optimizer_moments = form;
+    c.optimizer_moments_seed = 5;
+    size_t n_ref;
+    float *ref = synth_oracle(o, &c, form, &n_ref);
+    for (size_t p = 0; p < synth_placement_count; p++) {
+        strata_config pc = c;
+        synth_placements[p].apply(&pc, scratch);
+        char what[160];
+        snprintf(what, sizeof what, "%s, %s moments, %s", label, names[form], synth_placements[p].name);
+        size_t n;
+        float *w = train(o, &pc, what, &n);
+        expect_same(what, ref, n_ref, w, n);
+        for (int l = 0, at = 0; w && l < o->layers; at += o->width[l + 1] * (o->width[l] + 1), l++)
+            if (o->frozen_layers >> l & 1)
+                T_CHECK(w[at] == synth_init_value(o->seed, 2 * l, 0) && w[at + 1] == synth_init_value(o->seed, 2 * l, 1),
+                        "%s: frozen layer %d's weight kept its initial values", what, l);
+        free(w);
+    }
+    free(ref);
+}
+
 /* Every placement and moments form against the oracle. */
 static void against_oracle(const char *scratch)
 {
     synth_opts o = base_opts();
     synth_groups g = synth_three_groups(o.layers);
     o.groups = &g;
-    const strata_moments forms[] = {STRATA_MOMENTS_FP32, STRATA_MOMENTS_BF16, STRATA_MOMENTS_8BIT};
-    const char *names[] = {"fp32", "bf16", "8bit"};
-    for (int fi = 0; fi < 3; fi++) {
-        strata_config c = synth_config(STRATA_DTYPE_FP32);
-        c.optimizer_moments = forms[fi];
-        c.optimizer_moments_seed = 5;
-        size_t n_ref;
-        float *ref = synth_oracle(&o, &c, forms[fi], &n_ref);
-        for (size_t p = 0; p < synth_placement_count; p++) {
-            strata_config pc = c;
-            synth_placements[p].apply(&pc, scratch);
-            char what[128];
-            snprintf(what, sizeof what, "3 groups, %s moments, %s", names[fi], synth_placements[p].name);
-            size_t n;
-            float *w = train(&o, &pc, what, &n);
-            expect_same(what, ref, n_ref, w, n);
-            free(w);
-        }
-        free(ref);
-    }
+    sweep("3 groups", &o, STRATA_MOMENTS_FP32, scratch);
+    sweep("3 groups", &o, STRATA_MOMENTS_BF16, scratch);
+    sweep("3 groups", &o, STRATA_MOMENTS_8BIT, scratch);
     /* The oracle itself tells groups apart: one group's values, everywhere, would give other weights. */
     strata_config c = synth_config(STRATA_DTYPE_FP32);
     synth_groups same = g;
@@ -125,29 +135,8 @@ static void frozen(const char *scratch)
     synth_groups g = synth_three_groups(o.layers);
     o.groups = &g;
     o.frozen_layers = 1u << 1 | 1u << 2;
-    const strata_moments forms[] = {STRATA_MOMENTS_FP32, STRATA_MOMENTS_8BIT};
-    for (int fi = 0; fi < 2; fi++) {
-        strata_config c = synth_config(STRATA_DTYPE_FP32);
-        c.optimizer_moments = forms[fi];
-        size_t n_ref;
-        float *ref = synth_oracle(&o, &c, forms[fi], &n_ref);
-        for (size_t p = 0; p < synth_placement_count; p++) {
-            strata_config pc = c;
-            synth_placements[p].apply(&pc, scratch);
-            char what[128];
-            snprintf(what, sizeof what, "layers 1, 2 frozen, %s moments, %s", fi ? "8bit" : "fp32",
-                     synth_placements[p].name);
-            size_t n;
-            float *w = train(&o, &pc, what, &n);
-            expect_same(what, ref, n_ref, w, n);
-            /* The frozen layers kept their initial values exactly. */
-            size_t at = (size_t)o.width[1] * o.width[0] + o.width[1];
-            T_CHECK(w && w[at] == synth_init_value(o.seed, 2, 0) && w[at + 1] == synth_init_value(o.seed, 2, 1),
-                    "%s: layer 1's weight kept its initial values", what);
-            free(w);
-        }
-        free(ref);
-    }
+    sweep("layers 1, 2 frozen", &o, STRATA_MOMENTS_FP32, scratch);
+    sweep("layers 1, 2 frozen", &o, STRATA_MOMENTS_8BIT, scratch);
     /* The optimizer state and gradients of the frozen modules are not allocated: the host holds less. */
     strata_config c = synth_config(STRATA_DTYPE_FP32);
     c.offload_optimizer.device = STRATA_TIER_HOST;
