@@ -94,7 +94,8 @@ static void sweep(const char *label, const synth_opts *o, strata_moments form, c
         expect_same(what, ref, n_ref, w, n);
         for (int l = 0, at = 0; w && l < o->layers; at += o->width[l + 1] * (o->width[l] + 1), l++)
             if (o->frozen_layers >> l & 1)
-                T_CHECK(w[at] == synth_init_value(o->seed, 2 * l, 0) && w[at + 1] == synth_init_value(o->seed, 2 * l, 1),
+                T_CHECK(w[at] == synth_init_value(o->seed, 2 * l, 0) &&
+                            w[at + 1] == synth_init_value(o->seed, 2 * l, 1),
                         "%s: frozen layer %d's weight kept its initial values", what, l);
         free(w);
     }
