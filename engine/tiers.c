@@ -53,8 +53,10 @@ strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev,
     t->kept_tier = pl->kept_tier;
     ERR_CHECK(pool_create(dev, t->io, pl->pool_part_bytes, &t->pool));
     size_t n = opt_numel;
-    ERR_CHECK(tarr_alloc(&t->master, &t->env, t->opt_tier, n, 4, "master weights"));
+    /* Parameters in host memory are fetched by device copies: when they are the master weights, those stay pinned. */
     t->param_is_master = param_shares_master(t, cfg, param_numel, opt_numel, one_rank);
+    ERR_CHECK((t->param_is_master ? tarr_alloc : tarr_alloc_cpu)(&t->master, &t->env, t->opt_tier, n, 4,
+                                                                  "master weights"));
     if (t->param_is_master)
         t->param[0] = t->master; /* the same memory: tiers_close frees it once */
     else
@@ -64,12 +66,13 @@ strata_status tiers_open(engine_tiers *t, const strata_config *cfg, device *dev,
                              "parameters (second copy)"));
     t->moments = cfg->optimizer_moments;
     size_t mb = moments_elem_bytes(t->moments), scales = moments_scale_count(t->moments, n);
-    ERR_CHECK(tarr_alloc(&t->exp_avg, &t->env, t->opt_tier, n, mb, "Adam exp_avg"));
-    ERR_CHECK(tarr_alloc(&t->exp_avg_sq, &t->env, t->opt_tier, n, mb, "Adam exp_avg_sq"));
+    ERR_CHECK(tarr_alloc_cpu(&t->exp_avg, &t->env, t->opt_tier, n, mb, "Adam exp_avg"));
+    ERR_CHECK(tarr_alloc_cpu(&t->exp_avg_sq, &t->env, t->opt_tier, n, mb, "Adam exp_avg_sq"));
     if (scales) {
-        ERR_CHECK(tarr_alloc(&t->exp_avg_scale, &t->env, STRATA_TIER_HOST, scales, 4, "Adam exp_avg block scales"));
-        ERR_CHECK(tarr_alloc(&t->exp_avg_sq_scale, &t->env, STRATA_TIER_HOST, scales, 4,
-                             "Adam exp_avg_sq block scales"));
+        ERR_CHECK(tarr_alloc_cpu(&t->exp_avg_scale, &t->env, STRATA_TIER_HOST, scales, 4,
+                                 "Adam exp_avg block scales"));
+        ERR_CHECK(tarr_alloc_cpu(&t->exp_avg_sq_scale, &t->env, STRATA_TIER_HOST, scales, 4,
+                                 "Adam exp_avg_sq block scales"));
     }
     return STRATA_OK;
 }

@@ -2,9 +2,12 @@
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/big_alloc.h"
 #include "base/error.h"
+#include "base/size.h"
 
 strata_status tarr_alloc(tier_array *a, const tier_env *env, strata_tier tier, size_t numel, size_t elem_bytes,
                          const char *what)
@@ -38,6 +41,21 @@ strata_status tarr_alloc(tier_array *a, const tier_env *env, strata_tier tier, s
         a->tier = STRATA_TIER_DEVICE;
         a->mem = NULL;
         return err_set(st, "%s: %s", what, detail);
+    }
+    return STRATA_OK;
+}
+
+strata_status tarr_alloc_cpu(tier_array *a, const tier_env *env, strata_tier tier, size_t numel, size_t elem_bytes,
+                             const char *what)
+{
+    if (tier != STRATA_TIER_HOST)
+        return tarr_alloc(a, env, tier, numel, elem_bytes, what);
+    *a = (tier_array){.tier = tier, .numel = numel, .elem_bytes = elem_bytes, .what = what, .cpu_only = true};
+    if (!(a->mem = big_alloc(numel * elem_bytes))) {
+        char b[32];
+        a->tier = STRATA_TIER_DEVICE; /* as tarr_alloc leaves a failed array: nothing to free */
+        return err_set(STRATA_ENOMEM, "%s: %s of host memory refused", what,
+                       size_format(numel * elem_bytes, b, sizeof b));
     }
     return STRATA_OK;
 }
@@ -122,6 +140,8 @@ void tarr_free(tier_array *a, const tier_env *env)
         return;
     if (a->tier == STRATA_TIER_DEVICE)
         dev_free(env->dev, a->mem);
+    else if (a->tier == STRATA_TIER_HOST && a->cpu_only)
+        free(a->mem);
     else if (a->tier == STRATA_TIER_HOST)
         dev_host_free(env->dev, a->mem);
     else

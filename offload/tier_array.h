@@ -35,7 +35,8 @@ typedef struct tier_env {
 typedef struct tier_array {
     strata_tier tier;
     size_t numel, elem_bytes;
-    void *mem;        /* DEVICE: device memory; HOST: pinned host memory */
+    void *mem;        /* DEVICE: device memory; HOST: pinned host memory, or ordinary memory (cpu_only) */
+    bool cpu_only;    /* HOST: allocated by tarr_alloc_cpu, not pinned */
     swap_extent ext;  /* NVME */
     tier_cache *cache; /* NVME: the ranges mirrored in host memory (tarr_cache), or NULL */
     const char *what; /* "parameters", "master weights", ... for messages */
@@ -45,6 +46,17 @@ typedef struct tier_array {
  * undefined. Errors are the allocator's (STRATA_EBUDGET, STRATA_ENOMEM, STRATA_ENOSPC) with what named. */
 strata_status tarr_alloc(tier_array *a, const tier_env *env, strata_tier tier, size_t numel, size_t elem_bytes,
                          const char *what);
+
+/* tarr_alloc for an array that only the CPU reads and writes in host memory: the optimizer state and the gradient
+ * store, which the step, the hand-off and the checkpoints reach with memcpy, the Adam kernels and the drive, never with
+ * a device copy on the hot path. In host memory it is ordinary memory on huge pages (base/big_alloc.h), not pinned:
+ * pinning (cudaHostAlloc) faults in and locks every page on the calling thread at allocation, about a hundred GB for a
+ * 7B model's optimizer state, and its 4 KiB pages cost Adam's streaming about a fifth of its rate; ordinary pages are
+ * first touched by whoever writes them first, the initial state's copies spread over the cores. Other tiers as
+ * tarr_alloc. A device copy that does reach such an array is still correct (CUDA copies pageable memory, only
+ * synchronously); where that copy is hot, pin the range it copies (dev_host_register), as Twin-Flow does. */
+strata_status tarr_alloc_cpu(tier_array *a, const tier_env *env, strata_tier tier, size_t numel, size_t elem_bytes,
+                             const char *what);
 
 /* Gives an NVMe array a host cache of the given ranges (tier_cache.h; sorted, disjoint), replacing any it had
  * (whose held blocks are written to the drive first): reads of a whole mirrored valid range come from host

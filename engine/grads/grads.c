@@ -60,9 +60,9 @@ strata_status grads_create(strata_engine *e, grad_store **out)
     if (!g->handoff->ops->uses_store)
         return STRATA_OK;
     strata_tier tier = e->tiers.grad_tier;
-    ERR_CHECK(tarr_alloc(&g->store[0], &e->tiers.env, tier, numel, 4, "gradient store"));
+    ERR_CHECK(tarr_alloc_cpu(&g->store[0], &e->tiers.env, tier, numel, 4, "gradient store"));
     if (e->cfg.delayed_update)
-        ERR_CHECK(tarr_alloc(&g->store[1], &e->tiers.env, tier, numel, 4, "gradient store (second)"));
+        ERR_CHECK(tarr_alloc_cpu(&g->store[1], &e->tiers.env, tier, numel, 4, "gradient store (second)"));
     for (int i = 0; i < 2; i++) {
         void *host = g->store[i].numel ? tarr_host_ptr(&g->store[i], &e->tiers.env, 0) : NULL;
         if (host)

@@ -57,8 +57,8 @@ strata_status ranks_create(strata_engine *e, rank_state **out)
         return err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the collectives' buffers "
                        "(%zu elements of the largest module)", big);
     if (registry_view_sharded(e->views.opt) && !registry_view_sharded(e->views.grad))
-        ERR_CHECK(tarr_alloc(&rs->grad_shard, &e->tiers.env, e->tiers.grad_tier, shards, 4,
-                             "gradient store (this rank's shard)"));
+        ERR_CHECK(tarr_alloc_cpu(&rs->grad_shard, &e->tiers.env, e->tiers.grad_tier, shards, 4,
+                                 "gradient store (this rank's shard)"));
     if (publishes(e))
         ERR_CHECK(tarr_alloc(&rs->param_shard, &e->tiers.env, STRATA_TIER_HOST, shards, pb,
                              "parameters (this rank's shard)"));

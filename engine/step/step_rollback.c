@@ -23,12 +23,12 @@ strata_status rollback_create(step_rollback *r, engine_tiers *t, size_t numel, s
     for (int i = 0; i < ROLLBACK_ARRAYS; i++) {
         const tier_array *f = rollback_front(t, i);
         if (f->numel) /* the scales exist with 8-bit moments only */
-            ERR_CHECK(tarr_alloc(&r->back[i], &t->env, f->tier, f->numel, f->elem_bytes, what[i]));
+            ERR_CHECK(tarr_alloc_cpu(&r->back[i], &t->env, f->tier, f->numel, f->elem_bytes, what[i]));
     }
     if (!kept_bytes)
         return STRATA_OK;
-    return tarr_alloc(&r->kept, &t->env, t->kept_tier, numel, kept_bytes,
-                      "gradients kept for a redo (a clipped step in backward)");
+    return tarr_alloc_cpu(&r->kept, &t->env, t->kept_tier, numel, kept_bytes,
+                          "gradients kept for a redo (a clipped step in backward)");
 }
 
 void rollback_destroy(step_rollback *r, engine_tiers *t)
