@@ -148,12 +148,12 @@ void engine_unbuild(strata_engine *e)
     act_store_destroy(e, e->acts); /* before the deferred frees its device copies go to, and the swap */
     e->acts = NULL;
     driver_destroy(e->driver);
+    twin_flow_destroy(e, e->twin); /* before the gradient stores it pinned a range of */
     ranks_destroy(e, e->ranks);
     residency_destroy(e, e->res);
     grads_destroy(e, e->grads); /* drains the gradient hand-offs first */
     deferred_destroy(e->frees);
     step_destroy(e, e->step);
-    twin_flow_destroy(e, e->twin);
     tiers_close(&e->tiers);
     dev_stream *streams[] = {e->h2d, e->d2h, e->copy, e->upd, e->compute};
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)

@@ -24,6 +24,8 @@ struct twin_flow {
     float *grad;                  /* device: the uploaded gradients */
     void *param_scratch;          /* device: new parameters whose home is not the device */
     void *param_pinned;           /* pinned: the same on their way to NVMe */
+    void *grads_pinned[2];        /* the share's range of each gradient store the step reads, registered for its
+                                     upload (the stores are not pinned: tarr_alloc_cpu) */
     dev_stream *stream;
     bool launched;
     uint64_t start_ns, done_ns;   /* stamped on the stream (ordered before the sync that reads them) */
@@ -119,6 +121,21 @@ strata_status twin_flow_load(strata_engine *e, twin_flow *tf)
     return move_state(e, tf, true);
 }
 
+/* Each step uploads the share's gradients straight from the store (twin_flow_launch): that range is pinned, so the
+ * upload is an asynchronous DMA rather than CUDA's synchronous copy of pageable memory. */
+static strata_status pin_grads(strata_engine *e, twin_flow *tf)
+{
+    for (int i = 0; i < (e->cfg.delayed_update ? 2 : 1); i++) {
+        tier_array *g = ranks_step_grads(e, i);
+        void *at = g->cpu_only ? tarr_host_ptr(g, &e->tiers.env, tf->first) : NULL;
+        if (!at || (i == 1 && at == tf->grads_pinned[0]))
+            continue;
+        ERR_CHECK(dev_host_register(e->dev, at, tf->numel * 4));
+        tf->grads_pinned[i] = at;
+    }
+    return STRATA_OK;
+}
+
 static strata_status build(strata_engine *e, twin_flow *tf)
 {
     size_t pb = e->tiers.param_bytes;
@@ -136,6 +153,7 @@ static strata_status build(strata_engine *e, twin_flow *tf)
         ERR_CHECK(dev_alloc(e->dev, tf->numel * pb, &tf->param_scratch));
     if (pout == STRATA_TIER_NVME)
         ERR_CHECK(dev_host_alloc(e->dev, tf->numel * pb, &tf->param_pinned));
+    ERR_CHECK(pin_grads(e, tf));
     return twin_flow_load(e, tf);
 }
 
@@ -176,6 +194,9 @@ void twin_flow_destroy(strata_engine *e, twin_flow *tf)
     dev_free(e->dev, tf->grad);
     dev_free(e->dev, tf->param_scratch);
     dev_host_free(e->dev, tf->param_pinned);
+    for (int i = 0; i < 2; i++)
+        if (tf->grads_pinned[i])
+            (void)dev_host_unregister(e->dev, tf->grads_pinned[i]);
     free(tf);
 }
 
