@@ -68,6 +68,7 @@ typedef struct eng_counters {
     _Atomic uint64_t adam_ns, step_io_wait_ns;
     _Atomic uint64_t steps_redone, redo_ns, redo_nvme_bytes; /* a speculating step in backward's redos */
     _Atomic uint64_t norm_passes, norm_pass_ns;              /* strata.norm_pass: the first backward of each step */
+    uint64_t finalize_alloc_ns, finalize_init_ns;             /* the last finalize's phases (strata_stats) */
 } eng_counters;
 
 struct strata_engine {

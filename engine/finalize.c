@@ -107,6 +107,7 @@ static strata_status open_streams(strata_engine *e)
 
 static strata_status build(strata_engine *e)
 {
+    uint64_t t0 = now_ns();
     plan pl;
     ERR_CHECK(make_plan(e, &pl));
     ERR_CHECK(open_streams(e));
@@ -117,8 +118,11 @@ static strata_status build(strata_engine *e)
     ERR_CHECK(grads_create(e, &e->grads));
     ERR_CHECK(ranks_create(e, &e->ranks));
     ERR_CHECK(host_cache_open(e, &pl)); /* before the initial state, whose writes fill it */
+    uint64_t t1 = now_ns();
+    e->ctr.finalize_alloc_ns = t1 - t0;
     ERR_CHECK(tiers_write_initial(&e->tiers, e->reg, e->cfg.param_dtype, &e->views, e->rank, agree_weight_crcs(e)));
     ERR_CHECK(twin_flow_create(e, &e->twin)); /* after the initial state, which it copies */
+    e->ctr.finalize_init_ns = now_ns() - t1;
     ERR_CHECK(residency_create(e, &e->res));
     ERR_CHECK(act_store_create(e, e->placement.act_tier, &pl, &e->acts));
     ERR_CHECK(step_create(&e->cfg, &e->step));

@@ -42,6 +42,8 @@ STRATA_API strata_status strata_stats_get_sized(strata_engine *e, strata_stats *
     out->host_cache_held_bytes = atomic_load(&e->tiers.ctr.cache_held_bytes);
     out->norm_passes = atomic_load(&e->ctr.norm_passes);
     out->norm_pass_ns = atomic_load(&e->ctr.norm_pass_ns);
+    out->finalize_alloc_ns = e->ctr.finalize_alloc_ns;
+    out->finalize_init_ns = e->ctr.finalize_init_ns;
     out->host_cache_bytes = host_cache_bytes(e);
     act_counters ac;
     act_store_counters(e->acts, &ac);
@@ -56,6 +58,7 @@ STRATA_API strata_status strata_stats_get_sized(strata_engine *e, strata_stats *
         dev_mem_stats_get(e->dev, &ds);
         out->device_peak_bytes = ds.peak_bytes;
         out->device_budget_bytes = ds.budget_bytes;
+        out->pinned_host_bytes = ds.pinned_bytes + ds.registered_bytes;
     }
     out->host_peak_bytes = e->tiers.host_tier_bytes;
     out->host_budget_bytes = e->finalized ? e->cfg.host_budget_bytes : 0;

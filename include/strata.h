@@ -869,6 +869,12 @@ typedef struct strata_stats {
     /* strata.norm_pass: the norm passes run (one per step) and the time from strata_step_begin to
      * strata_norm_pass_end, the trainer's first forward and backward: what measuring the norm first costs. */
     uint64_t norm_passes, norm_pass_ns;
+    /* strata_engine_finalize, most of a large model's start-up: planning and allocating every tier's memory, then
+     * writing the initial state (the parameters' init callbacks, their copies into each tier, the optimizer's zero
+     * moments); and the page-locked host memory the engine holds (allocated pinned and registered), which the
+     * allocation phase pins page by page. */
+    uint64_t finalize_alloc_ns, finalize_init_ns;
+    size_t pinned_host_bytes;
 } strata_stats;
 
 /* Fills out with the counters since the engine was created. strata_stats only ever grows at its end: a caller

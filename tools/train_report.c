@@ -198,8 +198,14 @@ static void summary_totals(const train_report *r, int64_t steps)
     const strata_stats *a = &r->start, *b = &r->now;
     double stall = ns_s(b->stall_ns - a->stall_ns), opt = ns_s(b->step_ns - a->step_ns);
     double compute = r->compute_s - stall, wall = r->wall_s > 0 ? r->wall_s : 1e-9;
-    printf("summary: %lld steps, %lld tokens in %.1f s, after %.1f s of start-up (plan, allocation, initial state)\n",
-           (long long)steps, (long long)(steps * r->tokens_per_step), r->wall_s, r->startup_s);
+    double alloc = ns_s(b->finalize_alloc_ns), init = ns_s(b->finalize_init_ns);
+    double rest = r->startup_s - alloc - init; /* creating the engine (a GPU's context), registering, the model */
+    char pinned[32];
+    printf("summary: %lld steps, %lld tokens in %.1f s, after %.1f s of start-up (plan and allocation %.1f s, %s of it "
+           "pinned; initial state %.1f s; the rest %.1f s)\n", (long long)steps,
+           (long long)(steps * r->tokens_per_step), r->wall_s, r->startup_s, alloc,
+           report_bytes((double)b->pinned_host_bytes, pinned, sizeof pinned), init,
+           rest > 0 ? rest : 0.0);
     if (steps > 0) {
         printf("  loss        %.4f -> %.4f (first -> last step", r->first_loss, r->last_loss);
         if (r->tail_count > 1)

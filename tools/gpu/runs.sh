@@ -65,9 +65,9 @@ flagship() {
     shift
     "$bin" train --seed 7 --log-jsonl "$work/$name.jsonl" "$@" | tee "$work/$name.out" || return 1
     local up
-    up=$(sed -n 's/.*after \([0-9.]*\) s of start-up.*/\1/p' "$work/$name.out")
+    up=$(sed -n 's/.*after \([0-9.]*\) s of start-up (\(.*\))$/\1 s (\2)/p' "$work/$name.out")
     python3 "$ROOT/tools/gpu/compare_runs.py" --stats "$work/$name.jsonl" |
-        sed "s/^FIGURE: /FIGURE: start-up ${up:-?} s; /"
+        sed "s|^FIGURE: |FIGURE: start-up ${up:-?}; |"
 }
 
 # kernels SKIP COUNT ARGS...: a strata train run under Nsight Compute, timing launches SKIP .. SKIP + COUNT (about
