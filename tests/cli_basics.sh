@@ -41,10 +41,14 @@ grep -qE '^aio.block_size +4194304 \(4.00 MiB\) +changed$' <<<"$out" && ok ||
 grep -qE '^aio.single_submit +false +same$' <<<"$out" && ok ||
     { fail "resolved table row for aio.single_submit"; }
 
-# estimate: the planner's arithmetic for a shape, without allocating
-check "estimate over budget" 1 "device budget exceeded: the plan needs" -- "$bin" estimate --model 124M --device-budget 1GiB
+# estimate: the planner's arithmetic for a shape, without allocating; a placement the config names is estimated as it
+# stands (without one the estimate places as "auto" does: tests/cli_estimate_gpu.sh)
+echo '{"zero_optimization": {"offload_param": {"device": "none"}, "offload_optimizer": {"device": "none"}}}' \
+    >"$scratch/on_device.json"
+check "estimate over budget" 1 "device budget exceeded: the plan needs" -- \
+    "$bin" estimate --model 124M --device-budget 1GiB --config "$scratch/on_device.json"
 check "estimate names the knob" 1 'set zero_optimization.offload_param.device to "cpu" or "nvme"' -- \
-    "$bin" estimate --model 124M --device-budget 1GiB
+    "$bin" estimate --model 124M --device-budget 1GiB --config "$scratch/on_device.json"
 mkdir -p "$scratch/nvme"
 cat >"$scratch/nvme.json" <<JSON
 {"zero_optimization": {"offload_param": {"device": "nvme", "nvme_path": "$scratch/nvme"},

@@ -105,8 +105,12 @@ print(d['gradient buffers of one module'])")
     fail "7.5B x 64: one module's gradient buffers take $big bytes: the plan still holds the whole model as one module"
 check "module params without params" 2 "--module-params cuts a bare --params count into modules" -- \
     "$bin" estimate --model tiny --module-params 1M
-# A tier that does not fit says which budget and which knob, whether or not a device budget was given.
-out=$("$bin" estimate --params 1T --world-size 64 --stage 3 --device-budget 80GiB --host-budget 16GiB 2>&1)
+# A tier that does not fit says which budget and which knob, whether or not a device budget was given (everything
+# placed on the device: without a placement the estimate would place as "auto" does).
+on_device=$(mktemp)
+echo '{"zero_optimization": {"offload_param": {"device": "none"}, "offload_optimizer": {"device": "none"}}}' >"$on_device"
+out=$("$bin" estimate --params 1T --world-size 64 --stage 3 --device-budget 80GiB --host-budget 16GiB \
+    --config "$on_device" 2>&1)
 for text in "why     device: device budget exceeded" "strata.device_budget_bytes allows 80.00 GiB" \
     "why     host: host budget exceeded" "strata.host_budget_bytes allows 16.00 GiB; raise strata.host_budget_bytes"; do
     grep -qF -- "$text" <<<"$out" && ok || { fail "1T FITS NO lacks \"$text\":"; echo "$out"; }
@@ -128,7 +132,7 @@ grep -qF "frozen  4200000 of them trained (--trainable-params; 4202496 elements 
 out=$("$bin" estimate --params 7e9 --host-budget 20GiB --config "$lora" 2>&1)
 grep -qE "^host +master weights \+ Adam moments \(fp32\) +78\.23 GiB$" <<<"$out" && grep -qE "^host .* NO$" <<<"$out" &&
     ok || { fail "7B all trained: 78.23 GiB of optimizer state, which 20 GiB does not hold:"; echo "$out"; }
-rm -f "$lora"
+rm -f "$lora" "$on_device"
 check "trainable without params" 2 "--trainable-params is the trained part of a bare --params count" -- \
     "$bin" estimate --model tiny --trainable-params 1M
 check "trainable above params" 2 "(at most it)" -- "$bin" estimate --params 1M --trainable-params 2M

@@ -8,7 +8,9 @@ bin=${STRATA_BIN:?STRATA_BIN must name the strata binary}
 source "$(dirname "${BASH_SOURCE[0]}")/helpers/cli.sh"
 cli_scratch cli_train_activations
 mkdir "$scratch/nvme"
-echo '{"strata": {"backend": "host"}}' >"$scratch/host.json"
+# The placement strata train takes by default, named, so that the estimate below plans it rather than "auto"'s.
+echo '{"strata": {"backend": "host"}, "zero_optimization": {"offload_param": {"device": "none"},
+  "offload_optimizer": {"device": "none"}}}' >"$scratch/host.json"
 model=(--layers 4 --heads 2 --hidden 64 --vocab 256 --context 64 --seq 64)
 train=("$bin" train "${model[@]}" --config "$scratch/host.json" --steps 3 --batch 2 --grad-accum 2 --threads 2 --quiet)
 

@@ -1,4 +1,5 @@
 /* `strata estimate`: the memory plan per tier for a model shape and a config, without allocating. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,19 +17,26 @@
 #include "tools/cli.h"
 #include "tools/decay_recipe.h"
 #include "tools/estimate_acts.h"
+#include "tools/estimate_moves.h"
 #include "tools/estimate_ranks.h"
+#include "tools/estimate_speed.h"
 #include "tools/gpt_shape.h"
 #include "tools/options.h"
 
-/* The command line: the shape given (0 = the preset's), the budgets, the world's and the activations' options. */
+/* The command line: the shape given (0 = the preset's), the budgets, the world's, the activations' and the speed's
+ * options; and what settle_args made of them that the printers say. */
 typedef struct estimate_args {
     const char *model, *config;
     gpt_shape shape;
     size_t device_budget, host_budget;
-    int batch; /* 0 = not given */
+    int batch;         /* 0 = not given */
+    int device, dtype; /* indices among their choices; -1 = not given */
     estimate_ranks ranks;
     estimate_acts acts;
-    decay_recipe decay; /* strata train's weight-decay groups, whose boundaries the layout pads */
+    estimate_speed speed;
+    decay_recipe decay;      /* strata train's weight-decay groups, whose boundaries the layout pads */
+    const char *device_why;  /* where the backend planned for came from */
+    bool auto_unplaced;      /* the config names no placement, so both devices are "auto" */
 } estimate_args;
 
 #define SIZE_OPT(flag, field, text)                                                                                  \
@@ -48,20 +56,33 @@ static const cli_opt estimate_opts[] = {
     {.name = "--batch", .kind = CLI_INT, .offset = offsetof(estimate_args, batch), .lo = 1, .hi = 1000000,
      .meta = "N", .help = "sequences per rank per micro-batch, {} (default 1): the activations' and the world's",
      .hint = "sequences per rank per micro-batch"},
+    {.name = "--device", .kind = CLI_CHOICE, .offset = offsetof(estimate_args, device), .choices = "auto|host|cuda",
+     .meta = "auto|host|cuda",
+     .help = "the backend to plan for (default: the config's strata.backend); auto: cuda when a device budget is "
+             "given (the GPU being sized need not be in this machine), else what training here would take",
+     .hint = "cuda: a GPU, whose optimizer state lives off it; host: device memory is RAM"},
+    {.name = "--dtype", .kind = CLI_CHOICE, .offset = offsetof(estimate_args, dtype), .choices = "fp32|bf16|fp16",
+     .meta = "fp32|bf16|fp16",
+     .help = "the parameters' and gradients' dtype on the device, as strata train's --dtype (default: the config's "
+             "bf16.enabled / fp16.enabled, else fp32); it overrides the config",
+     .hint = "the parameters' dtype on the device"},
 };
 #undef SIZE_OPT
 static const cli_opt_group estimate_groups[] = {
     CLI_GROUP(model_opts), GPT_SHAPE_GROUP(offsetof(estimate_args, shape)), CLI_GROUP(estimate_opts),
     DECAY_RECIPE_GROUP(offsetof(estimate_args, decay)), ESTIMATE_ACTS_GROUP(offsetof(estimate_args, acts)),
-    ESTIMATE_RANKS_GROUP(offsetof(estimate_args, ranks)),
+    ESTIMATE_RANKS_GROUP(offsetof(estimate_args, ranks)), ESTIMATE_SPEED_GROUP(offsetof(estimate_args, speed)),
 };
 static const cli_spec estimate_spec = {
     .command = "estimate", .groups = estimate_groups, .ngroups = sizeof estimate_groups / sizeof estimate_groups[0],
     .about = "Prints how many bytes each tier (device, host, NVMe) needs to train a GPT-style model with the\n"
              "config, with the largest module and the prefetch window in flight, and whether the budgets hold it.\n"
-             "With zero_optimization.offload_param.device or offload_optimizer.device \"auto\" in the config it\n"
-             "places them as training would (the fastest placement that fits the budgets) and says why.\n"
-             "Nothing is allocated. SIZE takes bytes or strings like 2GiB."};
+             "Where the config names no placement (zero_optimization.offload_param.device, offload_optimizer.device),\n"
+             "or says \"auto\", it places the state classes as \"auto\" training would (the fastest placement that\n"
+             "fits the budgets) and says why; a placement the config names is estimated as it stands. A plan that\n"
+             "does not fit lists the moves that make it fit, cheapest first: the optimizer state, then the gradients,\n"
+             "then the parameters. With --tflops it says at which batch the CPU's Adam hides behind the GPU's\n"
+             "compute. Nothing is allocated. SIZE takes bytes or strings like 2GiB."};
 
 /* The smallest free space among the NVMe paths of the config, or 0 when none can be read. */
 static size_t nvme_free(const strata_config *cfg)
@@ -137,6 +158,40 @@ static void print_misfits(const plan *p, const plan_input *in, const size_t budg
     }
 }
 
+/* Whether the config file names a placement (either device key). The loaded config cannot say: a key's default
+ * ("none") is a value a user may write. The loader has read the file already, so it parses. */
+static bool config_places(const char *path)
+{
+    json_error_t e;
+    json_t *root = path ? json_load_file(path, 0, &e) : NULL;
+    json_t *z = json_object_get(root, "zero_optimization");
+    bool named = json_object_get(json_object_get(z, "offload_param"), "device") ||
+                 json_object_get(json_object_get(z, "offload_optimizer"), "device");
+    json_decref(root);
+    return named;
+}
+
+/* The backend to plan for into cfg: --device (choice, -1 = not given), else the config's strata.backend. "auto" is
+ * CUDA when a device budget is given, since a budget sizes a GPU that need not be in this machine; else what training
+ * here takes (a GPU answers or not), as the estimate always did. Returns what decided it, for the printout. */
+static const char *settle_backend(int choice, strata_config *cfg)
+{
+    static const strata_backend_kind backends[] = {STRATA_BACKEND_AUTO, STRATA_BACKEND_HOST, STRATA_BACKEND_CUDA};
+    if (choice >= 0)
+        cfg->backend = backends[choice];
+    if (cfg->backend != STRATA_BACKEND_AUTO)
+        return choice >= 0 ? "--device" : "the config's strata.backend";
+    if (cfg->device_budget_bytes) {
+        cfg->backend = STRATA_BACKEND_CUDA;
+        return "a device budget was given: planned for a GPU, in this machine or not; --device host plans the host "
+               "backend";
+    }
+    bool gpu = dev_probe(STRATA_BACKEND_CUDA, NULL, 0) == STRATA_OK;
+    cfg->backend = gpu ? STRATA_BACKEND_CUDA : STRATA_BACKEND_HOST;
+    return gpu ? "a GPU answered, as training here takes it" : "no GPU answered and no device budget was given, as "
+                 "training here takes it; --device cuda plans for a GPU";
+}
+
 /* The command line into a, cfg and the shape to estimate (named into name); 0 or an exit code. */
 static int settle_args(int argc, char **argv, estimate_args *a, strata_config *cfg, const gpt_shape **shape,
                        char *name, size_t name_bytes)
@@ -169,6 +224,15 @@ static int settle_args(int argc, char **argv, estimate_args *a, strata_config *c
         cfg->device_budget_bytes = a->device_budget;
     if (a->host_budget)
         cfg->host_budget_bytes = a->host_budget;
+    /* No placement in the config: plan as "auto" does, the question being where the state should go. */
+    a->auto_unplaced = !config_places(a->config);
+    if (a->auto_unplaced)
+        cfg->offload_param.device = cfg->offload_optimizer.device = STRATA_TIER_AUTO;
+    a->device_why = settle_backend(a->device, cfg);
+    if (a->dtype >= 0) /* the choices are in strata_dtype's order */
+        cfg->param_dtype = (strata_dtype)a->dtype;
+    if (a->speed.tflops > 0)
+        a->ranks.tflops = a->speed.tflops;
     if (!estimate_ranks_settle(&a->ranks, cfg))
         return CLI_EXIT_USAGE;
     if (a->acts.active && a->ranks.params) {
@@ -246,23 +310,29 @@ typedef struct placed {
     bool is_auto, opt_on_device;
 } placed;
 
-/* An unknown device budget holds anything, and "auto" keeps the optimizer state on the device only where the device
- * is the host backend's RAM (a config that fixes it there is estimated as it says). */
+/* The budgets the plan is placed within: an unknown device budget holds anything. */
+static size_t device_budget_of(const strata_config *cfg)
+{
+    return cfg->device_budget_bytes ? cfg->device_budget_bytes : SIZE_MAX;
+}
+
+/* "auto" keeps the optimizer state on the device only where the device is the host backend's RAM (settle_backend
+ * resolved the backend); a config that fixes it there is estimated as it says. */
 static void place_plan(const strata_config *cfg, plan_input *in, placed *out)
 {
     out->is_auto = cfg->offload_param.device == STRATA_TIER_AUTO || cfg->offload_optimizer.device == STRATA_TIER_AUTO;
     out->opt_on_device = cfg->offload_optimizer.device == STRATA_TIER_DEVICE || cfg->backend == STRATA_BACKEND_HOST;
-    if (cfg->offload_optimizer.device == STRATA_TIER_AUTO && cfg->backend == STRATA_BACKEND_AUTO)
-        out->opt_on_device = dev_probe(STRATA_BACKEND_CUDA, NULL, 0) != STRATA_OK; /* as training resolves the backend */
-    out->st = plan_place(cfg, out->opt_on_device, in, cfg->device_budget_bytes ? cfg->device_budget_bytes : SIZE_MAX,
-                         plan_host_budget(cfg), &out->place, &out->p);
+    out->st = plan_place(cfg, out->opt_on_device, in, device_budget_of(cfg), plan_host_budget(cfg), &out->place,
+                         &out->p);
     snprintf(out->msg, sizeof out->msg, "%s", out->st == STRATA_OK ? "" : strata_last_error(NULL));
 }
 
 /* The lines above the tables: the world, the model and where the state classes went. */
-static void print_model(const estimate_ranks *ranks, const strata_config *cfg, const gpt_shape *shape,
-                        const decay_recipe *decay, const plan_input *in, const placed *pl, size_t psi, size_t nmodules)
+static void print_model(const estimate_args *a, const strata_config *cfg, const gpt_shape *shape,
+                        const plan_input *in, const placed *pl, size_t psi, size_t nmodules)
 {
+    const estimate_ranks *ranks = &a->ranks;
+    const decay_recipe *decay = &a->decay;
     double count = (double)psi;
     if (ranks->active)
         printf("world   %d rank%s at ZeRO stage %d: every number below is per rank; no ranks are started\n",
@@ -275,7 +345,7 @@ static void print_model(const estimate_ranks *ranks, const strata_config *cfg, c
         printf("frozen  %zu of them trained (--trainable-params; %zu elements padded), the other %zu frozen: "
                "parameters only, no gradients or optimizer state\n", ranks->trainable, in->trained_numel,
                psi - ranks->trainable);
-    else
+    else if (!ranks->params)
         printf("model   gpt %s: %d layers, hidden %d, vocab %d, seq %d: %.3g%s parameters (%zu elements padded)\n",
                shape->name, shape->layers, shape->hidden, shape->vocab, shape->seq,
                count >= 1e9 ? count / 1e9 : count / 1e6, count >= 1e9 ? " billion" : " million", in->total_numel);
@@ -286,6 +356,9 @@ static void print_model(const estimate_ranks *ranks, const strata_config *cfg, c
         printf("groups  %s, as strata train makes them: a parameter of another group than the one before it starts on "
                "%zu elements\n", text, PLAN_GROUP_ALIGN);
     }
+    bool hint_bf16 = cfg->backend == STRATA_BACKEND_CUDA && cfg->param_dtype == STRATA_DTYPE_FP32 && a->dtype < 0;
+    printf("device  %s (%s)%s\n", strata_backend_name(cfg->backend), a->device_why,
+           hint_bf16 ? "; fp32 parameters: strata train on cuda makes them bf16, --dtype bf16 plans that" : "");
     printf("tiers   parameters %s (%s), optimizer state %s, gradients %s; largest module %zu elements\n",
            strata_tier_name(in->param_tier), strata_dtype_name(cfg->param_dtype),
            strata_tier_name(in->opt_tier), strata_tier_name(in->grad_tier), in->largest_module_numel);
@@ -294,12 +367,28 @@ static void print_model(const estimate_ranks *ranks, const strata_config *cfg, c
                "--device-budget or strata.device_budget_bytes; the device was taken to hold anything)");
     else if (pl->is_auto)
         printf("        auto: no placement fits the budgets; below is the one closest to fitting\n");
+    if (a->auto_unplaced)
+        printf("        (the config names no placement, so this is \"auto\"'s: to train so, set "
+               "zero_optimization.offload_param.device and offload_optimizer.device to \"auto\" or to these)\n");
     printf("\n");
 }
 
-/* The plan's lines, what each tier needs against what it has, why a tier misfits, and the host cache. */
-static void print_tiers(const strata_config *cfg, const plan_input *in, const plan *p)
+/* The moves that make the plan fit, cheapest first, into moves and how many, when it overflows the device or the host
+ * budget; -1 when it overflows neither. */
+static int find_moves(const strata_config *cfg, const plan_input *in, const placed *pl, estimate_move *moves)
 {
+    const plan *p = &pl->p;
+    if (p->tier_bytes[STRATA_TIER_DEVICE] <= device_budget_of(cfg) &&
+        p->tier_bytes[STRATA_TIER_HOST] <= plan_host_budget(cfg))
+        return -1;
+    return estimate_moves_find(cfg, in, pl->opt_on_device, device_budget_of(cfg), plan_host_budget(cfg), moves);
+}
+
+/* The plan's lines, what each tier needs against what it has, why a tier misfits and what to move, and the host
+ * cache. */
+static void print_tiers(const strata_config *cfg, const plan_input *in, const placed *pl)
+{
+    const plan *p = &pl->p;
     char b1[32], b2[32], b3[32], b4[32];
     printf("%-7s %-45s %14s\n", "TIER", "WHAT", "BYTES");
     for (int i = 0; i < p->nlines; i++)
@@ -314,6 +403,10 @@ static void print_tiers(const strata_config *cfg, const plan_input *in, const pl
                !known ? "-" : p->tier_bytes[t] <= budgets[t] ? "yes" : "NO");
     }
     print_misfits(p, in, budgets);
+    estimate_move moves[ESTIMATE_MAX_MOVES];
+    int nmoves = find_moves(cfg, in, pl, moves);
+    if (nmoves >= 0)
+        estimate_moves_print(moves, nmoves, device_budget_of(cfg), plan_host_budget(cfg));
     if (p->nvme_param_bytes || p->nvme_opt_bytes)
         printf("\nhost cache (strata.host_cache%s): mirrors %s of %s of NVMe parameters (read at every fetch, written at every "
                "update: a mirrored module does neither on NVMe) and %s of %s of NVMe optimizer state (read once per "
@@ -324,13 +417,55 @@ static void print_tiers(const strata_config *cfg, const plan_input *in, const pl
                size_format(p->nvme_opt_bytes, b4, sizeof b4));
 }
 
+/* The speed block's view of the step: the CPU's Adam updates this rank's optimizer state, on a GPU unless it is on
+ * the device (Twin-Flow's device share is the device's Adam's); on the host backend all of it. */
+static speed_step speed_step_of(const estimate_args *a, const strata_config *cfg, const plan_input *in, size_t psi,
+                                int seq)
+{
+    size_t np, ng, no;
+    plan_class_numel(in, &np, &ng, &no);
+    size_t on_cpu = cfg->backend != STRATA_BACKEND_CUDA ? no
+                    : in->opt_tier == STRATA_TIER_DEVICE ? 0 : no - in->opt_device_numel;
+    return (speed_step){.params = (double)psi, .adam_numel = (double)on_cpu,
+                        .seq = a->ranks.params ? seq : a->acts.seq_len, .batch = a->ranks.batch,
+                        .tokens = a->ranks.tokens, .grad_accum = a->ranks.grad_accum,
+                        .recompute = !a->ranks.params && a->acts.mode != GPT_ACT_KEEP};
+}
+
+/* --json: the world's object (estimate_ranks_json) with the placement, the moves of a plan that does not fit and the
+ * speed block added. */
+static void print_json(const estimate_args *a, const strata_config *cfg, const plan_input *in, const placed *pl,
+                       size_t psi, int seq, size_t tied_numel)
+{
+    json_t *o = estimate_ranks_json(&a->ranks, in, &pl->p, psi, seq, tied_numel);
+    json_object_set_new(o, "placement", json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:b, s:s}", "backend",
+                                                  strata_backend_name(cfg->backend), "dtype",
+                                                  strata_dtype_name(cfg->param_dtype), "params",
+                                                  strata_tier_name(in->param_tier), "optimizer",
+                                                  strata_tier_name(in->opt_tier), "gradients",
+                                                  strata_tier_name(in->grad_tier), "auto", pl->is_auto, "fits",
+                                                  pl->st == STRATA_OK, "reason", pl->place.reason));
+    estimate_move moves[ESTIMATE_MAX_MOVES];
+    int nmoves = find_moves(cfg, in, pl, moves);
+    if (nmoves >= 0)
+        json_object_set_new(o, "moves", estimate_moves_json(moves, nmoves));
+    if (a->speed.active) {
+        speed_step st = speed_step_of(a, cfg, in, psi, seq);
+        json_object_set_new(o, "speed", estimate_speed_json(&a->speed, &st, cfg->backend == STRATA_BACKEND_CUDA));
+    }
+    json_dumpf(o, stdout, JSON_INDENT(2));
+    printf("\n");
+    json_decref(o);
+}
+
 int cmd_estimate(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         cli_print_help(&estimate_spec, stdout);
         return CLI_EXIT_OK;
     }
-    estimate_args a = {.ranks = ESTIMATE_RANKS_INIT, .acts = ESTIMATE_ACTS_INIT, .decay = DECAY_RECIPE_INIT};
+    estimate_args a = {.device = -1, .dtype = -1, .ranks = ESTIMATE_RANKS_INIT, .acts = ESTIMATE_ACTS_INIT,
+                       .speed = ESTIMATE_SPEED_INIT, .decay = DECAY_RECIPE_INIT};
     strata_config cfg;
     strata_config_init(&cfg);
     const gpt_shape *shape;
@@ -348,15 +483,19 @@ int cmd_estimate(int argc, char **argv)
     size_t psi = a.ranks.params ? a.ranks.params : gpt_param_count(shape);
     int seq = a.ranks.params ? 1024 : shape->seq;
     if (a.ranks.json) {
-        estimate_ranks_print(&a.ranks, &cfg, &in, &pl.p, psi, seq, tied_numel);
+        print_json(&a, &cfg, &in, &pl, psi, seq, tied_numel);
         return CLI_EXIT_OK;
     }
-    print_model(&a.ranks, &cfg, shape, &a.decay, &in, &pl, psi, nmodules);
-    print_tiers(&cfg, &in, &pl.p);
+    print_model(&a, &cfg, shape, &in, &pl, psi, nmodules);
+    print_tiers(&cfg, &in, &pl);
     if (a.ranks.active)
-        estimate_ranks_print(&a.ranks, &cfg, &in, &pl.p, psi, seq, tied_numel);
+        estimate_ranks_print(&a.ranks, &cfg, &in, psi, seq, tied_numel);
     if (a.acts.active)
         estimate_acts_print(&a.acts, &dims, &cfg, &in, pl.opt_on_device);
+    if (a.speed.active) {
+        speed_step st = speed_step_of(&a, &cfg, &in, psi, seq);
+        estimate_speed_print(&a.speed, &st, cfg.backend == STRATA_BACKEND_CUDA);
+    }
     /* Without a device budget nothing is judged, unless auto had to choose by the host budget. */
     if ((cfg.device_budget_bytes || pl.is_auto) && pl.st != STRATA_OK) {
         printf("\n%s\n", pl.msg);

@@ -39,7 +39,6 @@ const cli_opt estimate_ranks_opts[ESTIMATE_RANKS_NOPTS] = {
          "Gbit/s per rank, e.g. 100 (8 Gbit/s = 1 GB/s)"),
     RATE("--nvme-gbps", nvme_gbps, "G", "NVMe bandwidth per rank in Gbit/s", "Gbit/s per rank, e.g. 100 (8 Gbit/s = 1 GB/s)"),
     RATE("--pcie-gbps", pcie_gbps, "G", "PCIe bandwidth per rank in Gbit/s", "Gbit/s per rank, e.g. 100 (8 Gbit/s = 1 GB/s)"),
-    RATE("--tflops", tflops, "T", "achieved compute per rank, TFLOP/s (default 70)", "achieved TFLOP/s per rank, e.g. 70"),
     WORLD("--tokens", tokens, CLI_COUNT, 1, 1e12, "N",
           "tokens per rank per micro-batch (default --batch x the shape's seq; --batch default 1)",
           "tokens per rank per micro-batch (batch x sequence length)"),
@@ -138,7 +137,7 @@ static void compute(const estimate_ranks *r, const plan_input *in, size_t numel,
     estimate_bandwidth_analyze(flops, r->tflops * 1e12, bytes, gbps, &w->bw);
 }
 
-static void print_json(const estimate_ranks *r, const plan *p, size_t numel, const world_numbers *w)
+static json_t *world_json(const estimate_ranks *r, const plan *p, size_t numel, const world_numbers *w)
 {
     const plan_model_states *m = &w->states[r->zero_stage];
     const plan_comm *c = &w->comm;
@@ -183,9 +182,7 @@ static void print_json(const estimate_ranks *r, const plan *p, size_t numel, con
                         json_integer((json_int_t)(w->paper.reduce_scatter_elements + w->paper.all_gather_elements)));
     json_object_set_new(o, "paper_comm_bytes_per_step",
                         json_integer((json_int_t)(w->paper.reduce_scatter_bytes + w->paper.all_gather_bytes)));
-    json_dumpf(o, stdout, JSON_INDENT(2));
-    printf("\n");
-    json_decref(o);
+    return o;
 }
 
 static void print_table(const estimate_ranks *r, const strata_config *cfg, size_t numel, size_t tied_numel,
@@ -244,13 +241,18 @@ static void print_table(const estimate_ranks *r, const strata_config *cfg, size_
            b->efficiency_no_overlap);
 }
 
-void estimate_ranks_print(const estimate_ranks *r, const strata_config *cfg, const plan_input *in, const plan *p,
-                          size_t numel, int seq, size_t tied_numel)
+void estimate_ranks_print(const estimate_ranks *r, const strata_config *cfg, const plan_input *in, size_t numel,
+                          int seq, size_t tied_numel)
 {
     world_numbers w;
     compute(r, in, numel, seq, tied_numel, &w);
-    if (r->json)
-        print_json(r, p, numel, &w);
-    else
-        print_table(r, cfg, numel, tied_numel, &w);
+    print_table(r, cfg, numel, tied_numel, &w);
+}
+
+json_t *estimate_ranks_json(const estimate_ranks *r, const plan_input *in, const plan *p, size_t numel, int seq,
+                            size_t tied_numel)
+{
+    world_numbers w;
+    compute(r, in, numel, seq, tied_numel, &w);
+    return world_json(r, p, numel, &w);
 }

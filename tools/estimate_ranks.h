@@ -5,6 +5,7 @@
 #ifndef STRATA_TOOLS_ESTIMATE_RANKS_H
 #define STRATA_TOOLS_ESTIMATE_RANKS_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -23,7 +24,7 @@ typedef struct estimate_ranks {
     size_t trainable;     /* --trainable-params: of a bare count, the trained ones (an adapter); 0 = all */
     int batch;            /* sequences per rank per micro-batch */
     size_t tokens;        /* --tokens per rank per micro-batch; 0 = batch x the shape's seq */
-    double tflops;        /* achieved compute per rank, TFLOP/s */
+    double tflops;        /* achieved compute per rank, TFLOP/s: 70 unless --tflops (the speed block's option) */
     double link_gbps, nvme_gbps, pcie_gbps; /* Gbit/s (10^9 bits per second); 0 = not given */
 } estimate_ranks;
 
@@ -31,7 +32,7 @@ typedef struct estimate_ranks {
 
 /* These options (all but --batch, which the command shares with the activations), into an estimate_ranks at base in
  * the command's arguments; any of them given sets its active. */
-#define ESTIMATE_RANKS_NOPTS 12
+#define ESTIMATE_RANKS_NOPTS 11
 extern const cli_opt estimate_ranks_opts[ESTIMATE_RANKS_NOPTS];
 #define ESTIMATE_RANKS_GROUP(base)                                                                                  \
     {estimate_ranks_opts, ESTIMATE_RANKS_NOPTS, (base), true, (base) + offsetof(estimate_ranks, active),            \
@@ -48,11 +49,15 @@ bool estimate_ranks_settle(estimate_ranks *r, const strata_config *cfg);
 /* The module size a bare count is cut into: --module-params, else the default, at most the count. */
 size_t estimate_ranks_module_params(const estimate_ranks *r);
 
-/* Prints the world's blocks after the plan p of input in (already per rank); numel is Ψ, the unpadded
- * parameter count; seq the shape's sequence length; tied_numel the padded elements of a module the trainer fetches
- * and hands over once more per micro-batch (the GPT's embeddings, tied to its head; 0 for a bare count). With
- * r->json one JSON object instead. */
-void estimate_ranks_print(const estimate_ranks *r, const strata_config *cfg, const plan_input *in, const plan *p,
-                          size_t numel, int seq, size_t tied_numel);
+/* Prints the world's blocks after the plan of input in (already per rank); numel is Ψ, the unpadded parameter count;
+ * seq the shape's sequence length; tied_numel the padded elements of a module the trainer fetches and hands over
+ * once more per micro-batch (the GPT's embeddings, tied to its head; 0 for a bare count). */
+void estimate_ranks_print(const estimate_ranks *r, const strata_config *cfg, const plan_input *in, size_t numel,
+                          int seq, size_t tied_numel);
+
+/* The same numbers, with the plan p's lines and tier totals, as one JSON object for --json (a new reference: the
+ * command adds its own members and prints it). */
+json_t *estimate_ranks_json(const estimate_ranks *r, const plan_input *in, const plan *p, size_t numel, int seq,
+                            size_t tied_numel);
 
 #endif
