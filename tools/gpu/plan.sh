@@ -17,26 +17,31 @@ trap 'rm -rf "$work"' EXIT
 check() {
     local name=$1 config=$2
     shift 2
-    local args=() placement=device dtype=fp32 host_budget=""
+    local args=() placement=device dtype="" device="" host_budget="" key
     while [ $# -gt 0 ]; do
         case $1 in
         --context) args+=(--seq "$2"); shift ;;
         --seq) args+=(--seq-len "$2"); shift ;;
         --offload) placement=$2; shift ;;
         --dtype) dtype=$2; shift ;;
+        --device) device=$2; args+=("$1" "$2"); shift ;;
         --host-budget) host_budget=$2; args+=("$1" "$2"); shift ;;
-        --device | --nvme-dir | --steps | --warmup | --lr | --seed) shift ;;
-        --delayed-update)
+        --nvme-dir | --steps | --warmup | --lr | --seed) shift ;;
+        --delayed-update | --step-in-backward)
+            key=${1#--} key=${key//-/_}
             config=$(python3 -c 'import json, sys; c = json.loads(sys.argv[1] or "{}")
-c.setdefault("strata", {})["delayed_update"] = True; print(json.dumps(c))' "$config") || return 1 ;;
+c.setdefault("strata", {})[sys.argv[2]] = True; print(json.dumps(c))' "$config" "$key") || return 1 ;;
         *) args+=("$1") ;;
         esac
         shift
     done
+    # strata train's dtype: --dtype, else bf16 on cuda (its default there), else the config's.
+    [ -z "$dtype" ] && [ "$device" = cuda ] && dtype=bf16
+    [ -n "$dtype" ] && args+=(--dtype "$dtype")
     # strata train's placements on CUDA: device keeps the parameters there and the optimizer in host memory.
-    python3 - "$config" "$placement" "$dtype" "$work/nvme" >"$work/$name.json" <<'PY'
+    python3 - "$config" "$placement" "$work/nvme" >"$work/$name.json" <<'PY'
 import json, sys
-config, placement, dtype, nvme = json.loads(sys.argv[1] or "{}"), sys.argv[2], sys.argv[3], sys.argv[4]
+config, placement, nvme = json.loads(sys.argv[1] or "{}"), sys.argv[2], sys.argv[3]
 z = config.setdefault("zero_optimization", {})
 z.setdefault("stage", 3)
 where = {"device": ("none", "cpu"), "host": ("cpu", "cpu"), "nvme": ("nvme", "nvme")}[placement]
@@ -44,8 +49,6 @@ for key, device in zip(("offload_param", "offload_optimizer"), where):
     z.setdefault(key, {})["device"] = device
     if device == "nvme":
         z[key]["nvme_path"] = nvme
-if dtype in ("bf16", "fp16"):
-    config[dtype] = {"enabled": True}
 print(json.dumps(config))
 PY
     [ $? -eq 0 ] || return 1
