@@ -81,13 +81,21 @@ double gpt_flops_per_token(const gpt_dims *d, int seq);
 /* A readable error for dims that cannot work ("hidden 30 is not a multiple of heads 4"), or NULL. */
 const char *gpt_dims_check(const gpt_dims *d);
 
-/* The deterministic initial value (GPT-2's: normal(0, 0.02), residual projections scaled by
- * 1/sqrt(2 * layers), LayerNorm weights 1, biases 0) of element i of parameter (module, index).
- * Independent of chunking, so a model larger than RAM initialises chunk by chunk. */
+/* The deterministic initial values (GPT-2's: normal(0, 0.02), residual projections scaled by 1/sqrt(2 * layers),
+ * LayerNorm weights 1, biases 0) of elements [first, first + count) of parameter (module, index), into out; and
+ * element i alone. Independent of chunking, threads and CPU (model/gpt_init.c), so a model larger than RAM initialises
+ * chunk by chunk, and ranks on different machines make the same model. */
+void gpt_init_fill(const gpt_dims *d, uint64_t seed, int module, int index, size_t first, size_t count, float *out);
 float gpt_init_value(const gpt_dims *d, uint64_t seed, int module, int index, size_t i);
 
 /* SplitMix64's finaliser: the counter-based hash behind the initial values and the data order. */
-uint64_t gpt_mix64(uint64_t z);
+static inline uint64_t gpt_mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
 /* Where the network gets a module's parameters. acquire fills params[k] with parameter k in the weight dtype of the
  * net's kernel table (gpt_act_weight_dtype: fp32, or bf16 for GPT_ACTS_BF16) and grads[k] (fp32) when backward is true;

@@ -146,10 +146,14 @@ static strata_status init_param(void *vctx, strata_param_id param, size_t offset
 {
     (void)param;
     const param_ctx *c = vctx;
-    /* Billions of elements at start-up for the large presets: worth the cores. */
-#pragma omp parallel for schedule(static) if (count > 65536)
-    for (size_t i = 0; i < count; i++)
-        out[i] = gpt_init_value(c->d, c->seed, c->module, c->index, offset + i);
+    /* Billions of elements at start-up for the large presets: worth the cores, in pieces of whole vector loops. */
+    enum { PIECE = 16384 };
+    long pieces = (long)((count + PIECE - 1) / PIECE);
+#pragma omp parallel for schedule(static) if (pieces > 4)
+    for (long k = 0; k < pieces; k++) {
+        size_t at = (size_t)k * PIECE, n = count - at < PIECE ? count - at : PIECE;
+        gpt_init_fill(c->d, c->seed, c->module, c->index, offset + at, n, out + at);
+    }
     return STRATA_OK;
 }
 

@@ -126,45 +126,6 @@ const char *gpt_dims_check(const gpt_dims *d)
     return msg;
 }
 
-uint64_t gpt_mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* A standard normal from a counter (Box-Muller on two hashed uniforms), so any element can be made alone. */
-static float normal_at(uint64_t key)
-{
-    uint64_t a = gpt_mix64(key), b = gpt_mix64(a ^ 0x5851f42d4c957f2dull);
-    double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(b >> 11) * 0x1.0p-53;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-}
-
-float gpt_init_value(const gpt_dims *d, uint64_t seed, int module, int index, size_t i)
-{
-    uint64_t tensor = ((uint64_t)module << 40) ^ ((uint64_t)index << 32);
-    uint64_t key = gpt_mix64(seed) ^ gpt_mix64(tensor) ^ (i * 0x9e3779b97f4a7c15ull);
-    if (module == 0)
-        return 0.02f * normal_at(key);
-    if (module == d->layers + 1)
-        return index == GPT_LNF_W ? 1.0f : 0.0f;
-    switch ((gpt_block_param)index) {
-    case GPT_LN1_W:
-    case GPT_LN2_W:
-        return 1.0f;
-    case GPT_QKV_W:
-    case GPT_FC_W:
-        return 0.02f * normal_at(key);
-    case GPT_PROJ_W:
-    case GPT_FCPROJ_W:
-        return (float)(0.02 / sqrt(2.0 * d->layers)) * normal_at(key);
-    default:
-        return 0.0f; /* biases */
-    }
-}
-
 /* ---------------------------------------------------------------- the flat source */
 
 strata_status gpt_flat_create(const gpt_dims *d, uint64_t seed, gpt_flat **out)
@@ -192,9 +153,10 @@ strata_status gpt_flat_create(const gpt_dims *d, uint64_t seed, gpt_flat **out)
         f->module_offset[m] = pos;
         size_t sizes[GPT_MAX_MODULE_PARAMS];
         int np = gpt_module_param_sizes(d, m, sizes);
-        for (int k = 0; k < np; k++)
-            for (size_t i = 0; i < sizes[k]; i++)
-                f->params[pos++] = gpt_init_value(d, seed, m, k, i);
+        for (int k = 0; k < np; k++) {
+            gpt_init_fill(d, seed, m, k, 0, sizes[k], f->params + pos);
+            pos += sizes[k];
+        }
     }
     f->module_offset[nm] = pos;
     *out = f;
