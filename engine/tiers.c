@@ -105,18 +105,23 @@ static strata_status fill_chunk(const registry *reg, const reg_module *m, size_t
     return STRATA_OK;
 }
 
-/* On the calling thread. A process forked from one that has run an OpenMP team hangs at its own first team (libgomp
- * keeps the parent's pool), and tests/t_ckpt_crash builds small engines in such children; copy_parallel forms a team
- * only past 4 MB, which they never reach (a large engine in a forked child hangs, as at strata's other teams). */
+/* Spread over the cores past a few MB, like copy_parallel: a 7B model converts billions of elements here. Below that
+ * on the calling thread: a process forked from one that has run an OpenMP team hangs at its own first team (libgomp
+ * keeps the parent's pool), and tests/t_ckpt_crash builds small engines in such children (a large engine in a forked
+ * child hangs, as at strata's other teams). */
 static void to_param_dtype(const float *src, void *dst, strata_dtype dtype, size_t n)
 {
     if (dtype == STRATA_DTYPE_FP32) {
-        memcpy(dst, src, n * sizeof *src);
+        copy_parallel(dst, src, n * sizeof *src);
         return;
     }
+    enum { PIECE = 1 << 18 };
+    long pieces = (long)((n + PIECE - 1) / PIECE);
     uint16_t *d = dst;
-    for (size_t i = 0; i < n; i++)
-        d[i] = dtype == STRATA_DTYPE_BF16 ? cvt_f32_to_bf16(src[i]) : cvt_f32_to_fp16(src[i]);
+#pragma omp parallel for schedule(static) if (n * sizeof *src >= ((size_t)4 << 20))
+    for (long k = 0; k < pieces; k++)
+        for (size_t i = (size_t)k * PIECE; i < MIN(n, (size_t)(k + 1) * PIECE); i++)
+            d[i] = dtype == STRATA_DTYPE_BF16 ? cvt_f32_to_bf16(src[i]) : cvt_f32_to_fp16(src[i]);
 }
 
 /* tarr_write, with the copies into host memory spread over the cores: the arrays are fresh, and their first
@@ -175,7 +180,9 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
     float *vals = NULL;
     void *pbuf = NULL, *zero_m = NULL, *zero_v = NULL;
     strata_status st = STRATA_OK;
-    if (posix_memalign((void **)&vals, 4096, chunk * 4) || posix_memalign(&pbuf, 4096, chunk * t->param_bytes) ||
+    /* pbuf is pinned: from it the parameters go to the device (or the drive) a chunk at a time, at DMA speed. */
+    if (posix_memalign((void **)&vals, 4096, chunk * 4) ||
+        dev_host_alloc(t->env.dev, chunk * t->param_bytes, &pbuf) != STRATA_OK ||
         !zero_moments(t, chunk, &zero_m, &zero_v)) {
         st = err_set(STRATA_ENOMEM, "strata_engine_finalize: out of memory for the initialisation buffers");
         goto out;
@@ -214,7 +221,7 @@ strata_status tiers_write_initial(engine_tiers *t, const registry *reg, strata_d
     io_wait_destroy(&w);
 out:
     free(vals);
-    free(pbuf);
+    (void)dev_host_free(t->env.dev, pbuf);
     free(zero_m);
     free(zero_v);
     return st;
