@@ -21,7 +21,7 @@ materialises the T x T scores: 512 MiB a layer at this shape) built on the devic
 run under torch.utils.checkpoint (recomputed in backward), the same random tokens (torch.randint from --seed + 1,
 one fresh batch a step), and one DeepSpeed config given to deepspeed.initialize or strata.torch.initialize (printed
 at start): bf16, ZeRO stage 2 (deepspeed-z2, strata-torch) or 3 (deepspeed-z3) with offload_optimizer cpu and
-pinned memory, AdamW (DeepSpeed then runs its DeepSpeedCPUAdam, strata its own CPU Adam), WarmupLR from lr/10 to
+pinned memory, AdamW (DeepSpeed then runs its DeepSpeedCPUAdam, strata its own CPU Adam), WarmupLR from lr/warmup to
 --lr over --warmup steps, gradient clipping 1.0, one micro-batch a step. Its "strata" section (device and host
 budgets) is read by strata alone; DeepSpeed ignores a top-level key it does not know.
 
@@ -117,7 +117,7 @@ def parse_args(argv):
     ap.add_argument("--batch", type=int, default=8, help="sequences per step (train_micro_batch_size_per_gpu)")
     ap.add_argument("--steps", type=int, default=4, help="optimizer steps; the first is not timed into the median")
     ap.add_argument("--warmup", type=int, default=2, help="WarmupLR's warmup_num_steps (DeepSpeed uses at least 2)")
-    ap.add_argument("--lr", type=float, default=3e-4, help="the peak learning rate; the warmup starts at lr/10")
+    ap.add_argument("--lr", type=float, default=3e-4, help="the peak learning rate; the warmup starts at lr/warmup, as strata train's")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--checkpointing", choices=("nonreentrant", "reentrant", "off"), default="nonreentrant",
                     help="torch.utils.checkpoint around every block (use_reentrant=False / True), or none")
@@ -300,7 +300,7 @@ def ds_config(a, n, pin=True):
         "optimizer": {"type": "AdamW",
                       "params": {"lr": a.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
         "scheduler": {"type": "WarmupLR",
-                      "params": {"warmup_min_lr": a.lr / 10, "warmup_max_lr": a.lr, "warmup_num_steps": a.warmup,
+                      "params": {"warmup_min_lr": a.lr / a.warmup, "warmup_max_lr": a.lr, "warmup_num_steps": a.warmup,
                                  "warmup_type": "linear"}},
         "zero_optimization": {"stage": stage, "offload_optimizer": {"device": "cpu", "pin_memory": pin},
                               "overlap_comm": True, "contiguous_gradients": True},

@@ -13,7 +13,15 @@ cli_scratch cli_gpu_tools
 
 out=$(bash "$root/tools/gpu/plan.sh" 2>&1)
 rc=$?
-if [ $rc -eq 0 ] && [ "$(grep -c ' yes$' <<<"$out")" -eq 5 ]; then ok; else fail "plan.sh (exit $rc):"; echo "$out"; fi
+runs=$(grep -c '^check [a-zA-Z0-9_.]* ' "$root/tools/gpu/plan.sh") # one row per run plan.sh checks
+if [ $rc -eq 0 ] && [ "$(grep -c ' yes$' <<<"$out")" -eq "$runs" ]; then ok; else
+    fail "plan.sh (exit $rc), want $runs runs that fit:"; echo "$out"
+fi
+# A set STRATA_GPU_ONLY names must exist: a typo is refused before anything runs.
+STRATA_GPU_ONLY=@no_such_set bash "$root/tools/gpu/check.sh" "$scratch/check-set" >"$scratch/set.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "no set @no_such_set; sets: @flagship @peers" "$scratch/set.out" && ok ||
+    { fail "check.sh with an unknown set: exit $rc"; cat "$scratch/set.out"; }
 out=$(bash "$root/tools/gpu/plan.sh" z7b_delayed "${RUN_ZERO_OFFLOAD_7B[@]}" --delayed-update 2>&1)
 rc=$?
 if [ $rc -eq 1 ] && grep -qE '^z7b_delayed .* 125\.[0-9] / 112 .* NO$' <<<"$out"; then ok; else

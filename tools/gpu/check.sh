@@ -6,10 +6,22 @@
 # The programs come from the pack that tools/run gpu-pack makes on a build machine (.gpu/strata-gpu.tar.xz, or
 # STRATA_GPU_PACK=DIR), unpacked under /tmp; without one, from the build tree (STRATA_BUILD_DIR, default build/).
 # The whole call keeps within STRATA_GPU_SECONDS (480): each item has its own limit, cut to what is left, and an
-# item that no longer fits is listed as not run. STRATA_GPU_ONLY=name,name runs only the items named.
+# item that no longer fits is listed as not run. STRATA_GPU_ONLY=name,name runs only the items named; @set names
+# the items of a set of tools/gpu/items.sh (GPU_SET_set), e.g. STRATA_GPU_ONLY=@flagship.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 . "$ROOT/tools/gpu/items.sh"
+# STRATA_GPU_ONLY's names, a set's (@flagship: GPU_SET_flagship in items.sh) spelled out.
+only=""
+for n in ${STRATA_GPU_ONLY:+${STRATA_GPU_ONLY//,/ }}; do
+    if [[ $n == @* ]]; then
+        set_var=GPU_SET_${n#@}
+        [ -n "${!set_var:-}" ] || { echo "STRATA_GPU_ONLY: no set $n; sets: $(compgen -v GPU_SET_ | sed 's/GPU_SET_/@/' |
+            paste -sd' ')"; exit 2; }
+        n=${!set_var}
+    fi
+    only+=${only:+,}$n
+done
 out=${1:-$ROOT/build/gpu-check}
 deadline=$((SECONDS + ${STRATA_GPU_SECONDS:-480}))
 mkdir -p "$out"
@@ -72,7 +84,7 @@ failed=0
 item() {
     local name=$1 limit=$2
     shift 2
-    if [ -n "${STRATA_GPU_ONLY:-}" ] && [[ ",$STRATA_GPU_ONLY," != *",$name,"* ]]; then
+    if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then
         return
     fi
     local left=$((deadline - SECONDS))
@@ -141,7 +153,7 @@ item cuda_checkpointing 150 bash "$runs" checkpointing
 item cuda_twin_flow 150 bash "$runs" twin_flow
 item cuda_ranks_np2 150 bash "$runs" ranks
 item cuda_norm_pass 150 bash "$runs" norm_pass
-item zero_offload_6.7B 300 bash "$runs" flagship z7b "${RUN_ZERO_OFFLOAD_7B[@]}" --steps 4 --warmup 1 --lr 1e-4
+item zero_offload_6.7B 300 bash "$runs" flagship z7b "${RUN_ZERO_OFFLOAD_7B[@]}" --steps 5 "${FLAGSHIP_SCHEDULE[@]}"
 item train_cuda 240 bash "$ROOT/benchmarks/train_cuda.sh" --steps 12
 # The device-resident 124M step in fp32 activations (the old path) against the same GPT in PyTorch (bf16 autocast,
 # SDPA, fused AdamW) on the same GPU. (STRATA_MODEL_GEMM=bf16 was measured on 2026-11-26: no faster.)
@@ -153,15 +165,37 @@ item kernels_h4096 120 bash "$runs" kernels 400 300 --layers 2 --hidden 4096 --h
     --context 1024 --seq 1024 --batch 8 --steps 4 --device cuda --offload device
 # Twin-Flow: the optimizer's seconds per step on the 124M preset as the device takes half of it, then all of it.
 item twin_flow_124M 150 bash "$runs" twin_speed "${RUN_124M[@]}" --steps 8
-# Last, as they need the most time: they rarely fit in the same call (STRATA_GPU_ONLY=name,... runs them alone).
+# Last, as they need the most time: they rarely fit in the same call (STRATA_GPU_ONLY=name,... or a set of items.sh,
+# @flagship, @peers, @peers_z3, runs them alone).
+# Issue 37's levers, each on its own (items.sh): the step in backward, then at the batch that hides Adam, then with
+# bf16 activations.
+item zero_offload_6.7B_sib 240 bash "$runs" flagship z7b-sib "${RUN_ZERO_OFFLOAD_7B_SIB[@]}" --steps 5 \
+    "${FLAGSHIP_SCHEDULE[@]}"
+item zero_offload_6.7B_sib_b16 240 bash "$runs" flagship z7b-sib-b16 "${RUN_ZERO_OFFLOAD_7B_SIB_B16[@]}" --steps 5 \
+    "${FLAGSHIP_SCHEDULE[@]}"
+item zero_offload_6.7B_sib_b16_acts_bf16 240 env STRATA_MODEL_ACTS=bf16 bash "$runs" flagship z7b-sib-b16-bf16 \
+    "${RUN_ZERO_OFFLOAD_7B_SIB_B16[@]}" --steps 5 "${FLAGSHIP_SCHEDULE[@]}"
+# DeepSpeed beside strata on the same GPT, data and config (benchmarks/flagship_peers.py), each engine in its own
+# process: DeepSpeed from the carry (tools/gpu/ds_carry.sh makes .gpu/deepspeed; ds_install installs it and builds
+# its CPU Adam once), strata.torch, and strata train with the same shape and optimizer. The ratios are tokens/s over
+# DeepSpeed's.
+ds_site=$work/ds-site
+peers=(python3 "$ROOT/benchmarks/flagship_peers.py" --steps 5 --warmup 50 --lr 3e-4)
+item ds_install 180 bash "$ROOT/tools/gpu/ds_carry.sh" --install "${STRATA_GPU_PACK:-$ROOT/.gpu}/deepspeed" "$ds_site"
+item strata_torch_6.7B 300 "${peers[@]}" --peer strata-torch
+item ds_zero2_6.7B 300 env PYTHONPATH="$ds_site:$PYTHONPATH" "${peers[@]}" --peer deepspeed-z2
+echo "$PEER_CONFIG" >"$work/peer.json"
+item strata_train_6.7B_peer 240 bash "$runs" flagship z7b-peer "${RUN_ZERO_OFFLOAD_7B[@]}" --steps 5 --warmup 50 \
+    --lr 3e-4 --config "$work/peer.json"
+item ds_zero3_6.7B 300 env PYTHONPATH="$ds_site:$PYTHONPATH" "${peers[@]}" --peer deepspeed-z3
 echo "$RUN_ZERO_OFFLOAD_7B_TWIN_CONFIG" >"$work/z7b-twin.json"
-item zero_offload_6.7B_twin 300 bash "$runs" flagship z7b-twin "${RUN_ZERO_OFFLOAD_7B[@]}" --steps 4 --warmup 1 \
-    --lr 1e-4 --config "$work/z7b-twin.json"
+item zero_offload_6.7B_twin 300 bash "$runs" flagship z7b-twin "${RUN_ZERO_OFFLOAD_7B[@]}" --steps 5 \
+    "${FLAGSHIP_SCHEDULE[@]}" --config "$work/z7b-twin.json"
 mkdir -p "$work/nvme"
 echo "$RUN_ZERO_INFINITY_3B_CONFIG" >"$work/z3b.json"
 echo "$RUN_ZERO_INFINITY_3B_SIB_CONFIG" >"$work/z3b-sib.json"
 for v in z3b:zero_infinity_3B z3b-sib:zero_infinity_3B_sib; do
-    item "${v#*:}" 480 bash "$runs" flagship "${v%%:*}" "${RUN_ZERO_INFINITY_3B[@]}" --steps 2 --warmup 1 --lr 1e-4 \
+    item "${v#*:}" 480 bash "$runs" flagship "${v%%:*}" "${RUN_ZERO_INFINITY_3B[@]}" --steps 2 "${FLAGSHIP_SCHEDULE[@]}" \
         --nvme-dir "$work/nvme" --config "$work/${v%%:*}.json"
     rm -rf "$work/nvme"/* # the swap files of the run before
 done

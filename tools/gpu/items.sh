@@ -17,6 +17,13 @@ GPU_PY_TESTS=(py_torch_engine py_hf_cuda py_offload_adam_cuda)
 # parameters on the GPU in bf16, the optimizer (74 GiB) and the gradient store (25 GiB) in host memory.
 RUN_ZERO_OFFLOAD_7B=(--layers 32 --hidden 4096 --heads 32 --vocab 50304 --context 1024 --seq 1024 --batch 8
     --device cuda --dtype bf16 --offload device --activation-checkpointing --host-budget 112GiB)
+# Issue 37's levers on the flagship, each measured on its own against the run above: the step in backward (each
+# module's update as its gradients complete, its bf16 copy going back to the GPU while backward continues; no gradient
+# store: 75 GiB of host memory), then with the batch `strata estimate --tflops ... --adam-rate ...` names for hiding
+# Adam behind backward (16), then with issue 35's bf16 activations. The gradients reach the host in bf16 in all of
+# them (grad_handoff.h).
+RUN_ZERO_OFFLOAD_7B_SIB=("${RUN_ZERO_OFFLOAD_7B[@]}" --step-in-backward)
+RUN_ZERO_OFFLOAD_7B_SIB_B16=("${RUN_ZERO_OFFLOAD_7B_SIB[@]}" --batch 16)
 # ZeRO-Infinity: the 3B preset with parameters and optimizer on NVMe under an 8 GiB host budget; sub-groups of 50M
 # elements keep the optimizer's pinned slots inside it (benchmarks/scale.sh's config). --nvme-dir and --config are
 # added by the caller (the config's JSON is RUN_ZERO_INFINITY_3B_CONFIG).
@@ -31,3 +38,18 @@ RUN_ZERO_INFINITY_3B_SIB_CONFIG='{"zero_optimization": {"stage": 3, "sub_group_s
 RUN_ZERO_OFFLOAD_7B_TWIN_CONFIG='{"zero_optimization": {"offload_optimizer": {"ratio": 0.5}}}'
 # The 124M preset at the shape of benchmarks/train_cuda.sh's speed runs, everything the device can hold on it.
 RUN_124M=(--model 124M --batch 8 --seq 1024 --device cuda --offload device)
+
+# Named sets for STRATA_GPU_ONLY=@name (tools/gpu/check.sh), each within one call of 8 minutes on an H200: the
+# flagship's levers (issue 37); DeepSpeed's stage 2 beside strata.torch and strata train on the same GPT and config,
+# and its stage 3 (each DeepSpeed set installs the carry and builds its CPU Adam first: ds_install).
+GPU_SET_flagship="zero_offload_6.7B,zero_offload_6.7B_sib,zero_offload_6.7B_sib_b16,zero_offload_6.7B_sib_b16_acts_bf16"
+GPU_SET_peers="ds_install,strata_torch_6.7B,ds_zero2_6.7B,strata_train_6.7B_peer"
+GPU_SET_peers_z3="ds_install,ds_zero3_6.7B"
+# The flagship runs' schedule: a warmup that trains. At lr 1e-4 after one warmup step the 6.65B loss rose over the
+# first steps (11.4 -> 22.5; the host model and a PyTorch GPT-2 of hidden 4096 rose the same way): Adam's first steps
+# move every weight by about lr. Over a 50-step warmup a few timed steps run at lr 6e-6 .. 3e-5 and the loss falls.
+FLAGSHIP_SCHEDULE=(--warmup 50 --lr 3e-4)
+# The config the peers share (benchmarks/flagship_peers.py's ds_config), as strata train reads it: AdamW with
+# betas (0.9, 0.95) and weight decay 0.1, gradient clipping 1.0.
+PEER_CONFIG='{"gradient_clipping": 1.0, "optimizer": {"type": "AdamW",
+    "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}}}'

@@ -65,13 +65,13 @@ host_limit = min(float(num) * units[unit], float(host_gib) * 2**30)
 t = est["tier_bytes"]
 limits = {"device": float(dev_gib) * 2**30, "host": host_limit, "nvme": float(disk_gib) * 2**30}
 fits = all(t[k] <= limits[k] for k in limits)
-print("%-22s %9.1f / %-6.0f %9.1f / %-6.0f %9.1f / %-6.0f %s" % (
+print("%-26s %9.1f / %-6.0f %9.1f / %-6.0f %9.1f / %-6.0f %s" % (
     name, *(x for k in ("device", "host", "nvme") for x in (t[k] / 2**30, limits[k] / 2**30)), "yes" if fits else "NO"))
 sys.exit(0 if fits else 1)
 PY
 }
 
-printf '%-22s %18s %18s %18s %s\n' run "device GiB / limit" "host GiB / limit" "disk GiB / limit" fits
+printf '%-26s %18s %18s %18s %s\n' run "device GiB / limit" "host GiB / limit" "disk GiB / limit" fits
 if [ $# -gt 0 ]; then
     name=$1
     shift
@@ -80,6 +80,8 @@ if [ $# -gt 0 ]; then
 fi
 fail=0
 check zero_offload_6.7B "" "${RUN_ZERO_OFFLOAD_7B[@]}" || fail=1
+check zero_offload_6.7B_sib "" "${RUN_ZERO_OFFLOAD_7B_SIB[@]}" || fail=1
+check zero_offload_6.7B_sib_b16 "" "${RUN_ZERO_OFFLOAD_7B_SIB_B16[@]}" || fail=1
 check zero_offload_6.7B_twin "$RUN_ZERO_OFFLOAD_7B_TWIN_CONFIG" "${RUN_ZERO_OFFLOAD_7B[@]}" || fail=1
 check zero_infinity_3B "$RUN_ZERO_INFINITY_3B_CONFIG" "${RUN_ZERO_INFINITY_3B[@]}" || fail=1
 check zero_infinity_3B_sib "$RUN_ZERO_INFINITY_3B_SIB_CONFIG" "${RUN_ZERO_INFINITY_3B[@]}" || fail=1
