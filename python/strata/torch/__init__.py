@@ -4,11 +4,15 @@
     loss = engine(x, y); engine.backward(loss); engine.step()
 
     opt = strata.torch.OffloadAdam(model.parameters(), lr=3e-4)  # ZeRO-Offload: only the optimizer in strata
+
+    with strata.torch.zero_init(config):  # a model larger than host memory, built on disk
+        model = Model()
 """
 from __future__ import annotations
 
 from ._initialize import initialize
 from .engine import StrataEngine
+from ._zero_init import Init, zero_init
 from .offload_adam import OffloadAdam
 
-__all__ = ["initialize", "StrataEngine", "OffloadAdam"]
+__all__ = ["initialize", "StrataEngine", "OffloadAdam", "zero_init", "Init"]

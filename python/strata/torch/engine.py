@@ -47,9 +47,10 @@ from .._typing import StrPath
 from ..config import Config, ConfigSource
 from ..engine import Comm, Engine, check_launcher, world
 from ..errors import ConfigError, InvalidArgument, StateError
-from . import _checkpoint, _lr_owner, _param_groups, _saved_hooks, _state_dict, _tensors, _torch_formula
+from . import _checkpoint, _lr_owner, _param_groups, _saved_hooks, _state_dict, _tensors, _torch_formula, _zero_init
 from ._activations import KeptActivation, ParamView
 from ._precision import cast_rest, fp32_loss
+from ._sources import WeightSource, detach_source, source_of
 from ._torch_groups import ParamGroup
 from ._units import InputToken, Unit, common_prefix, find_units, short_name, tensors_in
 
@@ -142,7 +143,9 @@ class StrataEngine:
         self.comm = comm if comm is not None else world()
         check_launcher(self.comm)
         self.rank, self.world_size = self.comm.rank, self.comm.size
-        devices = {p.device for p in model.parameters()}
+        _check_values(model)
+        # A parameter with a source (load_pretrained's, on the meta device) is read from it, on the CPU.
+        devices = {torch.device("cpu") if source_of(p) is not None else p.device for p in model.parameters()}
         if len(devices) != 1:
             raise InvalidArgument("strata.torch.initialize: the model's parameters are on %s; put them on one "
                                   "device (model.to(...)) first" % sorted(str(d) for d in devices))
@@ -266,11 +269,7 @@ class StrataEngine:
                 else:
                     unit.trained_mids.append(mid)
                 for qname, p in params:
-                    src = p.detach().reshape(-1)
-
-                    def init(offset: int, count: int, out: Any, src: torch.Tensor = src) -> None:
-                        dst = torch.frombuffer(out, dtype=torch.float32)
-                        dst.copy_(src[offset:offset + count].to("cpu", torch.float32))
+                    init = _initial_values(p)
                     pname = qname[len(prefix) + 1:] if qname.startswith(prefix + ".") else qname
                     pid = e.add_param(mid, short_name(pname), p.numel(), init)
                     if p.dim():  # checkpoints record the shape; `strata ckpt export` writes the tensor in it
@@ -316,6 +315,7 @@ class StrataEngine:
                 setattr(p, "_strata_shape", tuple(p.shape))
                 setattr(p, "_strata_numel", p.numel())
                 p.data = _tensors.empty(self.dtype, self.device)
+                detach_source(p)  # (a zero_init tensor's staging file goes with its last reference)
 
     def _move_buffers(self) -> None:
         """The model's buffers (masks, running statistics) go where it computes; its parameters are strata's."""
@@ -845,6 +845,40 @@ class StrataEngine:
                 del self.module._strata_engine
             self.engine.close()
             self.engine = None  # type: ignore[assignment]  # closed: _state_dict's hooks test for it
+
+
+def _check_values(model: nn.Module) -> None:
+    """Refuses a model with tensors that hold no values (the meta device) and have none to come, before anything is
+    made."""
+    empty = [n for n, p in model.named_parameters() if p.is_meta and source_of(p) is None]
+    if empty:
+        raise InvalidArgument("strata.torch.initialize: %d parameter(s) are on the meta device and have no values (%s); "
+                              "hint: load them with strata.torch.load_pretrained(model, path) first, or build the model "
+                              "under strata.torch.zero_init() so it is made on disk, not in memory"
+                              % (len(empty), ", ".join(empty[:4])))
+    buffers = [n for n, b in model.named_buffers() if b is not None and b.is_meta]
+    if buffers:
+        raise InvalidArgument("strata.torch.initialize: buffer(s) %s are on the meta device: they have no values and "
+                              "strata does not make them; hint: build the model with accelerate's init_empty_weights() "
+                              "(which keeps buffers, include_buffers=False) instead of torch.device(\"meta\"), or under "
+                              "strata.torch.zero_init()" % ", ".join(buffers[:4]))
+
+
+def _initial_values(p: nn.Parameter) -> Callable[[int, int, Any], None]:
+    """strata's init callback for p: its source's values (load_pretrained) or its own, fp32, chunk by chunk; the
+    pages of a zero_init tensor go back to the kernel after each chunk, so the whole model is never in memory."""
+    source = source_of(p)
+    if source is not None:
+        def read(offset: int, count: int, out: Any, source: WeightSource = source) -> None:
+            source.read_into(offset, count, torch.frombuffer(out, dtype=torch.float32))
+        return read
+    src = p.detach().reshape(-1)
+
+    def copy(offset: int, count: int, out: Any, src: torch.Tensor = src) -> None:
+        dst = torch.frombuffer(out, dtype=torch.float32)
+        dst.copy_(src[offset:offset + count].to("cpu", torch.float32))
+        _zero_init.drop_pages(src)
+    return copy
 
 
 def _check_model_dtype(model: nn.Module, dtype: torch.dtype) -> None:
