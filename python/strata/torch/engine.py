@@ -151,6 +151,10 @@ class StrataEngine:
                                   "device (model.to(...)) first" % sorted(str(d) for d in devices))
         self.config, self.device = self._config_for_device(config, devices.pop(), device)
         _, _, self._gas = self.config.batch_sizes(self.world_size)
+        self._step_in_backward = bool(self.config.get("strata.step_in_backward", False))
+        _check_step_in_backward(self.config, self._step_in_backward, self._gas)
+        self._step_begun = False  # with step_in_backward: strata_step_begin ran for the step under way
+        self._begun_values: Tuple[Optional[float], List[Dict[str, float]]] = (None, [])  # the values it began with
         self.steps_per_print = self.config.trainer.get("steps_per_print")
         self.dtype = _tensors.DTYPES[self.config.param_dtype]
         _check_model_dtype(model, self.dtype)
@@ -560,6 +564,8 @@ class StrataEngine:
                     "and a plain loss.backward() would give other gradients; call engine.backward(loss)" % (
                         unit.name, scale, self._gas, self.world_size))
             self._backward_active = True
+            if self._step_in_backward and not self._step_begun:
+                self._begin_step()
         if not self._callback_queued:
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
             self._callback_queued = True
@@ -701,14 +707,49 @@ class StrataEngine:
         for unit in self.units:
             self._check_trained(unit)
 
+    def _step_values(self) -> Tuple[Optional[float], List[Dict[str, float]]]:
+        """(the lr that goes with the step: one group's, the C API's single-group form, or None with several, each
+        group's own; every group's values) as engine.optimizer has them now."""
+        groups = cast(_param_groups.Groups, self.optimizer.param_groups)
+        values = [g.hparams() for g in groups]
+        return (cast(float, groups[0]["lr"]) if len(groups) == 1 else None), values
+
+    def _push_step_values(self) -> Optional[float]:
+        """Each group's lr and weight_decay into strata for this step; returns the step's lr (_step_values)."""
+        cast(_param_groups.Groups, self.optimizer.param_groups).push(self.engine)
+        return self._step_values()[0]
+
+    def _begin_step(self) -> None:
+        """With step_in_backward, at the step's first backward: the step begins with the values engine.optimizer has
+        now (a scheduler moved them after the last step), as each module's update runs while backward goes on."""
+        self.engine.step_begin(lr=self._push_step_values())
+        self._step_begun = True
+        self._begun_values = self._step_values()
+
+    def _check_begun_values(self) -> None:
+        """The updates already ran with the values the step began with: a change since (an lr set between backward
+        and engine.step()) would not apply, so it is refused rather than dropped."""
+        now = self._step_values()
+        if now != self._begun_values:
+            raise StateError("strata: engine.optimizer's param groups changed between backward and step (%s, then %s), "
+                             "but with strata.step_in_backward each module's update ran during backward with the values "
+                             "the step began with; hint: change lr or weight_decay after engine.step() (as a scheduler "
+                             "does), not between engine.backward and engine.step" % (self._begun_values[1],
+                                                                                        now[1]))
+
     def _optimizer_step(self) -> None:
         """strata's optimizer step with engine.optimizer's lr; what engine.optimizer.step() does."""
         self._check_between_steps("engine.optimizer.step()")
         self._warn_no_grad()
-        groups = cast(_param_groups.Groups, self.optimizer.param_groups)
-        groups.push(self.engine)  # each group's lr and weight_decay, for this step
-        # one group: the lr goes with the step as well (the C API's single-group form); several: each group's
-        result = self.last_step = self.engine.step(lr=groups[0]["lr"] if len(groups) == 1 else None)
+        if self._step_in_backward:
+            if not self._step_begun:
+                self._begin_step()  # a step without a backward: begun here, it updates with zero gradients
+            self._check_begun_values()
+            self._step_begun = False
+            lr = self._begun_values[0]
+        else:
+            lr = self._push_step_values()
+        result = self.last_step = self.engine.step(lr=lr)
         self.global_steps += 1
         if not result["skipped"]:
             _lr_owner.step(self.lr_scheduler)
@@ -845,6 +886,21 @@ class StrataEngine:
                 del self.module._strata_engine
             self.engine.close()
             self.engine = None  # type: ignore[assignment]  # closed: _state_dict's hooks test for it
+
+
+def _check_step_in_backward(config: Config, on: bool, gas: int) -> None:
+    """strata.step_in_backward through torch: each module's update runs as its backward ends, so the step is
+    begun at the first backward (engine._begin_step); what that cannot carry is refused before anything is made."""
+    if not on:
+        return
+    if gas != 1:
+        raise ConfigError("config: strata.step_in_backward updates each module during backward, so every step is one "
+                          "micro-batch, but gradient_accumulation_steps = %d; hint: set it to 1 (raise "
+                          "train_micro_batch_size_per_gpu instead), or turn strata.step_in_backward off" % gas)
+    if config.get("strata.norm_pass", False):
+        raise ConfigError("config: strata.norm_pass runs each step's forward and backward twice, which strata.torch "
+                          "cannot do for the model's own code; hint: drop strata.norm_pass (with gradient_clipping "
+                          "the step in backward speculates and stays exact)")
 
 
 def _check_values(model: nn.Module) -> None:
