@@ -13,6 +13,7 @@
 #include "engine/step/step.h"
 #include "engine/step/train_step.h"
 #include "engine/step/twin_flow.h"
+#include "engine/weights/weights.h"
 #include "gpu/device.h"
 
 /* Device collectives over NCCL: the embedder's communicator, or one made over MPI when every rank of this host
@@ -183,6 +184,7 @@ STRATA_API void strata_engine_destroy(strata_engine *e)
     trace_finish(e->trace);
     fetch_order_destroy(e->order);
     node_share_destroy(e->node);
+    weights_destroy(e->weights);
     registry_destroy(e->reg);
     opt_groups_destroy(e->groups);
     agree_destroy(e->agree);

@@ -61,6 +61,7 @@ typedef struct step_in_backward step_in_backward;
 typedef struct twin_flow twin_flow;
 typedef struct act_store act_store;
 typedef struct rank_agree rank_agree;
+typedef struct weights_set weights_set;
 
 /* Bytes moved per link and time spent, counted by whichever thread moves them. */
 typedef struct eng_counters {
@@ -88,6 +89,7 @@ struct strata_engine {
     fetch_order *order;
     rank_agree *agree;              /* what the ranks compare at finalize (rank_agree.c), or NULL */
     node_share *node;               /* this rank's share of its machine (node_share.h) */
+    weights_set *weights;           /* safetensors weights parameters load from (weights/weights.c), or NULL */
 
     /* from strata_engine_finalize, in the order it builds them */
     dev_stream *h2d, *d2h, *copy, *upd; /* fetches, gradients, sync copies, parameter updates */

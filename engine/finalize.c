@@ -20,6 +20,7 @@
 #include "engine/step/step.h"
 #include "engine/step/train_step.h"
 #include "engine/step/twin_flow.h"
+#include "engine/weights/weights.h"
 
 static void plan_input_of(const strata_engine *e, plan_input *in)
 {
@@ -108,6 +109,9 @@ static strata_status open_streams(strata_engine *e)
 static strata_status build(strata_engine *e)
 {
     uint64_t t0 = now_ns();
+    /* Weights from files are checked whole before anything is allocated or written: a wrong tensor is found in
+     * milliseconds, not after the initial state of every parameter before it. */
+    ERR_CHECK(weights_check(e));
     plan pl;
     ERR_CHECK(make_plan(e, &pl));
     ERR_CHECK(open_streams(e));
@@ -159,6 +163,7 @@ static strata_status finalize(strata_engine *e)
              size_format(total * e->tiers.param_bytes, tot, sizeof tot), strata_tier_name(e->tiers.param_tier),
              strata_tier_name(e->tiers.opt_tier), strata_tier_name(e->tiers.grad_tier));
     e->finalized = true;
+    weights_finalized(e->weights); /* read: their files are closed */
     return STRATA_OK;
 }
 

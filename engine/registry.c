@@ -111,6 +111,12 @@ void registry_param_set_group(registry *r, strata_param_id param, strata_group_i
     r->params[param].group_set = true;
 }
 
+void registry_param_set_init(registry *r, strata_param_id param, strata_init_fn init, void *init_ctx)
+{
+    r->params[param].init = init;
+    r->params[param].init_ctx = init_ctx;
+}
+
 void registry_shape_str(int ndim, const uint64_t *dims, char *out, size_t len)
 {
     size_t at = (size_t)snprintf(out, len, "[");

@@ -78,6 +78,8 @@ strata_status registry_param_set_shape(registry *r, strata_param_id param, int n
 void registry_module_freeze(registry *r, strata_module_id id);
 /* Puts param in group (the caller checked both). */
 void registry_param_set_group(registry *r, strata_param_id param, strata_group_id group);
+/* Replaces a known param's source of initial values (strata_param_load). */
+void registry_param_set_init(registry *r, strata_param_id param, strata_init_fn init, void *init_ctx);
 /* "[d0, d1, ...]" into out (len bytes; cut when too short). */
 void registry_shape_str(int ndim, const uint64_t *dims, char *out, size_t len);
 

@@ -502,6 +502,62 @@ STRATA_API bool strata_module_frozen(const strata_engine *engine, strata_module_
 STRATA_API strata_status strata_param_set_shape(strata_engine *engine, strata_param_id param, int ndim,
                                                 const int64_t *dims);
 
+/* ------------------------------------------------------------------ initial weights from safetensors
+ *
+ * Pretrained weights streamed into the tiers: an embedder opens safetensors weights on the engine and names, per
+ * parameter, the tensor that holds its initial values; strata_engine_finalize then reads each tensor chunk by chunk as
+ * it writes the parameter's initial state (the strata_init_fn protocol above), converting it to fp32, so that no more
+ * than one chunk of the model is ever in memory. Everything that can be checked without reading the data is checked
+ * for every loaded parameter before finalize writes any state: a failure leaves the engine unfinalized, with an error
+ * that names the parameter, the tensor and its file. */
+
+typedef uint32_t strata_weights_id;
+
+/* Opens safetensors weights at path: a ".safetensors" file; a directory holding model.safetensors, else Hugging
+ * Face's sharded model.safetensors.index.json; or such an index file itself. Every header is read and checked now
+ * (each tensor's data within its file: a truncated shard is refused; an index's every file present and holding the
+ * tensors it maps there); no tensor data is read until finalize. The files stay open until a finalize succeeds
+ * (then they are closed; the tensor list stays queryable) or the engine is destroyed. Any dtype may be present;
+ * F32, F16, BF16 and F64 tensors can be loaded. STRATA_ENOTFOUND when path (or a directory's model file) is not there,
+ * STRATA_ECORRUPT naming the file (and tensor) for a malformed or truncated file or index, STRATA_ESTATE after
+ * finalize. *out is the weights' id (0, 1, ...). Not thread-safe (the engine's thread). */
+STRATA_API strata_status strata_weights_open(strata_engine *engine, const char *path, strata_weights_id *out);
+
+/* A tensor of opened weights. The strings belong to the engine and live as long as it does. */
+typedef struct strata_weights_tensor {
+    const char *name;
+    const char *file;    /* the safetensors file that holds it */
+    const char *dtype;   /* as the file names it: "F32", "BF16", "F16", "F64", "I64", ... */
+    int ndim;            /* 0..STRATA_MAX_DIMS (0: a scalar) */
+    int64_t dims[STRATA_MAX_DIMS];
+    uint64_t numel;
+} strata_weights_tensor;
+
+/* The number of tensors in weights (*count), and the one at index (0 .. count-1, ordered by name): for an embedder
+ * that maps names or checks shapes itself. STRATA_EINVAL for an unknown weights id or an index past the end. */
+STRATA_API strata_status strata_weights_count(const strata_engine *engine, strata_weights_id weights, size_t *count);
+STRATA_API strata_status strata_weights_tensor_at(strata_engine *engine, strata_weights_id weights, size_t index,
+                                                  strata_weights_tensor *out);
+/* The tensor called name, or STRATA_ENOTFOUND (with the nearest name, when one is close, in the message). */
+STRATA_API strata_status strata_weights_find(strata_engine *engine, strata_weights_id weights, const char *name,
+                                             strata_weights_tensor *out);
+
+/* strata_param_load's flags. */
+#define STRATA_LOAD_TRANSPOSE 1u /* the file holds the 2-D transpose of the parameter's declared [rows, cols] shape
+                                    (Hugging Face's Conv1D keeps [in, out], a Linear [out, in]) */
+
+/* Makes tensor (a name in weights) the source of param's initial values, in place of the strata_init_fn it was added
+ * with; loading the same parameter again replaces the source. Checked now: the tensor exists (STRATA_ENOTFOUND, with
+ * the nearest name), its dtype is one strata converts (STRATA_EINVAL) and it has the parameter's numel (STRATA_EINVAL
+ * with both). Checked again for every loaded parameter at finalize, before any state is written: where the parameter
+ * has a declared shape (strata_param_set_shape), the tensor's shape equals it, or with STRATA_LOAD_TRANSPOSE is its
+ * transpose (STRATA_EINVAL naming both shapes); and its file still has the size it had when opened
+ * (STRATA_ECORRUPT). Every message names the parameter, the tensor and the file. STRATA_ESTATE after finalize or
+ * for an unknown parameter, STRATA_EINVAL for an unknown weights id or another flag. Not thread-safe (the engine's
+ * thread). */
+STRATA_API strata_status strata_param_load(strata_engine *engine, strata_param_id param, strata_weights_id weights,
+                                           const char *tensor, unsigned flags);
+
 /* ------------------------------------------------------------------ parameter groups
  *
  * Adam's hyperparameters belong to parameter groups, as in torch.optim (param_groups): each group has its own lr,

@@ -112,7 +112,8 @@ strata_status ckpt_writer_close(ckpt_writer *w)
 
 /* ---------------------------------------------------------------- reading */
 
-static strata_status read_exact(int fd, const char *path, uint64_t off, void *buf, size_t len, const char *what)
+strata_status ckpt_read_exact(int fd, const char *noun, const char *path, uint64_t off, void *buf, size_t len,
+                              const char *what)
 {
     uint8_t *p = buf;
     size_t done = 0;
@@ -122,25 +123,29 @@ static strata_status read_exact(int fd, const char *path, uint64_t off, void *bu
             continue;
         if (n < 0) {
             char eb[96];
-            return err_set(STRATA_EIO, "checkpoint \"%s\": %s: read of %zu bytes at offset %" PRIu64 " failed: %s",
-                           path, what, len, off, err_errno_str(errno, eb, sizeof eb));
+            return err_set(STRATA_EIO, "%s \"%s\": %s: read of %zu bytes at offset %" PRIu64 " failed: %s",
+                           noun, path, what, len, off, err_errno_str(errno, eb, sizeof eb));
         }
         if (n == 0)
-            return err_set(STRATA_ECORRUPT, "checkpoint \"%s\": %s: the file ends at %" PRIu64 " bytes, inside the "
-                           "%zu bytes expected at offset %" PRIu64 " (truncated)", path, what, off + done, len, off);
+            return err_set(STRATA_ECORRUPT, "%s \"%s\": %s: the file ends at %" PRIu64 " bytes, inside the "
+                           "%zu bytes expected at offset %" PRIu64 " (truncated)", noun, path, what, off + done, len,
+                           off);
         done += (size_t)n;
     }
     return STRATA_OK;
 }
 
-/* Opens a file of a checkpoint for reading, refusing anything but a regular file without blocking: a FIFO or a
- * device would block or never end, and a symbolic link would read (and quote in errors) whatever it points at.
- * O_NONBLOCK makes the open of a FIFO return at once; O_NOFOLLOW refuses a link as the last component. Returns
- * the descriptor, or -1 with errno set; *kind names what the path is when that is why (a link, a FIFO, ...). */
-static int open_regular(const char *path, const char **kind)
+static strata_status read_exact(int fd, const char *path, uint64_t off, void *buf, size_t len, const char *what)
+{
+    return ckpt_read_exact(fd, "checkpoint", path, off, buf, len, what);
+}
+
+/* A FIFO or a device would block or never end, and a symbolic link would read (and quote in errors) whatever it
+ * points at. O_NONBLOCK makes the open of a FIFO return at once; O_NOFOLLOW refuses a link as the last component. */
+int ckpt_open_regular(const char *path, bool follow, const char **kind)
 {
     *kind = NULL;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW) | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ELOOP)
             *kind = "a symbolic link";
@@ -202,7 +207,7 @@ strata_status ckpt_manifest_read(const char *dir_in, ckpt_manifest *m)
     resolve(dir_in, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST);
     const char *kind;
-    int fd = open_regular(path, &kind);
+    int fd = ckpt_open_regular(path, false, &kind);
     if (fd < 0)
         return open_error("its manifest", path, kind, errno, "; is this a directory written by strata_save?");
     struct stat sb;
@@ -249,6 +254,28 @@ static strata_status cross_check(const ckpt_file *f, const ckpt_manifest *m, con
     return STRATA_OK;
 }
 
+strata_status ckpt_st_header_read(int fd, const char *noun, const char *path, uint64_t file_bytes, bool foreign,
+                                  ckpt_st_header *h)
+{
+    memset(h, 0, sizeof *h);
+    uint8_t len8[8];
+    ERR_CHECK(ckpt_read_exact(fd, noun, path, 0, len8, 8, "header length"));
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | len8[i];
+    if (n > CKPT_MAX_HEADER_BYTES || n > file_bytes - 8)
+        return err_set(STRATA_ECORRUPT, "%s \"%s\": header length %" PRIu64 " exceeds the file's %" PRIu64 " bytes "
+                       "(truncated, or not a safetensors file)", noun, path, n, file_bytes);
+    uint8_t *head = malloc(8 + n);
+    if (!head)
+        return err_set(STRATA_ENOMEM, "%s \"%s\": out of memory for its %" PRIu64 "-byte header", noun, path, n);
+    strata_status st = ckpt_read_exact(fd, noun, path, 0, head, 8 + n, "header");
+    if (st == STRATA_OK)
+        st = ckpt_st_header_parse(head, 8 + n, file_bytes, foreign, path, h);
+    free(head);
+    return st;
+}
+
 strata_status ckpt_file_open(const char *dir_in, const ckpt_manifest *m, int rank, int kind, ckpt_file *f)
 {
     char dir[STRATA_PATH_BYTES + 64], name[CKPT_FILE_NAME_BYTES];
@@ -260,37 +287,22 @@ strata_status ckpt_file_open(const char *dir_in, const ckpt_manifest *m, int ran
     ckpt_file_name(m->world, rank, kind, name);
     snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
     const char *what;
-    f->fd = open_regular(f->path, &what);
+    f->fd = ckpt_open_regular(f->path, false, &what);
     if (f->fd < 0)
         return open_error("it", f->path, what, errno, "");
     struct stat sb;
-    uint8_t len8[8];
-    uint8_t *head = NULL;
     ckpt_st_header h = {0};
     strata_status st = STRATA_OK;
     if (fstat(f->fd, &sb) != 0 || (uint64_t)sb.st_size != f->bytes)
         st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": the file is %lld bytes, the manifest says %" PRIu64
                      " (truncated or replaced)", f->path, (long long)sb.st_size, f->bytes);
     if (st == STRATA_OK)
-        st = read_exact(f->fd, f->path, 0, len8, 8, "header length");
-    uint64_t n = 0;
-    for (int i = 7; i >= 0 && st == STRATA_OK; i--)
-        n = n << 8 | len8[i];
-    if (st == STRATA_OK && (n > CKPT_MAX_HEADER_BYTES || n > (uint64_t)sb.st_size - 8))
-        st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": header length %" PRIu64 " exceeds the file's %lld bytes",
-                     f->path, n, (long long)sb.st_size);
-    if (st == STRATA_OK && !(head = malloc(8 + n)))
-        st = err_set(STRATA_ENOMEM, "checkpoint \"%s\": out of memory for its header", f->path);
-    if (st == STRATA_OK)
-        st = read_exact(f->fd, f->path, 0, head, 8 + n, "header");
-    if (st == STRATA_OK)
-        st = ckpt_st_header_parse(head, 8 + n, (uint64_t)sb.st_size, f->path, &h);
+        st = ckpt_st_header_read(f->fd, "checkpoint", f->path, f->bytes, false, &h);
     if (st == STRATA_OK) {
         f->data_start = h.data_start;
         st = cross_check(f, m, &h);
     }
     ckpt_st_header_free(&h);
-    free(head);
     if (st != STRATA_OK)
         ckpt_file_close(f);
     return st;
@@ -301,7 +313,7 @@ strata_status ckpt_file_reopen(ckpt_file *f)
     if (f->fd >= 0)
         return STRATA_OK;
     const char *what;
-    f->fd = open_regular(f->path, &what);
+    f->fd = ckpt_open_regular(f->path, false, &what);
     struct stat sb;
     if (f->fd < 0 || fstat(f->fd, &sb) != 0 || (uint64_t)sb.st_size != f->bytes) {
         int errnum = f->fd < 0 ? errno : 0;

@@ -6,6 +6,7 @@
 #ifndef STRATA_ENGINE_CKPT_FILES_H
 #define STRATA_ENGINE_CKPT_FILES_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/ckpt/ckpt_format.h"
@@ -50,6 +51,21 @@ int ckpt_dir_remove(const char *dir);
 /* Makes the finished file tmp (written with ckpt_writer, fsynced) the file at path: one rename, then an fsync of
  * path's directory. A crash leaves the old file at path or the new one. */
 strata_status ckpt_file_publish(const char *tmp, const char *path);
+
+/* Opens path read-only if it is a regular file, without blocking on what is not (a FIFO, a device), and without
+ * following a symbolic link as its last component unless follow (a checkpoint holds only the files strata wrote; a
+ * model downloaded elsewhere is often a link into a cache). Returns the descriptor, or -1 with errno set; *kind names
+ * what the path is when that is why ("a symbolic link", "a FIFO", "a directory", ...). */
+int ckpt_open_regular(const char *path, bool follow, const char **kind);
+/* Reads exactly len bytes at offset off of fd: a short read is STRATA_ECORRUPT (the file is truncated), a failed one
+ * STRATA_EIO, each naming `<noun> "<path>": <what>` ("checkpoint", "weights"). */
+strata_status ckpt_read_exact(int fd, const char *noun, const char *path, uint64_t off, void *buf, size_t len,
+                              const char *what);
+
+/* Reads and parses the safetensors header of the open file fd of file_bytes bytes (ckpt_st_header_parse: foreign
+ * says which dtypes it may hold); errors name `<noun> "<path>"`. free h with ckpt_st_header_free. */
+strata_status ckpt_st_header_read(int fd, const char *noun, const char *path, uint64_t file_bytes, bool foreign,
+                                  ckpt_st_header *h);
 
 /* Reads and parses dir's manifest (size-bounded). */
 strata_status ckpt_manifest_read(const char *dir, ckpt_manifest *m);

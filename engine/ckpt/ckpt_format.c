@@ -14,32 +14,66 @@
 
 const char *const ckpt_file_names[CKPT_FILE_COUNT] = {"model.safetensors", "optimizer.safetensors",
                                                       "params.safetensors"};
+/* Every dtype the safetensors format names, indexed by ckpt_st_dtype; dt is the strata dtype that stores it, or
+ * STRATA_DTYPE_NONE for those only a foreign file holds. */
 static const struct {
     const char *name;
     strata_dtype dt;
     size_t bytes;
-} dtypes[] = {{"F32", STRATA_DTYPE_FP32, 4}, {"BF16", STRATA_DTYPE_BF16, 2}, {"F16", STRATA_DTYPE_FP16, 2}};
+} dtypes[CKPT_ST_COUNT] = {
+    [CKPT_ST_F32] = {"F32", STRATA_DTYPE_FP32, 4},  [CKPT_ST_BF16] = {"BF16", STRATA_DTYPE_BF16, 2},
+    [CKPT_ST_F16] = {"F16", STRATA_DTYPE_FP16, 2},  [CKPT_ST_F64] = {"F64", STRATA_DTYPE_NONE, 8},
+    [CKPT_ST_I64] = {"I64", STRATA_DTYPE_NONE, 8},  [CKPT_ST_I32] = {"I32", STRATA_DTYPE_NONE, 4},
+    [CKPT_ST_I16] = {"I16", STRATA_DTYPE_NONE, 2},  [CKPT_ST_I8] = {"I8", STRATA_DTYPE_NONE, 1},
+    [CKPT_ST_U64] = {"U64", STRATA_DTYPE_NONE, 8},  [CKPT_ST_U32] = {"U32", STRATA_DTYPE_NONE, 4},
+    [CKPT_ST_U16] = {"U16", STRATA_DTYPE_NONE, 2},  [CKPT_ST_U8] = {"U8", STRATA_DTYPE_NONE, 1},
+    [CKPT_ST_BOOL] = {"BOOL", STRATA_DTYPE_NONE, 1}, [CKPT_ST_F8_E4M3] = {"F8_E4M3", STRATA_DTYPE_NONE, 1},
+    [CKPT_ST_F8_E5M2] = {"F8_E5M2", STRATA_DTYPE_NONE, 1},
+};
 
 const char *ckpt_dtype_name(strata_dtype dt)
 {
-    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (dtypes[i].dt == dt)
+    for (size_t i = 0; i < CKPT_ST_COUNT; i++)
+        if (dtypes[i].dt == dt && dt != STRATA_DTYPE_NONE)
             return dtypes[i].name;
     return "?";
 }
 
 size_t ckpt_dtype_bytes(strata_dtype dt)
 {
-    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (dtypes[i].dt == dt)
+    for (size_t i = 0; i < CKPT_ST_COUNT; i++)
+        if (dtypes[i].dt == dt && dt != STRATA_DTYPE_NONE)
             return dtypes[i].bytes;
     return 0;
 }
 
+const char *ckpt_st_dtype_name(ckpt_st_dtype st)
+{
+    return (unsigned)st < CKPT_ST_COUNT ? dtypes[st].name : "?";
+}
+
+size_t ckpt_st_dtype_bytes(ckpt_st_dtype st)
+{
+    return (unsigned)st < CKPT_ST_COUNT ? dtypes[st].bytes : 0;
+}
+
+/* A dtype name of the header: any safetensors dtype in a foreign file, only strata's own in a checkpoint. */
+static bool st_dtype_parse(const char *s, bool foreign, ckpt_tensor *t)
+{
+    for (size_t i = 0; i < CKPT_ST_COUNT; i++)
+        if (strcmp(dtypes[i].name, s) == 0 && (foreign || dtypes[i].dt != STRATA_DTYPE_NONE)) {
+            t->st_dtype = (ckpt_st_dtype)i;
+            t->dtype = dtypes[i].dt;
+            return true;
+        }
+    return false;
+}
+
+/* One of strata's dtypes by its safetensors name. */
 static bool dtype_parse(const char *s, strata_dtype *out)
 {
-    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (strcmp(dtypes[i].name, s) == 0) {
+    for (size_t i = 0; i < CKPT_ST_COUNT; i++)
+        if (strcmp(dtypes[i].name, s) == 0 && dtypes[i].dt != STRATA_DTYPE_NONE) {
             *out = dtypes[i].dt;
             return true;
         }
@@ -58,18 +92,20 @@ static bool get_u64(const json_t *v, uint64_t *out)
 /* The fields every tensor entry shares (safetensors header and manifest): dtype, shape, data_offsets, and in a
  * manifest of version 2 the piece's "elements" [first, end) (else the piece is the whole tensor). data_bytes bounds
  * the offsets. */
-static strata_status tensor_parse(const json_t *obj, const char *offsets_key, bool pieces, uint64_t data_bytes,
-                                  const char *origin, ckpt_tensor *t)
+static strata_status tensor_parse(const json_t *obj, const char *offsets_key, bool pieces, bool foreign,
+                                  uint64_t data_bytes, const char *origin, ckpt_tensor *t)
 {
     const char *nm = t->name;
     if (!json_is_object(obj))
         return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": its entry is not a JSON object", origin, nm);
     const json_t *dt = json_object_get(obj, "dtype");
-    if (!json_is_string(dt) || !dtype_parse(json_string_value(dt), &t->dtype))
-        return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": dtype %s is not one of F32, BF16, F16", origin, nm,
-                       json_is_string(dt) ? json_string_value(dt) : "(missing)");
+    if (!json_is_string(dt) || !st_dtype_parse(json_string_value(dt), foreign, t))
+        return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": dtype %s is not one of %s", origin, nm,
+                       json_is_string(dt) ? json_string_value(dt) : "(missing)",
+                       foreign ? "the safetensors dtypes (F64, F32, F16, BF16, I64, ..., BOOL, F8_E4M3, F8_E5M2)"
+                               : "F32, BF16, F16");
     const json_t *shape = json_object_get(obj, "shape");
-    if (!json_is_array(shape) || json_array_size(shape) > 8)
+    if (!json_is_array(shape) || json_array_size(shape) > STRATA_MAX_DIMS)
         return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": shape is missing or has more than 8 dimensions", origin,
                        nm);
     uint64_t numel = 1;
@@ -102,7 +138,7 @@ static strata_status tensor_parse(const json_t *obj, const char *offsets_key, bo
     if (t->begin > t->end || t->end > data_bytes)
         return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": %s [%" PRIu64 ", %" PRIu64 ") lie outside the %" PRIu64
                        " bytes of data (truncated file?)", origin, nm, offsets_key, t->begin, t->end, data_bytes);
-    if (t->end - t->begin != t->numel * ckpt_dtype_bytes(t->dtype))
+    if (t->end - t->begin != t->numel * ckpt_st_dtype_bytes(t->st_dtype))
         return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": %" PRIu64 " bytes of data for %" PRIu64
                        " elements of %s", origin, nm, t->end - t->begin, t->numel, json_string_value(dt));
     return STRATA_OK;
@@ -117,8 +153,8 @@ static bool set_name(ckpt_tensor *t, const char *name)
     return true;
 }
 
-strata_status ckpt_st_header_parse(const uint8_t *bytes, size_t len, uint64_t file_bytes, const char *origin,
-                                   ckpt_st_header *out)
+strata_status ckpt_st_header_parse(const uint8_t *bytes, size_t len, uint64_t file_bytes, bool foreign,
+                                   const char *origin, ckpt_st_header *out)
 {
     memset(out, 0, sizeof *out);
     if (len < 8 || file_bytes < 8)
@@ -163,8 +199,13 @@ strata_status ckpt_st_header_parse(const uint8_t *bytes, size_t len, uint64_t fi
             goto out;
         }
         t->file = -1;
-        if ((st = tensor_parse(val, "data_offsets", false, data_bytes, origin, t)) != STRATA_OK)
+        if ((st = tensor_parse(val, "data_offsets", false, foreign, data_bytes, origin, t)) != STRATA_OK)
             goto out;
+        /* The shape the file stores it in (tensor_parse checked every dimension). */
+        const json_t *shape = json_object_get(val, "shape");
+        t->ndim = (int)json_array_size(shape);
+        for (int d = 0; d < t->ndim; d++)
+            t->dims[d] = (uint64_t)json_integer_value(json_array_get(shape, (size_t)d));
         out->ntensors++;
     }
 out:
@@ -410,7 +451,7 @@ static strata_status parse_tensors(const json_t *arr, const char *origin, ckpt_m
             !ckpt_manifest_file_bytes(m, t->rank, t->file))
             return err_set(STRATA_ECORRUPT, "%s: tensor \"%s\": file %s is not one of the checkpoint's files", origin,
                            t->name, json_is_string(file) ? json_string_value(file) : "(missing)");
-        ERR_CHECK(tensor_parse(e, "offsets", m->version >= 2, ckpt_manifest_file_bytes(m, t->rank, t->file), origin,
+        ERR_CHECK(tensor_parse(e, "offsets", m->version >= 2, false, ckpt_manifest_file_bytes(m, t->rank, t->file), origin,
                                t));
         char *end;
         unsigned long v = json_is_string(crc) ? strtoul(json_string_value(crc), &end, 16) : 0;

@@ -44,19 +44,30 @@
 enum { CKPT_FILE_MODEL = 0, CKPT_FILE_OPTIMIZER, CKPT_FILE_PARAMS, CKPT_FILE_COUNT };
 extern const char *const ckpt_file_names[CKPT_FILE_COUNT]; /* the names in a world of one */
 
+/* Every dtype a safetensors header may name. A checkpoint holds only the first three (strata's dtypes); a foreign
+ * file (strata_weights_open: a model from elsewhere) may hold any, and strata reads the floating ones up to F64. */
+typedef enum ckpt_st_dtype {
+    CKPT_ST_F32 = 0, CKPT_ST_BF16, CKPT_ST_F16, CKPT_ST_F64,
+    CKPT_ST_I64, CKPT_ST_I32, CKPT_ST_I16, CKPT_ST_I8, CKPT_ST_U64, CKPT_ST_U32, CKPT_ST_U16, CKPT_ST_U8,
+    CKPT_ST_BOOL, CKPT_ST_F8_E4M3, CKPT_ST_F8_E5M2,
+    CKPT_ST_COUNT
+} ckpt_st_dtype;
+
 /* One piece of a tensor: in a manifest, where it lies in which rank's file; in a safetensors header, a whole
  * (1-D) tensor as the file holds it (first = 0, numel = total, rank 0). */
 typedef struct ckpt_tensor {
     char name[CKPT_NAME_BYTES];
     int file;                 /* CKPT_FILE_* kind (manifest entries; -1 in a header) */
     int rank;                 /* the rank whose file holds it (manifest entries) */
-    strata_dtype dtype;
+    strata_dtype dtype;       /* STRATA_DTYPE_NONE for a foreign dtype strata does not store (st_dtype says which) */
+    ckpt_st_dtype st_dtype;   /* the dtype as the file names it (headers; CKPT_ST_F32.. for manifests' entries) */
     uint64_t total;           /* elements of the whole tensor: the product of its shape */
     uint64_t first, numel;    /* the piece: elements [first, first + numel) of the tensor */
     uint64_t begin, end;      /* data_offsets: bytes relative to the data section (numel elements) */
     uint32_t crc;             /* crc32c of the piece's bytes (manifest entries) */
-    int ndim;                 /* the tensor's model shape (manifest "model_shape"; strata_param_set_shape), whose */
-    uint64_t dims[STRATA_MAX_DIMS]; /* product is total; 0: none recorded (the tensor is only known flat) */
+    int ndim;                 /* manifests: the tensor's model shape ("model_shape"; strata_param_set_shape), whose */
+    uint64_t dims[STRATA_MAX_DIMS]; /* product is total; 0: none recorded (the tensor is only known flat). Headers:
+                                       the shape the file stores it in (0: a scalar) */
 } ckpt_tensor;
 
 /* A parsed safetensors file header. */
@@ -94,12 +105,17 @@ bool ckpt_file_name_parse(const char *name, int world, int *rank, int *kind);
 /* "F32", "BF16", "F16" and back; bytes per element. */
 const char *ckpt_dtype_name(strata_dtype dt);
 size_t ckpt_dtype_bytes(strata_dtype dt);
+/* The same for any safetensors dtype ("?" and 0 outside the enum). */
+const char *ckpt_st_dtype_name(ckpt_st_dtype st);
+size_t ckpt_st_dtype_bytes(ckpt_st_dtype st);
 
 /* Parses the first len bytes of a safetensors file whose total size is file_bytes (len may be the whole
- * file or just its beginning; at least 8 + header bytes are needed). STRATA_ECORRUPT naming origin and
- * the offending tensor for anything malformed or out of bounds. free with ckpt_st_header_free. */
-strata_status ckpt_st_header_parse(const uint8_t *bytes, size_t len, uint64_t file_bytes, const char *origin,
-                                   ckpt_st_header *out);
+ * file or just its beginning; at least 8 + header bytes are needed). A checkpoint's file (foreign false) may hold
+ * only strata's dtypes; a foreign one any safetensors dtype (the reader of a tensor decides what it can convert).
+ * STRATA_ECORRUPT naming origin and the offending tensor for anything malformed or out of bounds. free with
+ * ckpt_st_header_free. */
+strata_status ckpt_st_header_parse(const uint8_t *bytes, size_t len, uint64_t file_bytes, bool foreign,
+                                   const char *origin, ckpt_st_header *out);
 void ckpt_st_header_free(ckpt_st_header *h);
 
 /* The header bytes (8-byte length + JSON padded to 8 bytes) for tensors laid out back to back in

@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void safetensors(const uint8_t *data, size_t size)
 {
     ckpt_st_header h;
-    strata_status st = ckpt_st_header_parse(data, size, size, "fuzz", &h);
+    strata_status st = ckpt_st_header_parse(data, size, size, false, "fuzz", &h);
     if (st != STRATA_OK) {
         if (st != STRATA_ECORRUPT && st != STRATA_ENOMEM)
             __builtin_trap();
@@ -31,7 +31,7 @@ static void safetensors(const uint8_t *data, size_t size)
     size_t head_len = 0;
     if (ckpt_st_header_build(h.tensors, h.ntensors, false, &head, &head_len) == STRATA_OK) {
         ckpt_st_header again;
-        if (ckpt_st_header_parse(head, head_len, head_len + total, "rebuilt", &again) != STRATA_OK ||
+        if (ckpt_st_header_parse(head, head_len, head_len + total, false, "rebuilt", &again) != STRATA_OK ||
             again.ntensors != h.ntensors)
             __builtin_trap();
         for (size_t i = 0; i < again.ntensors; i++)
