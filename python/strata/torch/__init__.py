@@ -14,5 +14,6 @@ from ._initialize import initialize
 from .engine import StrataEngine
 from ._zero_init import Init, zero_init
 from .offload_adam import OffloadAdam
+from ._pretrained import load_pretrained
 
-__all__ = ["initialize", "StrataEngine", "OffloadAdam", "zero_init", "Init"]
+__all__ = ["initialize", "StrataEngine", "OffloadAdam", "zero_init", "Init", "load_pretrained"]
