@@ -208,6 +208,21 @@ fail:
     return st;
 }
 
+strata_param_id gpt_model_param(const gpt_model *m, int module, int index)
+{
+    return m->param[module][index];
+}
+
+strata_engine *gpt_model_engine(const gpt_model *m)
+{
+    return m->e;
+}
+
+const gpt_dims *gpt_model_dims(const gpt_model *m)
+{
+    return &m->d;
+}
+
 strata_status gpt_model_set_decay_groups(gpt_model *m, bool embeddings, strata_group_id decay,
                                          strata_group_id no_decay)
 {

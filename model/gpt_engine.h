@@ -51,6 +51,12 @@ void gpt_engine_reserve(const gpt_dims *d, int batch, int seq, int micro_batches
  * finalized yet. On failure *out is NULL and strata_last_error(engine) says why. */
 strata_status gpt_model_register(strata_engine *engine, const gpt_dims *d, uint64_t seed, gpt_model **out);
 
+/* The engine's id of parameter index of module (gpt.h's numbering: 0 = embeddings, 1..L = blocks, L + 1 = ln_f),
+ * for a trainer that gives parameters other initial values (gpt_weights.h). */
+strata_param_id gpt_model_param(const gpt_model *m, int module, int index);
+strata_engine *gpt_model_engine(const gpt_model *m);
+const gpt_dims *gpt_model_dims(const gpt_model *m);
+
 /* Puts each parameter in optimizer group decay or no_decay as gpt_param_decays(embeddings) says
  * (strata_param_set_group; before strata_engine_finalize). strata_last_error(engine) says why it failed. */
 strata_status gpt_model_set_decay_groups(gpt_model *m, bool embeddings, strata_group_id decay,

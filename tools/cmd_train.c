@@ -118,6 +118,10 @@ static const cli_opt run_opts[] = {
     NUM("--save-every", CLI_LL, save_every, 0, 1e15, "steps between checkpoints, {} (0: only at the end)"),
     NUM("--keep", CLI_INT, keep, 1, 1000, "checkpoints kept, {} (default 2)"),
     TEXT("--resume", topts.resume_dir, "DIR", "continue from the newest checkpoint in DIR"),
+    TEXT("--init-from", topts.init_from, "FILE|DIR",
+         "start from these weights instead of --seed's: safetensors from `strata ckpt export` or Hugging Face GPT-2 "
+         "(a .safetensors file, a save_pretrained directory, or a sharded model.safetensors.index.json); the model's "
+         "shape flags must match them"),
     SWITCH("--quiet", quiet, "no per-step lines"),
 };
 #undef SWITCH
@@ -151,6 +155,9 @@ static int parse(int argc, char **argv, args *a)
     int rc = cli_parse(&train_spec, argc, argv, a, NULL, 0, NULL, err, sizeof err);
     if (rc)
         train_err("%s", err);
+    else if (a->topts.init_from && a->topts.resume_dir)
+        rc = bad("--init-from", a->topts.init_from, "and --resume both give the weights; a resumed run continues "
+                 "from its checkpoint's, so drop one of them");
     return rc;
 }
 
@@ -324,6 +331,8 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
     printf("  data %s (%zu bytes); batch %d x seq %d x grad-accum %d%s = %lld tokens/step; %lld steps, seed %llu\n",
            data_name, t->data->len, t->batch, t->seq, t->grad_accum, ranks,
            (long long)t->batch * t->seq * t->grad_accum * world, (long long)t->steps, (unsigned long long)t->seed);
+    if (t->init_from)
+        printf("  initial weights from --init-from %s (the seed orders the data only)\n", t->init_from);
     if (world > 1)
         printf("  world %d ranks (MPI), ZeRO stage %d; this is rank 0; batch and grad-accum are per rank\n", world,
                cfg->zero_stage);

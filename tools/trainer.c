@@ -12,6 +12,7 @@
 #include "base/stream.h"
 #include "engine/config/config.h"
 #include "model/gpt_engine.h"
+#include "model/gpt_weights.h"
 #include "tools/ckpt_locate.h"
 #include "tools/train_groups.h"
 #include "tools/train_msg.h"
@@ -117,10 +118,46 @@ static int open_jsonl(run *r, const trainer_opts *o)
     return 0;
 }
 
+/* The flag that sets a model dimension. */
+static const char *dim_flag(gpt_weights_dim dim)
+{
+    switch (dim) {
+    case GPT_DIM_LAYERS: return "--layers";
+    case GPT_DIM_HIDDEN: return "--hidden";
+    case GPT_DIM_VOCAB: return "--vocab";
+    case GPT_DIM_CONTEXT: return "--context";
+    default: return NULL;
+    }
+}
+
+/* --init-from: every parameter's initial values from the file, read during finalize; 0, or the exit code. */
+static int init_from(run *r, const trainer_opts *o)
+{
+    gpt_weights_report rep;
+    strata_status st = gpt_model_load_weights(r->m, o->init_from, &rep);
+    if (st != STRATA_OK) {
+        const char *flag = dim_flag(rep.dim);
+        if (flag)
+            train_err("--init-from \"%s\": %s; set %s %ld (or --model) to match the weights", o->init_from, rep.why,
+                      flag, rep.file_value);
+        else
+            train_err("--init-from \"%s\": %s", o->init_from, rep.why);
+        return st == STRATA_ENOTFOUND ? 2 : 1;
+    }
+    if (train_msg_root()) {
+        printf("  weights from %s: %s layout, %zu parameters from %zu tensors%s (read while strata places them)\n",
+               o->init_from, gpt_weights_layout_name(rep.layout), rep.loaded, rep.tensors,
+               rep.layout == GPT_WEIGHTS_HF ? "; Conv1D weights transposed, lm_head tied to wte" : "");
+        fflush(stdout);
+    }
+    return 0;
+}
+
 /* Engine, model and activations; 0, or the exit code. */
 static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
 {
     double t0 = now_s();
+    int rc;
     int held = trainer_pass_micro_batches(o);
     size_t ntok = (size_t)o->batch * o->seq * held;
     r->tokens = malloc(ntok * sizeof(int32_t));
@@ -134,6 +171,8 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
         return fail(NULL, "creating the engine");
     if (gpt_model_register(r->e, &o->dims, o->seed, &r->m) != STRATA_OK)
         return fail(r->e, "registering the model");
+    if (o->init_from && (rc = init_from(r, o)) != 0)
+        return rc;
     /* What every rank must be given alike beyond the config, the model and the parameter groups (the weight-decay
      * recipe's), which finalize compares itself: a rank with other steps, batches or schedule would train other math,
      * or wait for collectives that never come. */

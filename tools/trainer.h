@@ -39,6 +39,7 @@ typedef struct trainer_opts {
     int64_t save_every;        /* 0 = only at the end (and on a signal) */
     int keep;                  /* checkpoints kept in save_dir (directories without a manifest are never removed) */
     const char *resume_dir;    /* a checkpoint, or a directory holding them (the latest is taken); NULL = fresh */
+    const char *init_from;     /* safetensors weights to start from (model/gpt_weights.h); NULL = --seed's */
     bool quiet;                /* no progress line */
 } trainer_opts;
 
