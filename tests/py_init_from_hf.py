@@ -88,6 +88,16 @@ for name, path, ref in (("save_pretrained directory", hf_dir, want),
     T.check(abs(got - ref) < 2e-6, "%s: strata's first loss equals transformers'" % name, got, ref)
 
 # A model of another shape: the flag to change is named.
+# The heads leave every tensor's shape as it is: config.json beside the weights tells them, else the header says.
+r, _ = strata_train(hf_dir)
+T.check("%d heads, as" % HEADS in r.stdout and "config.json" in r.stdout, "the heads checked against config.json",
+        r.stdout[-400:], "%d heads, as .../config.json says" % HEADS)
+r, _ = strata_train(hf_dir, ["--heads", str(HEADS * 2)])
+T.check(r.returncode == 2 and "set --heads %d" % HEADS in r.stdout, "another --heads is refused naming config.json",
+        r.stdout[-400:], "set --heads %d" % HEADS)
+r, _ = strata_train(prefixed)
+T.check(r.returncode == 0 and ("heads (%d) not checked" % HEADS in r.stdout or "%d heads, as" % HEADS in r.stdout),
+        "a lone file: the header says whether the heads were checked", r.stdout[-400:], "heads ... checked")
 r, _ = strata_train(hf_dir, ["--hidden", "64"])
 T.check(r.returncode == 1 and "set --hidden 32" in r.stdout and "wte.weight" in r.stdout,
         "another --hidden is refused naming the tensor and the flag", r.stdout[-400:], "set --hidden 32")

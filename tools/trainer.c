@@ -15,6 +15,7 @@
 #include "model/gpt_weights.h"
 #include "tools/ckpt_locate.h"
 #include "tools/train_groups.h"
+#include "tools/train_hf_config.h"
 #include "tools/train_msg.h"
 #include "tools/train_report.h"
 #include "tools/train_saves.h"
@@ -144,10 +145,22 @@ static int init_from(run *r, const trainer_opts *o)
             train_err("--init-from \"%s\": %s", o->init_from, rep.why);
         return st == STRATA_ENOTFOUND ? 2 : 1;
     }
+    char config[4200], why[4400], heads[4400] = "";
+    hf_heads_verdict v = hf_config_check_heads(o->init_from, gpt_model_dims(r->m)->heads, config, sizeof config, why,
+                                               sizeof why);
+    if (v == HF_HEADS_DIFFER) {
+        train_err("--init-from \"%s\": %s", o->init_from, why);
+        return 2;
+    }
+    if (v == HF_HEADS_AGREE)
+        snprintf(heads, sizeof heads, "; %d heads, as %s says", gpt_model_dims(r->m)->heads, config);
+    else
+        snprintf(heads, sizeof heads, "; the heads (%d) not checked: no head count in %s, and the tensors cannot "
+                 "show it: --heads must be the model's", gpt_model_dims(r->m)->heads, config);
     if (train_msg_root()) {
-        printf("  weights from %s: %s layout, %zu parameters from %zu tensors%s (read while strata places them)\n",
+        printf("  weights from %s: %s layout, %zu parameters from %zu tensors%s (read while strata places them)%s\n",
                o->init_from, gpt_weights_layout_name(rep.layout), rep.loaded, rep.tensors,
-               rep.layout == GPT_WEIGHTS_HF ? "; Conv1D weights transposed, lm_head tied to wte" : "");
+               rep.layout == GPT_WEIGHTS_HF ? "; Conv1D weights transposed, lm_head tied to wte" : "", heads);
         fflush(stdout);
     }
     return 0;
