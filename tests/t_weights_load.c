@@ -263,6 +263,7 @@ int main(void)
         T_STATUS(strata_param_load(b.e, b.p[A], b.w, "m.a", 0), STRATA_ESTATE);
         T_STATUS(strata_weights_open(b.e, path, &b.w), STRATA_ESTATE);
         strata_engine_destroy(b.e);
+        free(extra[NT].values), free(extra[NT].bytes);
     }
     /* The declared shape differs (the same numel): named with both shapes. */
     {
