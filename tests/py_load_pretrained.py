@@ -98,6 +98,15 @@ def meta_model(config):
         return transformers.AutoModelForCausalLM.from_config(config)
 
 
+def computes_numbers(model):
+    """Whether a forward gives values: a meta weight makes torch refuse (2.x) or give meta tensors (1.13)."""
+    try:
+        with torch.no_grad():
+            return not model(input_ids=IDS).logits.is_meta
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
 def check_meta(name, config, d, layout, offload, want):
     """Meta model + load_pretrained + initialize: from_pretrained's logits, through strata."""
     model = meta_model(config)
@@ -109,11 +118,18 @@ def check_meta(name, config, d, layout, offload, want):
     T.check(summary["bytes"] == sum(p.numel() * 4 for p in params) and not summary["missing_keys"]
             and not summary["unexpected_keys"], "%s: the summary counts the bytes, nothing missing or unexpected"
             % what, summary, sum(p.numel() * 4 for p in params))
-    T.check(not any(p.is_meta for p in model.parameters()) and
-            all(_sources.source_of(p) is not None for p in params), "%s: no meta parameter left" % what)
+    T.check(all(p.is_meta and _sources.source_of(p) is not None for p in params),
+            "%s: every parameter stays on the meta device, with its source" % what)
+    T.check(not computes_numbers(model), "%s: before initialize the model computes no numbers" % what)
     if name == "gpt2":
         T.check(model.lm_head.weight is model.transformer.wte.weight, "%s: the head is tied again" % what)
     nvme = T.scratch("py_load_pretrained-nvme") if offload == "nvme" else None
+    tight = engine_config(model, offload, nvme)
+    tight["strata"]["device_budget_bytes"] = 4096
+    T.check_raises(strata.errors.BudgetError, "device budget", lambda: strata.torch.initialize(
+        model=model, config=tight, device="cpu"), "%s: a device budget too small refused" % what)
+    T.check(all(p.is_meta and _sources.source_of(p) is not None for p in unique_params(model)) and
+            not computes_numbers(model), "%s: the refused initialize puts the meta parameters back" % what)
     engine, _, _, _ = strata.torch.initialize(model=model, config=engine_config(model, offload, nvme), device="cpu")
     engine.eval()
     with torch.no_grad():

@@ -14,7 +14,6 @@ at most _safetensors.CHUNK_BYTES (16 MiB) of the file.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
@@ -62,10 +61,9 @@ def load_pretrained(model: nn.Module, path: Union[str, "os.PathLike[str]"], *, s
     it was. An I/O error while the values are copied afterwards (the file changed under us) can leave the tensors
     before it loaded. Tensors of the files that match nothing are ignored and listed, as transformers does.
 
-    A meta parameter is replaced, in every module that holds it, by a CPU parameter of its shape, dtype and
-    requires_grad whose one NaN element is expanded (no storage to speak of), carrying the source: torch cannot give
-    a meta tensor CPU storage in place, and strata's initialize lends each parameter its memory. Used before
-    initialize, such a model computes NaN. A meta buffer gets a real tensor (buffers are small and loaded whole).
+    A meta parameter stays on the meta device, carrying its source, until initialize reads it into strata's tiers:
+    run before that, the model computes no numbers (torch refuses a CPU input against a meta weight, or gives meta
+    outputs that have no values to print). A meta buffer gets a real tensor (buffers are small and loaded whole).
 
     Returns a summary: {"tensors", "parameters", "buffers", "sources" (meta parameters given a source), "bytes" (of
     the files), "files", "missing_keys", "unexpected_keys"}."""
@@ -243,16 +241,8 @@ def _check(t: _Target, e: Entry) -> None:
 
 
 def _give_source(t: _Target, source: FileTensor) -> None:
-    """t's meta parameter replaced, in each module holding it, by a storage-less CPU one carrying source."""
-    p = t.tensor
-    fill = math.nan if p.dtype.is_floating_point else 0
-    one = torch.full((), fill, dtype=p.dtype, device="cpu")
-    stand_in = nn.Parameter(one.expand(p.shape), requires_grad=p.requires_grad)
-    stand_in.__dict__.update(p.__dict__)  # the attributes others set on it (transformers', peft's)
-    attach(stand_in, source)
-    for mod, key in t.holders:
-        mod._parameters[key] = stand_in
-    t.tensor = stand_in
+    """t's meta parameter is read from source when initialize registers it (_sources.stand_ins)."""
+    attach(t.tensor, source)
 
 
 def _copy(p: torch.Tensor, source: FileTensor) -> None:

@@ -50,7 +50,7 @@ from ..errors import ConfigError, InvalidArgument, StateError
 from . import _checkpoint, _lr_owner, _param_groups, _saved_hooks, _state_dict, _tensors, _torch_formula, _zero_init
 from ._activations import KeptActivation, ParamView
 from ._precision import cast_rest, fp32_loss
-from ._sources import WeightSource, detach_source, source_of
+from ._sources import WeightSource, detach_source, put_back, source_of, stand_ins
 from ._torch_groups import ParamGroup
 from ._units import InputToken, Unit, common_prefix, find_units, short_name, tensors_in
 
@@ -144,47 +144,51 @@ class StrataEngine:
         check_launcher(self.comm)
         self.rank, self.world_size = self.comm.rank, self.comm.size
         _check_values(model)
-        # A parameter with a source (load_pretrained's, on the meta device) is read from it, on the CPU.
-        devices = {torch.device("cpu") if source_of(p) is not None else p.device for p in model.parameters()}
-        if len(devices) != 1:
-            raise InvalidArgument("strata.torch.initialize: the model's parameters are on %s; put them on one "
-                                  "device (model.to(...)) first" % sorted(str(d) for d in devices))
-        self.config, self.device = self._config_for_device(config, devices.pop(), device)
-        _, _, self._gas = self.config.batch_sizes(self.world_size)
-        self._step_in_backward = bool(self.config.get("strata.step_in_backward", False))
-        _check_step_in_backward(self.config, self._step_in_backward, self._gas)
-        self._step_begun = False  # with step_in_backward: strata_step_begin ran for the step under way
-        self._begun_values: Tuple[Optional[float], List[Dict[str, float]]] = (None, [])  # the values it began with
-        self.steps_per_print = self.config.trainer.get("steps_per_print")
-        self.dtype = _tensors.DTYPES[self.config.param_dtype]
-        _check_model_dtype(model, self.dtype)
-        self.units = find_units(model, trainable)
-        if not any(t for u in self.units for t in u.trained):
-            raise InvalidArgument("strata.torch.initialize: the model has no trainable parameters")
-        self.engine = Engine(self.config, comm=self.comm)
-        self._register()
-        self._names = {id(p): q for u in self.units for q, p in u.params}
-        self._pids = {id(p): pid for u in self.units for (_, p), pid in zip(u.params, u.pids)}
-        self._trained = {id(p) for u in self.units for _, p in u.trained_params()}
-        group_params = self._assign_groups(groups)
-        # The batch the ranks train with is the trainer's, not in strata's config: every rank must share it.
-        micro = self.config.batch_sizes(self.world_size)[1]
-        self.engine.agree_on("gradient_accumulation_steps", self._gas)
-        if micro is not None:
-            self.engine.agree_on("train_micro_batch_size_per_gpu", micro)
-        self.engine.finalize()
-        self._stream: Optional[torch.cuda.Stream] = None
-        if self.device.type == "cuda":
-            self._stream = torch.cuda.ExternalStream(self.engine.compute_stream(), device=self.device)
-            torch.cuda.set_stream(self._stream)
-        # sorted (start address, end address, parameter) of the lent parameters
-        self._live: List[Tuple[int, int, nn.Parameter]] = []
-        self._offload_acts = self.config.get("strata.offload_activations.device", "none") != "none"
-        self._act_source: Optional[torch.Tensor] = None  # the last activation pushed, which strata may still read
-        self._grad_nodes: List[Any] = []  # AccumulateGrad nodes, kept alive so the hooks stay theirs
-        self._grad_hooks: List[Any] = []  # the handles of the hooks on them and on the trained parameters
-        self.loads = 0              # checkpoints loaded: the weights state_dict() gave before are stale
-        self._empty_parameters()
+        swaps = stand_ins(model)  # load_pretrained's meta parameters, until their storage is emptied below
+        try:
+            devices = {p.device for p in model.parameters()}  # a stand-in's is the CPU, where its source is read
+            if len(devices) != 1:
+                raise InvalidArgument("strata.torch.initialize: the model's parameters are on %s; put them on one "
+                                      "device (model.to(...)) first" % sorted(str(d) for d in devices))
+            self.config, self.device = self._config_for_device(config, devices.pop(), device)
+            _, _, self._gas = self.config.batch_sizes(self.world_size)
+            self._step_in_backward = bool(self.config.get("strata.step_in_backward", False))
+            _check_step_in_backward(self.config, self._step_in_backward, self._gas)
+            self._step_begun = False  # with step_in_backward: strata_step_begin ran for the step under way
+            self._begun_values: Tuple[Optional[float], List[Dict[str, float]]] = (None, [])  # the values it began with
+            self.steps_per_print = self.config.trainer.get("steps_per_print")
+            self.dtype = _tensors.DTYPES[self.config.param_dtype]
+            _check_model_dtype(model, self.dtype)
+            self.units = find_units(model, trainable)
+            if not any(t for u in self.units for t in u.trained):
+                raise InvalidArgument("strata.torch.initialize: the model has no trainable parameters")
+            self.engine = Engine(self.config, comm=self.comm)
+            self._register()
+            self._names = {id(p): q for u in self.units for q, p in u.params}
+            self._pids = {id(p): pid for u in self.units for (_, p), pid in zip(u.params, u.pids)}
+            self._trained = {id(p) for u in self.units for _, p in u.trained_params()}
+            group_params = self._assign_groups(groups)
+            # The batch the ranks train with is the trainer's, not in strata's config: every rank must share it.
+            micro = self.config.batch_sizes(self.world_size)[1]
+            self.engine.agree_on("gradient_accumulation_steps", self._gas)
+            if micro is not None:
+                self.engine.agree_on("train_micro_batch_size_per_gpu", micro)
+            self.engine.finalize()
+            self._stream: Optional[torch.cuda.Stream] = None
+            if self.device.type == "cuda":
+                self._stream = torch.cuda.ExternalStream(self.engine.compute_stream(), device=self.device)
+                torch.cuda.set_stream(self._stream)
+            # sorted (start address, end address, parameter) of the lent parameters
+            self._live: List[Tuple[int, int, nn.Parameter]] = []
+            self._offload_acts = self.config.get("strata.offload_activations.device", "none") != "none"
+            self._act_source: Optional[torch.Tensor] = None  # the last activation pushed, which strata may still read
+            self._grad_nodes: List[Any] = []  # AccumulateGrad nodes, kept alive so the hooks stay theirs
+            self._grad_hooks: List[Any] = []  # the handles of the hooks on them and on the trained parameters
+            self.loads = 0              # checkpoints loaded: the weights state_dict() gave before are stale
+            self._empty_parameters()
+        except BaseException:
+            put_back(swaps)  # the model as it came: no NaN stand-in left to compute with
+            raise
         self._move_buffers()
         cast_rest(model, self.dtype)  # in bf16 / fp16 the model computes as model.to(dtype)
         # (module, its own forward attribute or None) to put back at close()
