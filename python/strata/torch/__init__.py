@@ -7,6 +7,8 @@
 
     with strata.torch.zero_init(config):  # a model larger than host memory, built on disk
         model = Model()
+
+    head = strata.torch.TiledLinear(4096, 128256, in_splits=4, out_splits=8)  # a layer larger than the device budget
 """
 from __future__ import annotations
 
@@ -15,5 +17,6 @@ from .engine import StrataEngine
 from ._zero_init import Init, zero_init
 from .offload_adam import OffloadAdam
 from ._pretrained import load_pretrained
+from ._tiled_linear import TiledLinear
 
-__all__ = ["initialize", "StrataEngine", "OffloadAdam", "zero_init", "Init", "load_pretrained"]
+__all__ = ["initialize", "StrataEngine", "OffloadAdam", "zero_init", "Init", "load_pretrained", "TiledLinear"]

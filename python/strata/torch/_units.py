@@ -1,7 +1,9 @@
 """A PyTorch model cut into strata modules ("units"), and the tensors in a module's output.
 
 A unit is each element of an nn.ModuleList / nn.Sequential (a transformer block, say) with everything under it, and
-every other module with parameters of its own (an embedding, a final LayerNorm). Units that share a parameter
+every other module with parameters of its own (an embedding, a final LayerNorm). A module marked _strata_own_unit
+(a tile of strata.torch.TiledLinear) is a unit wherever it sits, carved out of the element around it: the point of
+a tile is to be fetched alone. Units that share a parameter
 (GPT's tied embedding and head) are merged into one: strata keeps each parameter in one module. A unit holds every
 parameter under it, trained and frozen alike (a LoRA block's adapters and its base weights): the frozen ones go into
 a frozen strata module of the unit (strata_module_freeze), fetched with the rest, without gradients or optimizer
@@ -89,11 +91,18 @@ def find_units(model: nn.Module, trainable: Optional[Set[int]] = None) -> List[U
     def has_params(mod: nn.Module, recurse: bool) -> bool:
         return any(True for _ in mod.parameters(recurse=recurse))
 
+    def own_units(mod: nn.Module, prefix: str) -> None:
+        """The modules under mod that are units wherever they sit (TiledLinear's tiles), after mod's own group."""
+        for name, sub in mod.named_modules(prefix=prefix.rstrip(".")):
+            if sub is not mod and getattr(sub, "_strata_own_unit", False) and has_params(sub, True):
+                groups.append((name, sub, True))
+
     def walk(mod: nn.Module, prefix: str) -> None:
         if isinstance(mod, (nn.ModuleList, nn.Sequential)):
             for name, child in mod.named_children():
                 if has_params(child, True):
                     groups.append((prefix + name, child, True))
+                    own_units(child, prefix + name + ".")
             return
         if has_params(mod, False):
             groups.append((prefix.rstrip(".") or "root", mod, False))
@@ -104,8 +113,10 @@ def find_units(model: nn.Module, trainable: Optional[Set[int]] = None) -> List[U
     names = {id(p): n for n, p in model.named_parameters()}  # the first name of a shared parameter
     units: List[Unit] = []
     owner: Dict[int, Unit] = {}
+    carved = {id(p) for _, mod, _ in groups if getattr(mod, "_strata_own_unit", False) for p in mod.parameters()}
     for name, mod, recurse in groups:
-        params = list(mod.parameters(recurse=recurse))
+        own = getattr(mod, "_strata_own_unit", False)
+        params = [p for p in mod.parameters(recurse=recurse) if own or id(p) not in carved]
         shared = {owner[id(p)] for p in params if id(p) in owner}
         if shared:  # merge into the first unit it shares with (and with any other it shares with)
             unit = min(shared, key=units.index)
