@@ -41,9 +41,9 @@ def full_grad(t):
     return torch.cat([torch.cat([m.weight.grad for m in row], 1) for row in t.linears], 0)
 
 
-def same(got, want, what):
+def same(got, want, what, exact=EXACT):
     """Equal bits where the probe passed, else within fp32 rounding of products of this size."""
-    if EXACT:
+    if exact:
         T.check(torch.equal(got, want), what + ": the same bits", (got - want).abs().max().item(), 0.0)
     else:
         scale = want.abs().max().item() or 1.0
@@ -51,35 +51,41 @@ def same(got, want, what):
                 (got - want).abs().max().item(), "<= %g" % (1e-5 * scale))
 
 
-def check_alone(i, o, si, so, bias, lead):
-    what = "%dx%d in %dx%d tiles, bias %s, input %s" % (o, i, so, si, bias, list(lead) + [i])
+def check_alone(i, o, si, so, bias, lead, device="cpu"):
+    what = "%s: %dx%d in %dx%d tiles, bias %s, input %s" % (device, o, i, so, si, bias, list(lead) + [i])
+    exact = exact_products(torch.device(device))
     torch.manual_seed(SEED)
-    plain = nn.Linear(i, o, bias=bias)
+    plain = nn.Linear(i, o, bias=bias).to(device)
     torch.manual_seed(SEED)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        tiled = TiledLinear(i, o, bias=bias, in_splits=si, out_splits=so)
+        tiled = TiledLinear(i, o, bias=bias, in_splits=si, out_splits=so).to(device)
     warned = any("within rounding" in str(w.message) for w in caught)
     T.check(warned == (not EXACT and (si > 1 or so > 1)), what + ": warns exactly when the bits differ", warned,
             not EXACT)
     T.check(torch.equal(full_weight(tiled), plain.weight) and (not bias or torch.equal(tiled.bias, plain.bias)),
             what + ": nn.Linear's initial values for the same seed")
-    x = torch.randn(*lead, i)
-    dy = torch.randn(*lead, o)
+    x = torch.randn(*lead, i).to(device)
+    dy = torch.randn(*lead, o).to(device)
     xp, xt = x.clone().requires_grad_(), x.clone().requires_grad_()
     yp, yt = plain(xp), tiled(xt)
     yp.backward(dy)
     yt.backward(dy)
-    same(yt, yp, what + ", output")
-    same(xt.grad, xp.grad, what + ", input gradient")
-    same(full_grad(tiled), plain.weight.grad, what + ", weight gradient")
+    same(yt, yp, what + ", output", exact)
+    same(xt.grad, xp.grad, what + ", input gradient", exact)
+    same(full_grad(tiled), plain.weight.grad, what + ", weight gradient", exact)
     if bias:
-        same(tiled.bias.grad, plain.bias.grad, what + ", bias gradient")
+        same(tiled.bias.grad, plain.bias.grad, what + ", bias gradient", exact)
 
 
-for shape in ((64, 96, 3, 4, True, (5, 7)), (300, 1000, 4, 7, True, (2, 33)), (257, 131, 1, 5, False, (40,)),
-              (512, 2048, 8, 8, True, (4, 128)), (96, 64, 6, 1, True, (3, 10))):
-    check_alone(*shape)
+# Built on the CPU (the CPU generator's values) and moved: on a GPU machine (tools/gpu/items.sh) cuBLAS's products too.
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+for device in DEVICES:
+    if device != "cpu":
+        print("%s: exact_products %s" % (device, exact_products(torch.device(device))))
+    for shape in ((64, 96, 3, 4, True, (5, 7)), (300, 1000, 4, 7, True, (2, 33)), (257, 131, 1, 5, False, (40,)),
+                  (512, 2048, 8, 8, True, (4, 128)), (96, 64, 6, 1, True, (3, 10))):
+        check_alone(*shape, device=device)
 
 # ---------------------------------------------------------------- under strata.torch
 IN_VOCAB, VOCAB, WIDTH, STEPS = 256, 2048, 64, 3  # the head, VOCAB x WIDTH, is the largest layer

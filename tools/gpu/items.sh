@@ -10,8 +10,9 @@ GPU_MPI_TESTS=(mpi_comm_gpu)
 # Host benchmarks run on the GPU machine for its cores and its drive (issue 25): the compressed moments' Adam
 # kernels against the fp32 one, and the I/O engine against fio (benchmarks/io_peers.sh).
 GPU_BENCHMARKS=(b_adam_moments b_aio)
-# Python tests run with the machine's python3 (its torch has CUDA) against the packed libstrata.so.
-GPU_PY_TESTS=(py_torch_engine py_hf_cuda py_offload_adam_cuda)
+# Python tests run with the machine's python3 (its torch has CUDA) against the packed libstrata.so. py_tiled_linear:
+# whether cuBLAS keeps nn.Linear's bits under TiledLinear's panels (issue 38).
+GPU_PY_TESTS=(py_torch_engine py_hf_cuda py_offload_adam_cuda py_tiled_linear)
 
 # ZeRO-Offload larger than the GPU: a 6.65B GPT (16 B/param of model states, 106 GB: more than an H100 holds), its
 # parameters on the GPU in bf16, the optimizer (74 GiB) and the gradient store (25 GiB) in host memory.
