@@ -62,6 +62,15 @@ def disk_used(path, free_at_start):
     return max(0, free_at_start - shutil.disk_usage(path).free)
 
 
+def add_shape_args(ap):
+    """The Llama's shape, Llama-2-7B's by default (llama_config reads them)."""
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--intermediate", type=int, default=11008)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=32000)
+
+
 def llama_config(a):
     import transformers
     return transformers.LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
@@ -123,11 +132,7 @@ def plain_child(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", required=True, help="staging and NVMe directory (emptied first; removed after)")
-    ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--intermediate", type=int, default=11008)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--vocab", type=int, default=32000)
+    add_shape_args(ap)
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3)

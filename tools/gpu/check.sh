@@ -191,6 +191,10 @@ item ds_zero3_6.7B 300 env PYTHONPATH="$ds_site:$PYTHONPATH" "${peers[@]}" --pee
 echo "$RUN_ZERO_OFFLOAD_7B_TWIN_CONFIG" >"$work/z7b-twin.json"
 item zero_offload_6.7B_twin 300 bash "$runs" flagship z7b-twin "${RUN_ZERO_OFFLOAD_7B[@]}" --steps 5 \
     "${FLAGSHIP_SCHEDULE[@]}" --config "$work/z7b-twin.json"
+# Issue 38: a pretrained 6.74B Llama (bf16 safetensors written first) to its first step with the parameters on the
+# GPU, streamed into strata's tiers against from_pretrained's whole copy: peak RSS and time to the first step.
+item zero_init_7B 480 python3 "$ROOT/benchmarks/zero_init_gpu.py" --dir "$work/zero_init" --device cuda \
+    --json "$out/zero_init_7B.json"
 mkdir -p "$work/nvme"
 echo "$RUN_ZERO_INFINITY_3B_CONFIG" >"$work/z3b.json"
 echo "$RUN_ZERO_INFINITY_3B_SIB_CONFIG" >"$work/z3b-sib.json"

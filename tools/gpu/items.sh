@@ -46,6 +46,7 @@ RUN_124M=(--model 124M --batch 8 --seq 1024 --device cuda --offload device)
 GPU_SET_flagship="zero_offload_6.7B,zero_offload_6.7B_sib,zero_offload_6.7B_sib_b16,zero_offload_6.7B_sib_b16_acts_bf16"
 GPU_SET_peers="ds_install,strata_torch_6.7B,ds_zero2_6.7B,strata_train_6.7B_peer"
 GPU_SET_peers_z3="ds_install,ds_zero3_6.7B"
+GPU_SET_zero_init="zero_init_7B,py_tiled_linear"
 # The flagship runs' schedule: a warmup that trains. At lr 1e-4 after one warmup step the 6.65B loss rose over the
 # first steps (11.4 -> 22.5; the host model and a PyTorch GPT-2 of hidden 4096 rose the same way): Adam's first steps
 # move every weight by about lr. Over a 50-step warmup a few timed steps run at lr 6e-6 .. 3e-5 and the loss falls.
