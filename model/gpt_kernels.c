@@ -11,6 +11,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -342,6 +343,28 @@ void k_residual_forward(void *ctx, float *out, const float *a, const float *b, s
         out[i] = a[i] + b[i];
 }
 
+/* One piece of the head's logits: l (rows x w, row stride ld) = xr (rows x C) times the piece's w rows of wte
+ * (pw), transposed. */
+static void head_logits(float *l, int ld, const float *xr, const float *pw, int rows, int C, int w)
+{
+    gemm(CblasNoTrans, CblasTrans, rows, w, C, 1.0f, xr, C, pw, C, 0.0f, l, ld, NULL);
+}
+
+/* One piece's gradient: dx (rows x C) gets dl (rows x w, stride ld) times the piece's rows of wte (pw), added in
+ * piece order (the vocabulary's first piece writes), and the piece's rows of dwte (pdw) get dl^T xr. */
+static void head_piece_grad(float *dx, float *pdw, const float *dl, int ld, const float *xr, const float *pw, int rows,
+                            int C, int w, bool first)
+{
+    gemm(CblasNoTrans, CblasNoTrans, rows, C, w, 1.0f, dl, ld, pw, C, first ? 0.0f : 1.0f, dx, C, NULL);
+    gemm(CblasTrans, CblasNoTrans, w, C, rows, 1.0f, dl, ld, xr, C, 1.0f, pdw, C, NULL);
+}
+
+/* The width of the piece at p0 of a range ending at end. */
+static int piece_width(int p0, int end)
+{
+    return end - p0 < GPT_HEAD_PIECE ? end - p0 : GPT_HEAD_PIECE;
+}
+
 void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, double *row_loss, const float *x, const float *wte,
                  const int32_t *targets, int N, int C, int V, int chunk, float scale)
 {
@@ -349,7 +372,8 @@ void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, double *row_l
     for (int r0 = 0; r0 < N; r0 += chunk) {
         int rows = N - r0 < chunk ? N - r0 : chunk;
         const float *xr = x + (size_t)r0 * C;
-        gemm(CblasNoTrans, CblasTrans, rows, V, C, 1.0f, xr, C, wte, C, 0.0f, logits, V, NULL);
+        for (int v0 = 0; v0 < V; v0 += GPT_HEAD_PIECE)
+            head_logits(logits + v0, V, xr, wte + (size_t)v0 * C, rows, C, piece_width(v0, V));
 #pragma omp parallel for
         for (int r = 0; r < rows; r++) {
             float *l = logits + (size_t)r * V, mx = -INFINITY;
@@ -367,9 +391,58 @@ void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, double *row_l
                 l[t] -= scale;
             }
         }
-        if (dx) {
-            gemm(CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, wte, C, 0.0f, dx + (size_t)r0 * C, C, NULL);
-            gemm(CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, xr, C, 1.0f, dwte, C, NULL);
-        }
+        for (int v0 = 0; dx && v0 < V; v0 += GPT_HEAD_PIECE)
+            head_piece_grad(dx + (size_t)r0 * C, dwte + (size_t)v0 * C, logits + v0, V, xr, wte + (size_t)v0 * C,
+                            rows, C, piece_width(v0, V), v0 == 0);
     }
+}
+
+/* One row's share of a head pass over a tile's logits l (w of them, the tile's first at vocabulary row v0). */
+static void head_tile_row(gpt_head_pass pass, gpt_head_rows *st, float *l, int w, int n, int t, float scale)
+{
+    if (pass == GPT_HEAD_MAX) {
+        float mx = st->max[n];
+        for (int v = 0; v < w; v++)
+            mx = l[v] > mx ? l[v] : mx;
+        st->max[n] = mx;
+    } else if (pass == GPT_HEAD_SUM) {
+        double sum = st->sum[n];
+        for (int v = 0; v < w; v++)
+            sum += expf(l[v] - st->max[n]);
+        st->sum[n] = sum;
+        if (t >= 0 && t < w)
+            st->target[n] = l[t] - st->max[n];
+    } else {
+        float inv = (float)(1.0 / st->sum[n]);
+        for (int v = 0; v < w; v++)
+            l[v] = expf(l[v] - st->max[n]) * inv * scale;
+        if (t >= 0 && t < w)
+            l[t] -= scale;
+    }
+}
+
+void k_head_tile(void *ctx, gpt_head_pass pass, gpt_head_rows *st, float *dx, float *dwte, float *logits,
+                 const float *x, const float *wte, const int32_t *targets, int N, int C, int v0, int v1, int chunk,
+                 float scale)
+{
+    (void)ctx;
+    int w = v1 - v0;
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+        int rows = N - r0 < chunk ? N - r0 : chunk;
+        const float *xr = x + (size_t)r0 * C;
+        for (int p0 = v0; p0 < v1; p0 += GPT_HEAD_PIECE)
+            head_logits(logits + (p0 - v0), w, xr, wte + (size_t)(p0 - v0) * C, rows, C, piece_width(p0, v1));
+#pragma omp parallel for
+        for (int r = 0; r < rows; r++)
+            head_tile_row(pass, st, logits + (size_t)r * w, w, r0 + r, targets[r0 + r] - v0, scale);
+        for (int p0 = v0; pass == GPT_HEAD_GRAD && p0 < v1; p0 += GPT_HEAD_PIECE)
+            head_piece_grad(dx + (size_t)r0 * C, dwte + (size_t)(p0 - v0) * C, logits + (p0 - v0), w, xr,
+                            wte + (size_t)(p0 - v0) * C, rows, C, piece_width(p0, v1), p0 == 0);
+    }
+}
+
+void k_head_rows_loss(const gpt_head_rows *st, double *row_loss, int N)
+{
+    for (int n = 0; n < N; n++)
+        row_loss[n] = log(st->sum[n]) - (double)st->target[n];
 }
