@@ -85,7 +85,7 @@ void k_embed_backward(void *ctx, float *dwte, float *dwpe, const float *dout, co
 {
     (void)ctx;
     /* Rows of the same token collide, so wte is accumulated in row order on one thread; wpe by position. */
-    for (int n = 0; n < N; n++) {
+    for (int n = 0; dwte && n < N; n++) {
         float *d = dwte + (size_t)tok[n] * C;
         const float *g = dout + (size_t)n * C;
         for (int i = 0; i < C; i++)
@@ -341,6 +341,34 @@ void k_residual_forward(void *ctx, float *out, const float *a, const float *b, s
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
+}
+
+void k_embed_tile_forward(void *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T,
+                          int C, int v0, int v1)
+{
+    (void)ctx;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        if (tok[n] < v0 || tok[n] >= v1)
+            continue;
+        const float *te = wte + (size_t)(tok[n] - v0) * C, *pe = wpe + (size_t)(n % T) * C;
+        float *o = out + (size_t)n * C;
+        for (int i = 0; i < C; i++)
+            o[i] = te[i] + pe[i];
+    }
+}
+
+void k_embed_tile_backward(void *ctx, float *dwte, const float *dout, const int32_t *tok, int N, int C, int v0, int v1)
+{
+    (void)ctx;
+    for (int n = 0; n < N; n++) { /* in row order, as k_embed_backward adds */
+        if (tok[n] < v0 || tok[n] >= v1)
+            continue;
+        float *d = dwte + (size_t)(tok[n] - v0) * C;
+        const float *g = dout + (size_t)n * C;
+        for (int i = 0; i < C; i++)
+            d[i] += g[i];
+    }
 }
 
 /* One piece of the head's logits: l (rows x w, row stride ld) = xr (rows x C) times the piece's w rows of wte

@@ -13,6 +13,7 @@
 /* out[n] = wte[tok[n]] + wpe[n % T]. */
 void k_embed_forward(void *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T,
                      int C);
+/* dwte may be NULL: only dwpe (the position embedding's share when wte is in tiles, k_embed_tile_backward). */
 void k_embed_backward(void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int N, int T, int C);
 
 void k_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -69,5 +70,12 @@ void k_head_tile(void *ctx, gpt_head_pass pass, gpt_head_rows *st, float *dx, fl
                  const float *x, const float *wte, const int32_t *targets, int N, int C, int v0, int v1, int chunk,
                  float scale);
 void k_head_rows_loss(const gpt_head_rows *st, double *row_loss, int N);
+
+/* The embeddings with wte in vocabulary tiles (wte and dwte point at rows [v0, v1)): the rows of out whose token lies
+ * in the tile, and those tokens' gradient rows added in row order. Over all the tiles (and k_embed_backward with
+ * dwte NULL for dwpe) they give k_embed_forward's out and k_embed_backward's gradients bit for bit. */
+void k_embed_tile_forward(void *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T,
+                          int C, int v0, int v1);
+void k_embed_tile_backward(void *ctx, float *dwte, const float *dout, const int32_t *tok, int N, int C, int v0, int v1);
 
 #endif

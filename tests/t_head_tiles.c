@@ -1,7 +1,8 @@
 /* The host head in vocabulary tiles (k_head_tile's three passes over the tiles) against the untiled head
  * (k_head_loss) on fresh random data: the same row losses, input gradient and embedding gradient bit for bit, for
  * tiles of one piece, of several, uneven (the last shorter), and one tile of the whole vocabulary, with row counts
- * that are and are not a multiple of the chunk. The reason for the pieces: OpenBLAS's column bits depend on the
+ * that are and are not a multiple of the chunk; and the embeddings in the same tiles (k_embed_tile_*), repeated
+ * tokens included, against k_embed_forward / k_embed_backward. The reason for the pieces: OpenBLAS's column bits depend on the
  * product's other columns, so without them a tile's logits differ from the untiled ones (gpt_kernels.h). */
 #include <math.h>
 #include <stdlib.h>
@@ -73,6 +74,38 @@ static void check(int N, int C, int V, int chunk, const int *bounds, int tiles)
     free(logits);
 }
 
+/* The embeddings in the same tiles against k_embed_forward / k_embed_backward. */
+static void check_embed(int N, int T, int C, int V, const int *bounds, int tiles)
+{
+    float *wte = randn((size_t)V * C, 0.05f), *wpe = randn((size_t)T * C, 0.05f), *dout = randn((size_t)N * C, 1.0f);
+    int32_t *tok = malloc((size_t)N * sizeof *tok);
+    for (int n = 0; n < N; n++) /* repeated tokens collide in dwte's rows */
+        tok[n] = (int32_t)(t_rand_u64() % (uint64_t)(n % 3 ? V : 7));
+    float *out = malloc((size_t)N * C * sizeof *out), *tout = malloc((size_t)N * C * sizeof *tout);
+    float *dwte = randn((size_t)V * C, 0.01f), *tdwte = malloc((size_t)V * C * sizeof *tdwte);
+    float *dwpe = calloc((size_t)T * C, sizeof *dwpe), *tdwpe = calloc((size_t)T * C, sizeof *tdwpe);
+    memcpy(tdwte, dwte, (size_t)V * C * sizeof *tdwte);
+    k_embed_forward(NULL, out, tok, wte, wpe, N, T, C);
+    k_embed_backward(NULL, dwte, dwpe, dout, tok, N, T, C);
+    for (int t = 0; t < tiles; t++) {
+        int v0 = bounds[t], v1 = bounds[t + 1];
+        k_embed_tile_forward(NULL, tout, tok, wte + (size_t)v0 * C, wpe, N, T, C, v0, v1);
+        k_embed_tile_backward(NULL, tdwte + (size_t)v0 * C, dout, tok, N, C, v0, v1);
+    }
+    k_embed_backward(NULL, NULL, tdwpe, dout, tok, N, T, C);
+    long d = first_diff(tout, out, (size_t)N * C, sizeof *out);
+    T_CHECK(d < 0, "embeddings in %d tiles: out[%ld]: tiled %.9g, untiled %.9g", tiles, d, d < 0 ? 0 : tout[d],
+            d < 0 ? 0 : out[d]);
+    d = first_diff(tdwte, dwte, (size_t)V * C, sizeof *dwte);
+    T_CHECK(d < 0, "embeddings in %d tiles: dwte[%ld]: tiled %.9g, untiled %.9g", tiles, d, d < 0 ? 0 : tdwte[d],
+            d < 0 ? 0 : dwte[d]);
+    d = first_diff(tdwpe, dwpe, (size_t)T * C, sizeof *dwpe);
+    T_CHECK(d < 0, "embeddings in %d tiles: dwpe[%ld]: tiled %.9g, untiled %.9g", tiles, d, d < 0 ? 0 : tdwpe[d],
+            d < 0 ? 0 : dwpe[d]);
+    free(wte), free(wpe), free(dout), free(tok), free(out), free(tout), free(dwte), free(tdwte), free(dwpe);
+    free(tdwpe);
+}
+
 int main(void)
 {
     const int P = GPT_HEAD_PIECE;
@@ -87,5 +120,7 @@ int main(void)
     check(77, 32, V, 256, whole, 1);
     int small = P / 2 + 3, one[] = {0, small};
     check(40, 48, small, 16, one, 1);
+    check_embed(300, 50, 64, V, pieces, 4);
+    check_embed(128, 64, 32, V, uneven, 3);
     return t_done();
 }
