@@ -11,14 +11,16 @@
 # oracle, would round Adam's denominator otherwise than IEEE on AVX-512 machines
 # (python/strata/torch/_torch_formula.py); its AVX2 path is IEEE on Intel machines. Where torch's sqrt is not IEEE
 # even so (an AMD EPYC), the tests give their torch optimizers a correctly rounded one (tests/helpers/adam_oracle.py).
-# Debian's torch has no MKL.
+# Debian's torch has no MKL. MKL_CBWR=AUTO,STRICT: MKL's strict reproducibility mode, in which a panel of a
+# product has the whole product's bits (torch 2.15's MKL otherwise picks another kernel for a narrower panel), so
+# strata.torch.TiledLinear's tiles are bit-identical to nn.Linear there (python/strata/torch/_tiled_linear.py).
 if(EXISTS /usr/bin/python3)
   set(STRATA_TEST_PYTHON_DEFAULT /usr/bin/python3)
 else()
   find_program(STRATA_TEST_PYTHON_DEFAULT NAMES python3)
 endif()
 set(STRATA_TEST_PYTHON "${STRATA_TEST_PYTHON_DEFAULT}" CACHE FILEPATH "The Python that runs tests/py_*.py")
-set(STRATA_PY_TEST_ENV "${STRATA_TEST_ENV};STRATA_LIB=$<TARGET_FILE:strata>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;MKL_ENABLE_INSTRUCTIONS=AVX2")
+set(STRATA_PY_TEST_ENV "${STRATA_TEST_ENV};STRATA_LIB=$<TARGET_FILE:strata>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;MKL_ENABLE_INSTRUCTIONS=AVX2;MKL_CBWR=AUTO,STRICT")
 set(STRATA_CURRENT_VENV "${CMAKE_BINARY_DIR}/venv-current" CACHE PATH
   "The venv with today's torch and Hugging Face releases that runs every Python test a second time (<name>@current)")
 # Tests of the floor only: the offline Debian install recipe and the wheel built from a clean clone (each builds and

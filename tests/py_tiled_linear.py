@@ -2,8 +2,9 @@
 
 - Alone, against nn.Linear on fresh random inputs (several shapes, uneven splits, with and without bias, 2-D and 3-D
   inputs): the same initial values for the same seed, and the same output, input gradient, weight gradient and bias
-  gradient, bit for bit where exact_products' probe passes (asserted on a torch built with MKL), else within
-  rounding, with the warning that says so.
+  gradient, bit for bit where exact_products' probe passes (asserted on MKL in strict reproducibility mode, which
+  the suite sets), else within rounding, with the warning that says so (naming MKL_CBWR=AUTO,STRICT on MKL: checked
+  in a child without it).
 - Under strata.torch: a model with a TiledLinear inside a block (carved out of the block's unit) and a TiledLinear
   head trains 3 steps with the same losses and fp32 weights as the same model with nn.Linear (bit for bit where the
   probe passes); each tile is a strata module; at a device budget below the untiled head's needs, the untiled
@@ -13,6 +14,7 @@
   input of the wrong width: each refused naming it.
 """
 import os
+import subprocess
 import sys
 import warnings
 
@@ -29,8 +31,25 @@ from strata.torch._tiled_linear import exact_products  # noqa: E402
 SEED = T.seed()
 EXACT = exact_products(torch.device("cpu"))
 MKL = "BLAS_INFO=mkl" in torch.__config__.show()
-print("torch %s: exact_products %s (%s)" % (torch.__version__, EXACT, "MKL" if MKL else "not MKL"))
-T.check(EXACT or not MKL, "a torch built with MKL passes the probe", EXACT, True)
+STRICT = MKL and "STRICT" in os.environ.get("MKL_CBWR", "").upper()  # the suite sets MKL_CBWR=AUTO,STRICT
+print("torch %s: exact_products %s (%s)" % (torch.__version__, EXACT,
+                                            "MKL, MKL_CBWR=%s" % os.environ.get("MKL_CBWR") if MKL else "not MKL"))
+T.check(EXACT or not STRICT, "MKL in strict reproducibility mode passes the probe", EXACT, True)
+if MKL:
+    # Without that mode MKL may fail the probe (torch 2.15's does): then a tiled layer warns, naming the setting.
+    CHILD = ("import warnings, torch; from strata.torch import TiledLinear; "
+             "from strata.torch._tiled_linear import exact_products\n"
+             "with warnings.catch_warnings(record=True) as w:\n"
+             "    warnings.simplefilter('always'); TiledLinear(8, 8, in_splits=2)\n"
+             "print(exact_products(torch.device('cpu')), '|'.join(str(m.message) for m in w))")
+    env = dict(os.environ)
+    env.pop("MKL_CBWR", None)
+    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
+    verdict, _, message = out.stdout.strip().partition(" ")
+    T.check(out.returncode == 0 and verdict in ("True", "False"), "the child without MKL_CBWR ran", out.stderr[-400:])
+    print("without MKL_CBWR: exact_products %s" % verdict)
+    T.check((verdict == "False") == ("MKL_CBWR=AUTO,STRICT" in message),
+            "without MKL_CBWR a layer names MKL_CBWR=AUTO,STRICT exactly when the probe fails", message, verdict)
 
 
 def full_weight(t):

@@ -17,11 +17,14 @@ product keeps its reduction whole and only its free axes are split, each pass re
 
 These are the very products autograd runs for nn.Linear on an input flattened to rows (addmm, and mm for its
 gradients, in the layouts torch picks), with fewer rows or columns; a matrix library computes an output element in
-the same order whatever the extent of the other axes, so the bits are nn.Linear's. MKL (in PyTorch's own wheels)
-does; OpenBLAS (Debian's torch) does not: its kernels for a block's last columns add in another order, so there the
-tiles match nn.Linear within rounding only. exact_products probes the library once per device type, and a layer on
-one that fails the probe warns as it is made and says so in its .exact (tests/py_tiled_linear.py checks the bits
-against nn.Linear where the probe passes and the closeness where it does not). Each tile is read twice a step (forward and
+the same order whatever the extent of the other axes, so the bits are nn.Linear's. Not every library does:
+OpenBLAS (Debian's torch) adds a block's last columns in another order, and MKL (PyTorch's own wheels) picks its
+kernel by the product's shape (torch 2.15's MKL gives a 128-column panel of a 256 x 1024 x 1024 product other bits),
+unless it runs in Intel's strict reproducibility mode (MKL_CBWR=AUTO,STRICT set before torch starts, at no cost in
+speed here: 312 against 302 GFLOP/s), where it does. exact_products probes the library once per device type, and
+a layer on one that fails the probe warns as it is made, naming that setting where the library is MKL, and says so
+in its .exact: its tiles match nn.Linear within rounding only (tests/py_tiled_linear.py checks the bits against
+nn.Linear where the probe passes and the closeness where it does not). Each tile is read twice a step (forward and
 backward), as an untiled weight is; the panel a pass holds is out/out_splits x in forward and out x in/in_splits in
 backward, so bounding both needs both splits.
 
@@ -129,9 +132,19 @@ class _Tiled(torch.autograd.Function):
         return (dx.view(x.shape) if dx is not None else None), db, None
 
 
-def _blas_name() -> str:
+def _blas_name(device: torch.device) -> str:
+    if device.type != "cpu":
+        return "its %s matrix library" % device.type
     found = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
     return "BLAS_INFO=" + found.group(1) if found else "its matrix library"
+
+
+def _exact_hint(device: torch.device) -> str:
+    if device.type == "cpu" and "BLAS_INFO=mkl" in torch.__config__.show():
+        return ("MKL_CBWR=AUTO,STRICT set before torch starts (Intel's strict reproducibility mode) gives the tiles "
+                "nn.Linear's bits")
+    return ("the tiles keep nn.Linear's bits where the matrix library passes strata.torch._tiled_linear."
+            "exact_products; the difference here is rounding only")
 
 
 class TiledLinear(nn.Module):
@@ -171,8 +184,7 @@ class TiledLinear(nn.Module):
         if self.exact is False and (in_splits > 1 or out_splits > 1):
             warnings.warn("%s: this torch's matrix products on %s (%s) compute a panel's columns in another order "
                           "than the whole product's, so the tiles match nn.Linear within rounding, not bit for bit; "
-                          "hint: a torch built with MKL (PyTorch's own wheels) keeps nn.Linear's bits"
-                          % (_WHO, w.device.type, _blas_name()), stacklevel=2)
+                          "hint: %s" % (_WHO, w.device.type, _blas_name(w.device), _exact_hint(w.device)), stacklevel=2)
         if init_linear is not None:
             self.copy_params_from(init_linear)
         else:
