@@ -74,6 +74,7 @@ static strata_status make_plan(strata_engine *e, plan *pl)
         ERR_CHECK(step_in_backward_check_config(e));
     ranks_views(e->cfg.zero_stage, &e->views.param, &e->views.opt, &e->views.grad);
     ERR_CHECK(registry_layout(e->reg, e->cfg.param_persistence_threshold, e->world));
+    ERR_CHECK(registry_check_parts(e->reg));
     ERR_CHECK(opt_groups_map(e->groups, e->reg, e->views.opt, e->rank));
     plan_input in;
     plan_input_of(e, &in);

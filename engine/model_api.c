@@ -58,6 +58,17 @@ STRATA_API strata_status strata_param_set_shape(strata_engine *e, strata_param_i
     return err_copy(&e->err, registry_param_set_shape(e->reg, param, ndim, dims));
 }
 
+STRATA_API strata_status strata_param_set_part(strata_engine *e, strata_param_id param, const char *tensor,
+                                               uint64_t first, int ndim, const int64_t *dims)
+{
+    if (!e)
+        return err_set(STRATA_EINVAL, "strata_param_set_part: engine is NULL");
+    if (e->finalized)
+        return err_copy(&e->err, err_set(STRATA_ESTATE, "strata_param_set_part(param %u): the engine is already "
+                                         "finalized; declare parts before strata_engine_finalize()", param));
+    return err_copy(&e->err, registry_param_set_part(e->reg, param, tensor, first, ndim, dims));
+}
+
 static strata_status module_order(strata_engine *e, const strata_module_id *order, size_t count)
 {
     if (count == 0 || !order)

@@ -126,35 +126,73 @@ void registry_shape_str(int ndim, const uint64_t *dims, char *out, size_t len)
         snprintf(out + at, len - at, "]");
 }
 
+/* Checks ndim and dims for call `what` on parameter p ("<mod>.<name>") and gives them as uint64 in d with their
+ * product (UINT64_MAX when it overflows). */
+static strata_status read_dims(const char *what, const char *mod, const reg_param *p, int ndim, const int64_t *dims,
+                               uint64_t *d, uint64_t *product)
+{
+    if (ndim < 1 || ndim > STRATA_MAX_DIMS || !dims)
+        return err_set(STRATA_EINVAL, "%s(\"%s.%s\"): ndim = %d is outside [1, %d]%s", what, mod, p->name, ndim,
+                       STRATA_MAX_DIMS, dims ? "" : " or dims is NULL");
+    bool overflow = false;
+    *product = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] < 1)
+            return err_set(STRATA_EINVAL, "%s(\"%s.%s\"): dims[%d] = %" PRId64 "; every dimension must be at least "
+                           "1", what, mod, p->name, i, dims[i]);
+        d[i] = (uint64_t)dims[i];
+        overflow |= *product > UINT64_MAX / d[i];
+        *product = overflow ? UINT64_MAX : *product * d[i];
+    }
+    return STRATA_OK;
+}
+
 strata_status registry_param_set_shape(registry *r, strata_param_id param, int ndim, const int64_t *dims)
 {
-    const reg_param *cp = registry_find_param(r, param, "strata_param_set_shape");
-    if (!cp)
+    if (!registry_find_param(r, param, "strata_param_set_shape"))
         return STRATA_ESTATE;
     reg_param *p = &r->params[param];
     const char *mod = r->modules[p->module].name;
-    if (ndim < 1 || ndim > STRATA_MAX_DIMS || !dims)
-        return err_set(STRATA_EINVAL, "strata_param_set_shape(\"%s.%s\"): ndim = %d is outside [1, %d]%s", mod,
-                       p->name, ndim, STRATA_MAX_DIMS, dims ? "" : " or dims is NULL");
-    uint64_t d[STRATA_MAX_DIMS], product = 1;
-    bool overflow = false;
-    for (int i = 0; i < ndim; i++) {
-        if (dims[i] < 1)
-            return err_set(STRATA_EINVAL, "strata_param_set_shape(\"%s.%s\"): dims[%d] = %" PRId64 "; every "
-                           "dimension must be at least 1", mod, p->name, i, dims[i]);
-        d[i] = (uint64_t)dims[i];
-        overflow |= product > UINT64_MAX / d[i];
-        product = overflow ? UINT64_MAX : product * d[i];
-    }
-    if (overflow || product != p->numel) {
+    uint64_t d[STRATA_MAX_DIMS], product;
+    ERR_CHECK(read_dims("strata_param_set_shape", mod, p, ndim, dims, d, &product));
+    if (product != p->numel) {
         char shape[STRATA_MAX_DIMS * 24 + 8];
         registry_shape_str(ndim, d, shape, sizeof shape);
         return err_set(STRATA_EINVAL, "strata_param_set_shape(\"%s.%s\"): dims %s hold %s%" PRIu64 " elements, the "
                        "parameter has numel %zu; the product of the dims must equal numel", mod, p->name, shape,
-                       overflow ? "more than " : "", product, p->numel);
+                       product == UINT64_MAX ? "more than " : "", product, p->numel);
     }
     p->ndim = ndim;
     memcpy(p->dims, d, (size_t)ndim * sizeof *d);
+    return STRATA_OK;
+}
+
+strata_status registry_param_set_part(registry *r, strata_param_id param, const char *tensor, uint64_t first,
+                                      int ndim, const int64_t *dims)
+{
+    if (!registry_find_param(r, param, "strata_param_set_part"))
+        return STRATA_ESTATE;
+    reg_param *p = &r->params[param];
+    const char *mod = r->modules[p->module].name;
+    if (!tensor || !*tensor || strlen(tensor) >= ENGINE_NAME_BYTES)
+        return err_set(STRATA_EINVAL, "strata_param_set_part(\"%s.%s\"): the tensor's name is %s; give it a name of "
+                       "1 to %d bytes", mod, p->name, !tensor ? "NULL" : *tensor ? "too long" : "empty",
+                       ENGINE_NAME_BYTES - 1);
+    uint64_t d[STRATA_MAX_DIMS], total;
+    ERR_CHECK(read_dims("strata_param_set_part", mod, p, ndim, dims, d, &total));
+    if (first > total || p->numel > total - first) {
+        char shape[STRATA_MAX_DIMS * 24 + 8];
+        registry_shape_str(ndim, d, shape, sizeof shape);
+        return err_set(STRATA_EINVAL, "strata_param_set_part(\"%s.%s\"): elements [%" PRIu64 ", %" PRIu64 ") lie "
+                       "outside tensor \"%s\" of shape %s (%s%" PRIu64 " elements); first + numel must not exceed "
+                       "the tensor's size", mod, p->name, first, first + p->numel, tensor, shape,
+                       total == UINT64_MAX ? "more than " : "", total);
+    }
+    snprintf(p->part_of, sizeof p->part_of, "%s", tensor);
+    p->part_first = first;
+    p->part_total = total;
+    p->part_ndim = ndim;
+    memcpy(p->part_dims, d, (size_t)ndim * sizeof *d);
     return STRATA_OK;
 }
 

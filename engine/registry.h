@@ -49,7 +49,33 @@ typedef struct reg_param {
     uint64_t dims[STRATA_MAX_DIMS];
     strata_group_id group;         /* its optimizer parameter group (strata_param_set_group); 0 by default */
     bool group_set;                /* set explicitly: a second, different group is refused */
+    /* A part of a larger tensor (strata_param_set_part): elements [part_first, part_first + numel) of the tensor
+     * part_of, of part_ndim dims part_dims (their product part_total). part_of is "" for a whole tensor. */
+    char part_of[ENGINE_NAME_BYTES];
+    uint64_t part_first, part_total;
+    int part_ndim;
+    uint64_t part_dims[STRATA_MAX_DIMS];
 } reg_param;
+
+/* The tensor a parameter is, or is a part of, as checkpoints and weight files hold it: elements [first, first +
+ * numel) of a tensor of total elements, of ndim dims (0: its shape is not known, only its size). */
+typedef struct reg_tensor {
+    uint64_t first, total;
+    int ndim;
+    const uint64_t *dims;
+} reg_tensor;
+
+static inline bool registry_param_is_part(const reg_param *p)
+{
+    return p->part_of[0] != '\0';
+}
+
+static inline reg_tensor registry_param_tensor(const reg_param *p)
+{
+    if (registry_param_is_part(p))
+        return (reg_tensor){p->part_first, p->part_total, p->part_ndim, p->part_dims};
+    return (reg_tensor){0, p->numel, p->ndim, p->dims};
+}
 
 typedef struct reg_module {
     char name[ENGINE_NAME_BYTES];
@@ -74,6 +100,14 @@ strata_status registry_param_add(registry *r, strata_module_id module, const cha
 /* Records param's model shape (see strata_param_set_shape); STRATA_EINVAL naming the parameter, the dims, their
  * product and its numel when they do not fit. */
 strata_status registry_param_set_shape(registry *r, strata_param_id param, int ndim, const int64_t *dims);
+/* Declares param a part of tensor (see strata_param_set_part); STRATA_EINVAL naming the parameter for a bad name,
+ * shape or range, STRATA_ESTATE for an unknown param. */
+strata_status registry_param_set_part(registry *r, strata_param_id param, const char *tensor, uint64_t first,
+                                      int ndim, const int64_t *dims);
+/* After registry_layout: the parts of every tensor cover it once, agree on its shape and group and follow each other
+ * in the layout, and no whole parameter "<module>.<param>" has a tensor's name (registry_parts.c). STRATA_EINVAL
+ * naming the tensor and the parameters; STRATA_ENOMEM. */
+strata_status registry_check_parts(const registry *r);
 /* Freezes a known module (before layout). */
 void registry_module_freeze(registry *r, strata_module_id id);
 /* Puts param in group (the caller checked both). */

@@ -502,6 +502,24 @@ STRATA_API bool strata_module_frozen(const strata_engine *engine, strata_module_
 STRATA_API strata_status strata_param_set_shape(strata_engine *engine, strata_param_id param, int ndim,
                                                 const int64_t *dims);
 
+/* Declares param as a part of a larger tensor: elements [first, first + numel) of tensor (a name of up to 127 bytes)
+ * of ndim (1..STRATA_MAX_DIMS) dims, flattened row-major. A tensor too large to fetch at once (a vocabulary's
+ * embedding, a wide linear layer) is split into parts, each a parameter of its own module, a tile the trainer
+ * fetches, uses and releases in turn; declared as parts they are one tensor wherever strata names tensors:
+ * checkpoints hold it whole under its name and shape (model.safetensors of a world of one holds "tensor" itself,
+ * loadable by safetensors and PyTorch), `strata ckpt export` writes it whole, a checkpoint saved with one split (or
+ * none: a parameter "<module>.<param>" is the whole tensor of that name) loads into another, and strata_param_load
+ * reads the part out of the whole tensor of a file. A row range of a 2-D tensor (rows r0..r1 of [rows, cols]) is the
+ * elements [r0 * cols, r1 * cols). Checked now (STRATA_EINVAL naming the parameter): the name, ndim, every dim >= 1,
+ * and that the part lies inside the tensor. Checked at strata_engine_finalize (STRATA_EINVAL naming the tensor and
+ * the parameters): the parts of a tensor cover it exactly once, declare the same shape, are in the same parameter
+ * group, are all frozen or none, and follow each other with no other parameter between them (add the tiles' modules
+ * one after another, in the order of their elements, each holding only its part), and no whole parameter has the
+ * tensor's name. Declaring again replaces the part. STRATA_ESTATE after finalize or for an unknown param. Not
+ * thread-safe. */
+STRATA_API strata_status strata_param_set_part(strata_engine *engine, strata_param_id param, const char *tensor,
+                                               uint64_t first, int ndim, const int64_t *dims);
+
 /* ------------------------------------------------------------------ initial weights from safetensors
  *
  * Pretrained weights streamed into the tiers: an embedder opens safetensors weights on the engine and names, per
