@@ -60,17 +60,22 @@ static size_t rank_pieces(const ckpt_ctx *c, const save_plan *pl, int kind, int 
             uint64_t first, numel;
             if (!ckpt_stream_covers(e, &pl->s[kind][s], p) || !ckpt_own_piece(e, p, rank, &first, &numel))
                 continue;
+            if (ckpt_piece_continues(c, &pl->s[kind][s], CKPT_OWN, rank, k)) {
+                out[n - 1].numel += numel; /* the next part of the tensor: the same piece */
+                continue;
+            }
+            reg_tensor whole = registry_param_tensor(p);
             ckpt_tensor *t = &out[n++];
             memset(t, 0, sizeof *t);
             ckpt_tensor_name(e, p, pl->s[kind][s].suffix, t->name);
             t->file = kind;
             t->rank = world == 1 ? 0 : rank;
             t->dtype = pl->s[kind][s].dtype;
-            t->total = p->numel;
-            t->first = first;
+            t->total = whole.total;
+            t->first = whole.first + first;
             t->numel = numel;
-            t->ndim = p->ndim;
-            memcpy(t->dims, p->dims, sizeof t->dims);
+            t->ndim = whole.ndim;
+            memcpy(t->dims, whole.dims, (size_t)whole.ndim * sizeof *t->dims);
         }
     return n;
 }
@@ -88,6 +93,8 @@ static strata_status save_chunk(ckpt_ctx *c, ckpt_writer *wr, const ckpt_stream 
         if (lo >= hi)
             continue;
         const uint8_t *src = buf + (lo - k->lo) * eb;
+        if (lo == p->offset && ckpt_piece_continues(c, s, CKPT_OWN, e->rank, i))
+            c->crc[i] = c->crc[i - 1]; /* the part before it is written whole: one piece, one checksum */
         c->crc[i] = crc32c(c->crc[i], src, (hi - lo) * eb);
         ERR_CHECK(ckpt_writer_put(wr, src, (hi - lo) * eb));
     }
@@ -148,7 +155,9 @@ static strata_status save_file(save_ctx *sc, int kind, ckpt_tensor *pieces)
         for (size_t k = 0; k < registry_nparams(e->reg) && st == STRATA_OK; k++) {
             uint64_t first, numel;
             const reg_param *p = CKPT_PARAM(e, c->ord[k]);
-            if (ckpt_stream_covers(e, cs, p) && ckpt_own_piece(e, p, e->rank, &first, &numel))
+            /* A piece's checksum is complete at its last part. */
+            if (ckpt_stream_covers(e, cs, p) && ckpt_own_piece(e, p, e->rank, &first, &numel) &&
+                !ckpt_piece_continues(c, cs, CKPT_OWN, e->rank, k + 1))
                 sc->crcs[sc->ncrcs++] = c->crc[k];
         }
     }
@@ -169,7 +178,8 @@ static size_t count_pieces(const ckpt_ctx *c, const save_plan *pl, int rank)
             for (size_t k = 0; k < registry_nparams(c->e->reg); k++) {
                 uint64_t first, numel;
                 const reg_param *p = CKPT_PARAM(c->e, c->ord[k]);
-                if (ckpt_stream_covers(c->e, &pl->s[kind][s], p) && ckpt_own_piece(c->e, p, rank, &first, &numel))
+                if (ckpt_stream_covers(c->e, &pl->s[kind][s], p) && ckpt_own_piece(c->e, p, rank, &first, &numel) &&
+                    !ckpt_piece_continues(c, &pl->s[kind][s], CKPT_OWN, rank, k))
                     n++;
             }
     return n;

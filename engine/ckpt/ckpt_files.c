@@ -227,27 +227,41 @@ strata_status ckpt_manifest_read(const char *dir_in, ckpt_manifest *m)
     return st;
 }
 
+/* The manifest's pieces in f, in file order, into idx (m->ntensors entries); returns their count. */
+static size_t file_pieces(const ckpt_file *f, const ckpt_manifest *m, size_t *idx)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (m->tensors[i].file == f->kind && m->tensors[i].rank == f->rank)
+            idx[n++] = i;
+    return n;
+}
+
 static strata_status cross_check(const ckpt_file *f, const ckpt_manifest *m, const ckpt_st_header *h)
 {
-    size_t expected = 0;
-    for (size_t i = 0; i < m->ntensors; i++) {
-        const ckpt_tensor *t = &m->tensors[i];
-        if (t->file != f->kind || t->rank != f->rank)
-            continue;
-        expected++;
-        const ckpt_tensor *ht = NULL;
+    size_t *idx = malloc((m->ntensors + 1) * sizeof *idx);
+    if (!idx)
+        return err_set(STRATA_ENOMEM, "checkpoint \"%s\": out of memory for %zu pieces", f->path, m->ntensors);
+    size_t expected = file_pieces(f, m, idx);
+    strata_status st = STRATA_OK;
+    for (size_t k = 0; k < expected && st == STRATA_OK; k++) {
+        const ckpt_tensor *t = &m->tensors[idx[k]], *ht = NULL;
+        char key[CKPT_NAME_BYTES];
+        ckpt_piece_key(k ? &m->tensors[idx[k - 1]] : NULL, t, k + 1 < expected ? &m->tensors[idx[k + 1]] : NULL, key);
         for (size_t j = 0; j < h->ntensors && !ht; j++)
-            if (strcmp(h->tensors[j].name, t->name) == 0)
+            if (strcmp(h->tensors[j].name, key) == 0)
                 ht = &h->tensors[j];
         if (!ht)
-            return err_set(STRATA_ECORRUPT, "checkpoint \"%s\": tensor \"%s\" of the manifest is not in the file",
-                           f->path, t->name);
-        if (ht->dtype != t->dtype || ht->numel != t->numel || ht->begin != t->begin || ht->end != t->end)
-            return err_set(STRATA_ECORRUPT, "checkpoint \"%s\": tensor \"%s\": the file says %s x %" PRIu64
-                           " at [%" PRIu64 ", %" PRIu64 "), the manifest %s x %" PRIu64 " at [%" PRIu64 ", %" PRIu64
-                           ")", f->path, t->name, ckpt_dtype_name(ht->dtype), ht->numel, ht->begin, ht->end,
-                           ckpt_dtype_name(t->dtype), t->numel, t->begin, t->end);
+            st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": tensor \"%s\" of the manifest is not in the file",
+                         f->path, key);
+        else if (ht->dtype != t->dtype || ht->numel != t->numel || ht->begin != t->begin || ht->end != t->end)
+            st = err_set(STRATA_ECORRUPT, "checkpoint \"%s\": tensor \"%s\": the file says %s x %" PRIu64 " at [%"
+                         PRIu64 ", %" PRIu64 "), the manifest %s x %" PRIu64 " at [%" PRIu64 ", %" PRIu64 ")",
+                         f->path, key, ckpt_dtype_name(ht->dtype), ht->numel, ht->begin, ht->end,
+                         ckpt_dtype_name(t->dtype), t->numel, t->begin, t->end);
     }
+    free(idx);
+    ERR_CHECK(st);
     if (expected != h->ntensors)
         return err_set(STRATA_ECORRUPT, "checkpoint \"%s\": the file holds %zu tensors, the manifest lists %zu",
                        f->path, h->ntensors, expected);

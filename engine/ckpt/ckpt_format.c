@@ -235,6 +235,15 @@ static json_t *shape_json(int ndim, const uint64_t *dims, uint64_t n)
     return a;
 }
 
+void ckpt_piece_key(const ckpt_tensor *prev, const ckpt_tensor *t, const ckpt_tensor *next, char *out)
+{
+    bool shared = (prev && strcmp(prev->name, t->name) == 0) || (next && strcmp(next->name, t->name) == 0);
+    if (shared)
+        snprintf(out, CKPT_NAME_BYTES, "%.*s@%" PRIu64, CKPT_NAME_BYTES - 22, t->name, t->first); /* names < 150 */
+    else
+        snprintf(out, CKPT_NAME_BYTES, "%s", t->name);
+}
+
 strata_status ckpt_st_header_build(ckpt_tensor *tensors, size_t n, bool model_shape, uint8_t **out, size_t *out_len)
 {
     *out = NULL;
@@ -249,7 +258,9 @@ strata_status ckpt_st_header_build(ckpt_tensor *tensors, size_t n, bool model_sh
         json_t *e = json_pack("{s:s, s:o, s:o}", "dtype", ckpt_dtype_name(t->dtype), "shape",
                               shape_json(shaped ? t->ndim : 0, t->dims, t->numel), "data_offsets",
                               u64_pair(t->begin, t->end));
-        if (!e || json_object_set_new(root, t->name, e) != 0) {
+        char key[CKPT_NAME_BYTES];
+        ckpt_piece_key(i ? &tensors[i - 1] : NULL, t, i + 1 < n ? &tensors[i + 1] : NULL, key);
+        if (!e || json_object_set_new(root, key, e) != 0) {
             json_decref(root);
             root = NULL;
         }

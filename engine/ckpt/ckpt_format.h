@@ -118,9 +118,15 @@ strata_status ckpt_st_header_parse(const uint8_t *bytes, size_t len, uint64_t fi
                                    const char *origin, ckpt_st_header *out);
 void ckpt_st_header_free(ckpt_st_header *h);
 
+/* The key under which a file's header holds piece t, given the pieces before and after it in the same file (NULL
+ * at either end), into out (CKPT_NAME_BYTES): its tensor's name, or "<name>@<first>" where a neighbour is a piece of
+ * the same tensor (a rank's parts of a tensor split into parts, strata_param_set_part, which its shards cut apart). */
+void ckpt_piece_key(const ckpt_tensor *prev, const ckpt_tensor *t, const ckpt_tensor *next, char *out);
+
 /* The header bytes (8-byte length + JSON padded to 8 bytes) for tensors laid out back to back in
- * order; sets each tensor's begin/end. malloc'd into *out. Each tensor's "shape" is [numel] (a checkpoint's files
- * hold pieces), or with model_shape its model shape where it has one and is whole (`strata ckpt export`). */
+ * order, each under its ckpt_piece_key; sets each tensor's begin/end. malloc'd into *out. Each tensor's "shape" is
+ * [numel] (a checkpoint's files hold pieces), or with model_shape its model shape where it has one and is whole
+ * (`strata ckpt export`). */
 strata_status ckpt_st_header_build(ckpt_tensor *tensors, size_t n, bool model_shape, uint8_t **out,
                                    size_t *out_len);
 

@@ -21,8 +21,8 @@ strata_status ckpt_groups_text(strata_engine *e, char **out)
         char name[CKPT_NAME_BYTES];
         for (size_t i = 0; g > 0 && params && i < registry_nparams(e->reg); i++) {
             const reg_param *p = registry_param(e->reg, (strata_param_id)i);
-            if (p->group != g)
-                continue;
+            if (p->group != g || registry_param_tensor(p).first != 0)
+                continue; /* a tensor in parts is listed once (its parts are in one group) */
             ckpt_tensor_name(e, p, "", name);
             json_array_append_new(params, json_string(name));
         }
@@ -78,17 +78,19 @@ static strata_status saved_members(strata_engine *e, const json_t *all, const ch
         const json_t *params = json_object_get(json_array_get(all, g), "params"), *v;
         size_t k;
         json_array_foreach(params, k, v) {
-            size_t i = 0;
-            while (i < np && !(json_is_string(v) && strcmp(names[i], json_string_value(v)) == 0))
-                i++;
-            if (i == np) {
+            size_t found = 0; /* every part of a tensor in parts has its name */
+            for (size_t i = 0; i < np; i++)
+                if (json_is_string(v) && strcmp(names[i], json_string_value(v)) == 0) {
+                    saved[i] = (strata_group_id)g;
+                    found++;
+                }
+            if (!found) {
                 st = err_set(STRATA_ECONFIG, "strata_load(\"%s\"): parameter group \"%s\" was saved with parameter "
                                "\"%s\", which this engine does not have", dir,
                                json_string_value(json_object_get(json_array_get(all, g), "name")),
                              json_is_string(v) ? json_string_value(v) : "?");
                 break;
             }
-            saved[i] = (strata_group_id)g;
         }
     }
     free(names);

@@ -111,23 +111,28 @@ static strata_status match_stream(load_ctx *lc, const ckpt_stream *s, int kind, 
                            "saved from a different model", name, kind_files(&lc->m, kind, files, sizeof files));
         used[t - lc->m.tensors] = true;
         ckpt_file_name(lc->m.world, t->rank, kind, file);
-        if (t->dtype != s->dtype || t->total != p->numel)
+        reg_tensor whole = registry_param_tensor(p);
+        if (t->dtype != s->dtype || t->total != whole.total)
             return err_set(STRATA_ECORRUPT, "strata_load: %s: tensor \"%s\" is %s x %" PRIu64 ", the engine's "
-                           "parameter is %s x %zu; it was saved from a different model", file, name,
-                           ckpt_dtype_name(t->dtype), t->total, ckpt_dtype_name(s->dtype), p->numel);
+                           "%s %s x %" PRIu64 "; it was saved from a different model", file, name,
+                           ckpt_dtype_name(t->dtype), t->total, registry_param_is_part(p) ? "tensor is" : "parameter is",
+                           ckpt_dtype_name(s->dtype), whole.total);
         /* The same size in another shape (a transposed weight) would load without complaint and train on
          * scrambled values: where both sides know the shape, it must agree. */
-        if (t->ndim && p->ndim && (t->ndim != p->ndim || memcmp(t->dims, p->dims, sizeof *t->dims * p->ndim) != 0)) {
+        if (t->ndim && whole.ndim &&
+            (t->ndim != whole.ndim || memcmp(t->dims, whole.dims, sizeof *t->dims * (size_t)whole.ndim) != 0)) {
             char want[STRATA_MAX_DIMS * 24 + 8], have[STRATA_MAX_DIMS * 24 + 8];
             registry_shape_str(t->ndim, t->dims, have, sizeof have);
-            registry_shape_str(p->ndim, p->dims, want, sizeof want);
+            registry_shape_str(whole.ndim, whole.dims, want, sizeof want);
             return err_set(STRATA_ECORRUPT, "strata_load: %s: tensor \"%s\" has the model shape %s, the engine's "
-                           "parameter %s (strata_param_set_shape); it was saved from a differently shaped model — "
-                           "load it into a model of that shape", file, name, have, want);
+                           "%s %s (%s); it was saved from a differently shaped model — load it into a model of "
+                           "that shape", file, name, have, registry_param_is_part(p) ? "tensor" : "parameter", want,
+                           registry_param_is_part(p) ? "strata_param_set_part" : "strata_param_set_shape");
         }
         uint64_t first, numel;
         if (!ckpt_held_piece(e, s, p, &first, &numel))
             continue;
+        first += whole.first; /* in the tensor's elements */
         for (uint64_t x = first; x < first + numel; x = t->first + t->numel) {
             t = ckpt_manifest_piece(&lc->m, kind, name, x); /* never NULL: the parser checked the coverage */
             lc->needed[(size_t)t->rank * CKPT_FILE_COUNT + (size_t)kind] = true;
@@ -233,8 +238,8 @@ static strata_status crc_skip(load_ctx *lc, const ckpt_file *f, const ckpt_tenso
     return STRATA_OK;
 }
 
-/* Elements [x, y) of parameter i (position in ord) from its pieces into dst; checks each piece's crc32c once the
- * last element of it this rank keeps (held: [keep_lo, keep_hi)) has arrived. */
+/* Elements [x, y) of the tensor of parameter i (position in ord) from its pieces into dst; checks each piece's crc32c
+ * once the last element of it this rank keeps (up to keep_hi of the tensor) has arrived. */
 static strata_status load_slice(load_ctx *lc, const ckpt_stream *s, int kind, size_t i, uint64_t x, uint64_t y,
                                 uint64_t keep_hi, uint8_t *dst)
 {
@@ -243,6 +248,10 @@ static strata_status load_slice(load_ctx *lc, const ckpt_stream *s, int kind, si
     size_t eb = ckpt_dtype_bytes(s->dtype);
     char name[CKPT_NAME_BYTES];
     ckpt_tensor_name(c->e, p, s->suffix, name);
+    if (x == registry_param_tensor(p).first && ckpt_piece_continues(c, s, CKPT_HELD, c->e->rank, i)) {
+        c->cur[i] = c->cur[i - 1]; /* the part before it left its piece's checksum running */
+        c->crc[i] = c->crc[i - 1];
+    }
     while (x < y) {
         const ckpt_tensor *t = ckpt_manifest_piece(&lc->m, kind, name, x);
         ckpt_file *f;
@@ -280,8 +289,13 @@ static strata_status load_chunk(load_ctx *lc, const ckpt_stream *s, int kind, co
         size_t lo = MAX(p->offset, k->lo), hi = MIN(p->offset + p->numel, k->lo + k->n);
         if (lo >= hi)
             continue;
-        uint64_t keep_hi = MIN(p->offset + p->numel, k->span_end) - p->offset;
-        ERR_CHECK(load_slice(lc, s, kind, i, lo - p->offset, hi - p->offset, keep_hi, buf + (lo - k->lo) * eb));
+        /* A piece that runs on into the next part of the tensor is checked there, once, not re-read for each. */
+        uint64_t first = registry_param_tensor(p).first;
+        uint64_t keep_hi = ckpt_piece_continues(c, s, CKPT_HELD, c->e->rank, i + 1)
+                               ? UINT64_MAX
+                               : first + (MIN(p->offset + p->numel, k->span_end) - p->offset);
+        ERR_CHECK(load_slice(lc, s, kind, i, first + (lo - p->offset), first + (hi - p->offset), keep_hi,
+                             buf + (lo - k->lo) * eb));
     }
     if (buf != out)
         ckpt_narrow(c, s, k, out);

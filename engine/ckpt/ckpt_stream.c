@@ -103,7 +103,10 @@ void ckpt_narrow(ckpt_ctx *c, const ckpt_stream *s, const ckpt_chunk *k, uint8_t
 
 void ckpt_tensor_name(const strata_engine *e, const reg_param *p, const char *suffix, char *out)
 {
-    snprintf(out, CKPT_NAME_BYTES, "%s.%s%s", CKPT_MODULE(e, p->module)->name, p->name, suffix);
+    if (registry_param_is_part(p))
+        snprintf(out, CKPT_NAME_BYTES, "%s%s", p->part_of, suffix);
+    else
+        snprintf(out, CKPT_NAME_BYTES, "%s.%s%s", CKPT_MODULE(e, p->module)->name, p->name, suffix);
 }
 
 strata_status ckpt_quiesce(strata_engine *e, const char *what)
@@ -226,4 +229,26 @@ strata_status ckpt_agree(strata_engine *e, strata_status local, const char *what
     }
     free(all);
     return st;
+}
+
+/* The piece of p a walk covers: what rank writes (CKPT_OWN), or what this rank's array of s holds (CKPT_HELD). */
+static bool walk_piece(const strata_engine *e, const ckpt_stream *s, ckpt_walk walk, int rank, const reg_param *p,
+                       uint64_t *first, uint64_t *numel)
+{
+    if (walk == CKPT_HELD)
+        return ckpt_held_piece(e, s, p, first, numel);
+    return ckpt_stream_covers(e, s, p) && ckpt_own_piece(e, p, rank, first, numel);
+}
+
+bool ckpt_piece_continues(const ckpt_ctx *c, const ckpt_stream *s, ckpt_walk walk, int rank, size_t k)
+{
+    if (k == 0 || k >= registry_nparams(c->e->reg))
+        return false;
+    const reg_param *a = CKPT_PARAM(c->e, c->ord[k - 1]), *b = CKPT_PARAM(c->e, c->ord[k]);
+    if (!registry_param_is_part(a) || !registry_param_is_part(b) || strcmp(a->part_of, b->part_of) != 0 ||
+        b->part_first != a->part_first + a->numel)
+        return false;
+    uint64_t af, an, bf, bn;
+    return walk_piece(c->e, s, walk, rank, a, &af, &an) && walk_piece(c->e, s, walk, rank, b, &bf, &bn) &&
+           af + an == a->numel && bf == 0;
 }

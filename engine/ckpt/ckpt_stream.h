@@ -80,7 +80,9 @@ const uint8_t *ckpt_widen(ckpt_ctx *c, const ckpt_stream *s, const ckpt_chunk *k
 /* The reverse: c->wide (the file's fp32) narrowed into dst, the array's form (and the 8-bit scales into place). */
 void ckpt_narrow(ckpt_ctx *c, const ckpt_stream *s, const ckpt_chunk *k, uint8_t *dst);
 
-/* "<module>.<param><suffix>" into out (CKPT_NAME_BYTES). */
+/* The name of p's tensor with suffix into out (CKPT_NAME_BYTES): "<module>.<param><suffix>", or for a part of a
+ * larger tensor (strata_param_set_part) "<tensor><suffix>". Its elements are those of registry_param_tensor(p): a
+ * part's piece [first, first + numel) of the parameter is [part_first + first, ...) of the tensor. */
 void ckpt_tensor_name(const strata_engine *e, const reg_param *p, const char *suffix, char *out);
 
 /* Waits for the engine's own traffic so the arrays hold still (what names the call). */
@@ -101,6 +103,13 @@ bool ckpt_own_piece(const strata_engine *e, const reg_param *p, int rank, uint64
 bool ckpt_stream_covers(const strata_engine *e, const ckpt_stream *s, const reg_param *p);
 bool ckpt_held_piece(const strata_engine *e, const ckpt_stream *s, const reg_param *p, uint64_t *first,
                      uint64_t *numel);
+
+/* Whether the piece a walk covers of the parameter at position k of c->ord (CKPT_OWN: what rank writes; CKPT_HELD:
+ * what this rank's array of s holds) continues the one of position k - 1 in their tensor: both parts of one tensor,
+ * adjacent in it, the first covered to its end and the second from its start. A save writes such pieces as one (a
+ * world of one: every part of a tensor, so the file holds it whole), with one checksum through them; a load runs
+ * one checksum through them too. */
+bool ckpt_piece_continues(const ckpt_ctx *c, const ckpt_stream *s, ckpt_walk walk, int rank, size_t k);
 
 /* Waits for both buffers' tier I/O (always: the buffers may be freed next); st unless it is OK. */
 strata_status ckpt_drain(ckpt_ctx *c, strata_status st);
