@@ -58,23 +58,26 @@ static void param_name(const strata_engine *e, strata_param_id id, char *out, si
     snprintf(out, len, "%s.%s", registry_module(e->reg, p->module)->name, p->name);
 }
 
-/* The parameter's declared shape [rows, cols] for a transposed load; false when it has none of 2 dimensions. */
-static bool rows_cols(const reg_param *p, uint64_t *rows, uint64_t *cols)
+/* The declared shape [rows, cols] of the parameter's tensor (its own, or the whole one it is a part of) for a
+ * transposed load; false when it has none of 2 dimensions. */
+static bool rows_cols(reg_tensor whole, uint64_t *rows, uint64_t *cols)
 {
-    if (p->ndim != 2)
+    if (whole.ndim != 2)
         return false;
-    *rows = p->dims[0];
-    *cols = p->dims[1];
+    *rows = whole.dims[0];
+    *cols = whole.dims[1];
     return true;
 }
 
+/* A part of a larger tensor (strata_param_set_part) reads its elements of the file's whole tensor. */
 static strata_status init_from_weights(void *ctx, strata_param_id param, size_t offset, size_t count, float *out)
 {
     weights_binding *b = ctx;
+    reg_tensor whole = registry_param_tensor(param_of(b));
     uint64_t rows = 0, cols = 0;
-    if (b->transpose && !rows_cols(param_of(b), &rows, &cols))
+    if (b->transpose && !rows_cols(whole, &rows, &cols))
         return err_set(STRATA_EINTERNAL, "weights: the transposed load of parameter %u lost its shape", param);
-    return weights_source_read(b->src, b->entry, b->transpose, rows, cols, offset, count, out);
+    return weights_source_read(b->src, b->entry, b->transpose, rows, cols, (size_t)whole.first + offset, count, out);
 }
 
 /* What strata_param_load checks at once (at_finalize false) and finalize again with the shape (true). The message
@@ -90,28 +93,36 @@ static strata_status check_binding(const weights_binding *b, bool at_finalize, c
         return err_set(STRATA_EINVAL, "%s: parameter \"%s\" loads tensor \"%s\" of \"%s\", whose dtype %s is not "
                        "one strata reads into fp32 parameters (F32, F16, BF16, F64)", what, pn, t->name, file,
                        ckpt_st_dtype_name(t->st_dtype));
-    if (t->total != p->numel)
-        return err_set(STRATA_EINVAL, "%s: parameter \"%s\" has %zu elements, tensor \"%s\" of \"%s\" has %" PRIu64,
-                       what, pn, p->numel, t->name, file, t->total);
+    /* A part of a larger tensor loads from the whole tensor: its size and shape are the whole one's. */
+    reg_tensor whole = registry_param_tensor(p);
+    const char *of = registry_param_is_part(p) ? ", as a part of tensor " : "";
+    const char *part = registry_param_is_part(p) ? p->part_of : "";
+    if (t->total != whole.total)
+        return err_set(STRATA_EINVAL, "%s: parameter \"%s\"%s%s has %" PRIu64 " elements, tensor \"%s\" of \"%s\" has "
+                       "%" PRIu64 "%s", what, pn, of, part, whole.total, t->name, file, t->total,
+                       !registry_param_is_part(p) && t->total > p->numel
+                           ? " (a part of a larger tensor loads from the whole one: declare it with "
+                             "strata_param_set_part before strata_param_load)"
+                           : "");
     if (!at_finalize)
         return STRATA_OK;
     char ps[160], ts[160];
-    registry_shape_str(p->ndim, p->dims, ps, sizeof ps);
+    registry_shape_str(whole.ndim, whole.dims, ps, sizeof ps);
     registry_shape_str(t->ndim, t->dims, ts, sizeof ts);
     if (b->transpose) {
         uint64_t rows, cols;
-        if (!rows_cols(p, &rows, &cols))
+        if (!rows_cols(whole, &rows, &cols))
             return err_set(STRATA_EINVAL, "%s: parameter \"%s\" loads tensor \"%s\" of \"%s\" transposed "
-                           "(STRATA_LOAD_TRANSPOSE), which needs a 2-D shape declared with strata_param_set_shape; "
-                           "it has %s", what, pn, t->name, file, p->ndim ? ps : "none");
+                           "(STRATA_LOAD_TRANSPOSE), which needs a 2-D shape declared with strata_param_set_shape "
+                           "(or strata_param_set_part); it has %s", what, pn, t->name, file, whole.ndim ? ps : "none");
         if (t->ndim != 2 || t->dims[0] != cols || t->dims[1] != rows)
             return err_set(STRATA_EINVAL, "%s: parameter \"%s\" has shape %s; tensor \"%s\" of \"%s\" has shape %s, "
                            "which is not its transpose [%" PRIu64 ", %" PRIu64 "]", what, pn, ps, t->name, file, ts,
                            cols, rows);
-    } else if (p->ndim) {
-        bool same = p->ndim == t->ndim;
-        for (int d = 0; same && d < p->ndim; d++)
-            same = p->dims[d] == t->dims[d];
+    } else if (whole.ndim) {
+        bool same = whole.ndim == t->ndim;
+        for (int d = 0; same && d < whole.ndim; d++)
+            same = whole.dims[d] == t->dims[d];
         if (!same)
             return err_set(STRATA_EINVAL, "%s: parameter \"%s\" has shape %s, tensor \"%s\" of \"%s\" has shape %s",
                            what, pn, ps, t->name, file, ts);
