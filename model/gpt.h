@@ -21,7 +21,16 @@
 
 typedef struct gpt_dims {
     int layers, heads, hidden, vocab, seq;
+    /* Not the shape but how it is computed: 0, the token embedding whole (module 0 holds wte and wpe); else wte in
+     * vocabulary tiles of head_rows rows (a multiple of GPT_HEAD_PIECE below vocab, the last tile the rest), each a
+     * module of its own (gpt_source), for a budget that cannot hold wte at once. The same model either way: the same
+     * initial values, losses and gradients bit for bit. */
+    int head_rows;
 } gpt_dims;
+
+/* The token embedding's vocabulary tiles (0 when whole), and tile t's rows [*v0, *v1). */
+int gpt_head_tiles(const gpt_dims *d);
+void gpt_head_tile_rows(const gpt_dims *d, int tile, int *v0, int *v1);
 
 /* The parameter slots of each kind of module: the index k of params[k] / grads[k] (gpt_source), of the sizes and
  * names below, and the order of registration, of the flat arrays and of a checkpoint's tensors. The initial values
@@ -103,7 +112,9 @@ static inline uint64_t gpt_mix64(uint64_t z)
  * with them (in backward: the gradients are complete). hand_over, only between a backward acquire and its finish,
  * hands the gradients written into grads so far over as one contribution and points grads[k] at fresh zeroed
  * buffers: one acquisition then serves several micro-batches (the layer-wise schedule, gpt_pass.h) whose
- * gradients reach the source one contribution at a time, exactly as separate acquisitions would hand them over. */
+ * gradients reach the source one contribution at a time, exactly as separate acquisitions would hand them over.
+ * With the token embedding in tiles (d->head_rows), module layers + 2 + t is its tile t: params[GPT_WTE] and
+ * grads[GPT_WTE] are the tile's rows (gpt_head_tile_rows), and the network reads only params[GPT_WPE] of module 0. */
 typedef struct gpt_source {
     strata_status (*acquire)(void *ctx, int module, bool backward, void **params, float **grads);
     strata_status (*hand_over)(void *ctx, int module, float **grads);
@@ -162,11 +173,20 @@ strata_status gpt_net_step(gpt_net *net, const gpt_source *src, const int32_t *t
  *   gpt_net_head      the tied head and the loss; with dwte != NULL also its backward, adding grad_scale times the
  *                     mean loss's gradient into dwte (w are the embeddings' parameters);
  *   gpt_net_backward  module layers + 1 down to 0, adding into g; needs the head's backward first;
+ * and with the token embedding in tiles (d->head_rows; w and g then hold the tile's rows, see gpt_source):
+ *   gpt_net_embed_tile  the embeddings' forward (backward false; w[GPT_WPE] is module 0's) or backward of one tile,
+ *                       within module 0's forward or after its backward (gpt_net_backward of module 0 gives dwpe);
+ *   gpt_net_head_tile   one tile's share of one pass of the head (gpt_head_pass: every tile's GPT_HEAD_MAX pass,
+ *                       then every tile's GPT_HEAD_SUM; then, for backward, every tile's GPT_HEAD_GRAD with dwte);
+ *   gpt_net_head_end    the loss from the passes (after the last tile's GPT_HEAD_SUM or GPT_HEAD_GRAD);
  *   gpt_net_loss      waits for the queued work and reads the micro-batch's mean loss. */
 strata_status gpt_net_load(gpt_net *net, const int32_t *tokens, const int32_t *targets, bool backward);
 strata_status gpt_net_forward(gpt_net *net, int module, void **w);
 void gpt_net_head(gpt_net *net, void **w, float *dwte, float grad_scale);
 strata_status gpt_net_backward(gpt_net *net, int module, void **w, float **g);
+void gpt_net_embed_tile(gpt_net *net, int tile, bool backward, void **w, float **g);
+void gpt_net_head_tile(gpt_net *net, int tile, gpt_head_pass pass, void **w, float *dwte, float grad_scale);
+void gpt_net_head_end(gpt_net *net);
 strata_status gpt_net_loss(gpt_net *net, double *loss);
 
 /* Every parameter in one flat fp32 array, in module order, with a flat gradient array of the same layout that

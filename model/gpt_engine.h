@@ -47,13 +47,28 @@ void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_b
 void gpt_engine_reserve(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
                         strata_config *cfg);
 
+/* The token embedding's tiles (gpt_dims.head_rows) for a model of d (its head_rows ignored) trained in micro-batches
+ * of batch x seq one at a time in mode on an engine of cfg: 0 (whole) when it fits cfg's device budget, when no
+ * budget is set (all free device memory) or when it is not the largest module; else tiles of whole GPT_HEAD_PIECEs,
+ * at most a block's size, as large as the budget holds. *whole_need is the least device memory the plan needs with
+ * the embedding whole (its parameters twice, in use and fetched ahead, its gradients, and the activations). */
+int gpt_engine_head_rows(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, const strata_config *cfg,
+                         size_t *whole_need);
+
 /* Adds the model's modules and parameters (with GPT-2 initial values from seed) to an engine that is not
- * finalized yet. On failure *out is NULL and strata_last_error(engine) says why. */
+ * finalized yet: a strata module per module of gpt.h, and with d->head_rows the token embedding's tiles each a module
+ * of its own ("embeddings.wte[v0:v1]", registered before "embeddings", which then holds wpe alone), declared parts of
+ * the tensor "embeddings.wte" (strata_param_set_part), so checkpoints, exports and loads see one tensor whatever the
+ * tiling. STRATA_EINVAL for dims gpt_dims_check refuses; on another failure strata_last_error(engine) says why. *out
+ * is NULL on failure. */
 strata_status gpt_model_register(strata_engine *engine, const gpt_dims *d, uint64_t seed, gpt_model **out);
 
 /* The engine's id of parameter index of module (gpt.h's numbering: 0 = embeddings, 1..L = blocks, L + 1 = ln_f),
- * for a trainer that gives parameters other initial values (gpt_weights.h). */
+ * for a trainer that gives parameters other initial values (gpt_weights.h); STRATA_INVALID_ID for the token embedding
+ * in tiles. gpt_model_param_parts gives every parameter that holds it, in element order (one, or the tiles'), in
+ * *parts (the model's), and returns how many. */
 strata_param_id gpt_model_param(const gpt_model *m, int module, int index);
+int gpt_model_param_parts(const gpt_model *m, int module, int index, const strata_param_id **parts);
 strata_engine *gpt_model_engine(const gpt_model *m);
 const gpt_dims *gpt_model_dims(const gpt_model *m);
 
@@ -63,7 +78,8 @@ strata_status gpt_model_set_decay_groups(gpt_model *m, bool embeddings, strata_g
                                          strata_group_id no_decay);
 
 /* Declares the order in which one pass fetches the modules (strata_module_order): forward 0..L+1, the head (the
- * embeddings again, tied), backward L+1..0; both schedules fetch so. strata.step_in_backward needs it from the
+ * embeddings again, tied), backward L+1..0; both schedules fetch so (with the token embedding in tiles, each tile
+ * during module 0's forward, three times for the head and once after module 0's backward). strata.step_in_backward needs it from the
  * first step, to know that the head's hand-over of the embeddings is not their last. */
 strata_status gpt_model_declare_order(gpt_model *m);
 

@@ -426,15 +426,16 @@ void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, double *row_l
 }
 
 /* One row's share of a head pass over a tile's logits l (w of them, the tile's first at vocabulary row v0). */
-static void head_tile_row(gpt_head_pass pass, gpt_head_rows *st, float *l, int w, int n, int t, float scale)
+static void head_tile_row(gpt_head_pass pass, gpt_head_rows *st, float *l, int w, int n, int t, float scale,
+                          bool first)
 {
     if (pass == GPT_HEAD_MAX) {
-        float mx = st->max[n];
+        float mx = first ? -INFINITY : st->max[n];
         for (int v = 0; v < w; v++)
             mx = l[v] > mx ? l[v] : mx;
         st->max[n] = mx;
     } else if (pass == GPT_HEAD_SUM) {
-        double sum = st->sum[n];
+        double sum = first ? 0 : st->sum[n];
         for (int v = 0; v < w; v++)
             sum += expf(l[v] - st->max[n]);
         st->sum[n] = sum;
@@ -462,7 +463,7 @@ void k_head_tile(void *ctx, gpt_head_pass pass, gpt_head_rows *st, float *dx, fl
             head_logits(logits + (p0 - v0), w, xr, wte + (size_t)(p0 - v0) * C, rows, C, piece_width(p0, v1));
 #pragma omp parallel for
         for (int r = 0; r < rows; r++)
-            head_tile_row(pass, st, logits + (size_t)r * w, w, r0 + r, targets[r0 + r] - v0, scale);
+            head_tile_row(pass, st, logits + (size_t)r * w, w, r0 + r, targets[r0 + r] - v0, scale, v0 == 0);
         for (int p0 = v0; pass == GPT_HEAD_GRAD && p0 < v1; p0 += GPT_HEAD_PIECE)
             head_piece_grad(dx + (size_t)r0 * C, dwte + (size_t)(p0 - v0) * C, logits + (p0 - v0), w, xr,
                             wte + (size_t)(p0 - v0) * C, rows, C, piece_width(p0, v1), p0 == 0);

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/gpt_ops.h" /* gpt_head_rows, GPT_HEAD_PIECE */
+
 /* out[n] = wte[tok[n]] + wpe[n % T]. */
 void k_embed_forward(void *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T,
                      int C);
@@ -41,12 +43,6 @@ void k_gelu_backward(void *ctx, float *d, const float *inp, size_t n);
 /* out = a + b (elementwise). */
 void k_residual_forward(void *ctx, float *out, const float *a, const float *b, size_t n);
 
-/* The head's products are made GPT_HEAD_PIECE vocabulary rows at a time, tiled or not: OpenBLAS gives a column of a
- * product other bits when the product's other columns change (its kernels for a block's last columns add in
- * another order), so a tile of whole pieces keeps the untiled head's bits only if the untiled head makes the same
- * calls. A multiple of GEMM_ROWS, so the pieces of dwte's product fall on its row pieces too. */
-#define GPT_HEAD_PIECE 2048
-
 /* Tied head and cross-entropy over rows [0, N) of x (N x C), chunk rows at a time (logits: chunk x V scratch).
  * Writes row n's loss into row_loss[n]; with dx != NULL writes dx (overwritten) and adds into dwte the gradient
  * of scale * sum(row_loss). */
@@ -57,13 +53,7 @@ void k_head_loss(void *ctx, float *dx, float *dwte, float *logits, double *row_l
  * one too or V), in three passes over all the tiles in order: the rows' maximum logit, their sum of exponentials
  * and target logit (the loss: k_head_rows_loss), then the gradient. Each tile's pass makes the calls k_head_loss makes
  * for those pieces, and every sum adds in the same order, so the losses, dx and dwte are k_head_loss's bit for bit
- * (tests/t_head_tiles.c). The rows' state starts at max = -INFINITY and sum = 0. */
-typedef enum gpt_head_pass { GPT_HEAD_MAX, GPT_HEAD_SUM, GPT_HEAD_GRAD } gpt_head_pass;
-typedef struct gpt_head_rows {
-    float *max;    /* N: the row's largest logit so far */
-    double *sum;   /* N: its sum of exp(logit - max) so far, in vocabulary order */
-    float *target; /* N: its target's logit - max */
-} gpt_head_rows;
+ * (tests/t_head_tiles.c). The first tile's pass (v0 = 0) starts the rows' state (gpt_ops.h). */
 /* One tile's pass: wte and dwte point at the tile's rows; logits is chunk x (v1 - v0) scratch; the gradient pass
  * writes dx at the vocabulary's first piece and adds to it after. */
 void k_head_tile(void *ctx, gpt_head_pass pass, gpt_head_rows *st, float *dx, float *dwte, float *logits,

@@ -111,6 +111,17 @@ size_t gpt_numel(const gpt_dims *d)
     return total;
 }
 
+int gpt_head_tiles(const gpt_dims *d)
+{
+    return d->head_rows ? (d->vocab + d->head_rows - 1) / d->head_rows : 0;
+}
+
+void gpt_head_tile_rows(const gpt_dims *d, int tile, int *v0, int *v1)
+{
+    *v0 = tile * d->head_rows;
+    *v1 = *v0 + d->head_rows < d->vocab ? *v0 + d->head_rows : d->vocab;
+}
+
 const char *gpt_dims_check(const gpt_dims *d)
 {
     static _Thread_local char msg[160];
@@ -121,6 +132,9 @@ const char *gpt_dims_check(const gpt_dims *d)
         snprintf(msg, sizeof msg, "hidden %d is not a multiple of heads %d", d->hidden, d->heads);
     else if (d->vocab < 256)
         snprintf(msg, sizeof msg, "vocab %d is smaller than 256, the byte-level tokens of the data", d->vocab);
+    else if (d->head_rows < 0 || d->head_rows % GPT_HEAD_PIECE != 0 || (d->head_rows && d->head_rows >= d->vocab))
+        snprintf(msg, sizeof msg, "head_rows %d is not 0 (wte whole) or a multiple of %d below vocab %d",
+                 d->head_rows, GPT_HEAD_PIECE, d->vocab);
     else
         return NULL;
     return msg;
@@ -174,16 +188,39 @@ void gpt_flat_destroy(gpt_flat *f)
     free(f);
 }
 
+/* The elements [*lo, *hi) of the flat arrays that module holds as a source hands it out (gpt_source): with the
+ * token embedding in tiles, module 0 only wpe, and each tile its rows of wte. Returns its first slot. */
+static int flat_range(const gpt_flat *f, int module, size_t *lo, size_t *hi)
+{
+    const gpt_dims *d = &f->dims;
+    size_t C = (size_t)d->hidden, wte0 = f->module_offset[0];
+    int L = d->layers, v0, v1;
+    if (module > L + 1) {
+        gpt_head_tile_rows(d, module - L - 2, &v0, &v1);
+        *lo = wte0 + (size_t)v0 * C, *hi = wte0 + (size_t)v1 * C;
+        return GPT_WTE;
+    }
+    *lo = f->module_offset[module], *hi = f->module_offset[module + 1];
+    if (module == 0 && d->head_rows) {
+        *lo += (size_t)d->vocab * C;
+        return GPT_WPE;
+    }
+    return 0;
+}
+
 /* Like strata's grad_data / grads_ready: each backward use of a module writes into zeroed buffers that are then
  * added to the accumulated gradients, so the sums are grouped exactly as the engine groups them. */
 static void zero_scratch(gpt_flat *f, int module)
 {
-    memset(f->scratch, 0, (f->module_offset[module + 1] - f->module_offset[module]) * sizeof(float));
+    size_t lo, hi;
+    flat_range(f, module, &lo, &hi);
+    memset(f->scratch, 0, (hi - lo) * sizeof(float));
 }
 
 static void add_scratch(gpt_flat *f, int module)
 {
-    size_t lo = f->module_offset[module], hi = f->module_offset[module + 1];
+    size_t lo, hi;
+    flat_range(f, module, &lo, &hi);
     for (size_t i = lo; i < hi; i++)
         f->grads[i] += f->scratch[i - lo];
 }
@@ -191,13 +228,15 @@ static void add_scratch(gpt_flat *f, int module)
 static strata_status flat_acquire(void *ctx, int module, bool backward, void **params, float **grads)
 {
     gpt_flat *f = ctx;
-    size_t sizes[GPT_MAX_MODULE_PARAMS], pos = f->module_offset[module], base = pos;
-    int np = gpt_module_param_sizes(&f->dims, module, sizes);
-    for (int k = 0; k < np; k++) {
+    size_t sizes[GPT_MAX_MODULE_PARAMS], lo, hi;
+    bool tiled = module > f->dims.layers + 1 || (module == 0 && f->dims.head_rows);
+    int first = flat_range(f, module, &lo, &hi), np = gpt_module_param_sizes(&f->dims, module, sizes);
+    if (tiled) /* one parameter: a tile, or wpe alone */
+        np = first + 1, sizes[first] = hi - lo;
+    for (size_t k = (size_t)first, pos = lo; k < (size_t)np; pos += sizes[k], k++) {
         params[k] = f->params + pos;
         if (backward)
-            grads[k] = f->scratch + (pos - base);
-        pos += sizes[k];
+            grads[k] = f->scratch + (pos - lo);
     }
     if (backward)
         zero_scratch(f, module);

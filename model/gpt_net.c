@@ -33,6 +33,7 @@ struct gpt_net {
     double *row_loss, *host_row_loss; /* double: the finite-difference check differences losses */
     void *encoded, *lnf, *logits;
     float *lnf_mean, *lnf_rstd;
+    gpt_head_rows head_rows;    /* with the token embedding in tiles: what the head's passes carry from tile to tile */
     void *dres, *dsmall, *dbig; /* backward scratch */
     float *datt;
     layer_acts *layer;          /* GPT_ACT_KEEP: one per block */
@@ -132,8 +133,15 @@ static size_t layout(const gpt_dims *d, int B, int T, gpt_act_mode mode, gpt_act
         if (net && mode == GPT_ACT_OFFLOAD)
             net->encoded = net->in[0];
     }
-    void *lnf = carve_act(&c, N * C), *logits = carve_act(&c, chunk * (size_t)gpt_logits_ld(fmt, d->vocab));
+    size_t logits_width = d->head_rows ? (size_t)d->head_rows : (size_t)gpt_logits_ld(fmt, d->vocab);
+    void *lnf = carve_act(&c, N * C), *logits = carve_act(&c, chunk * logits_width);
     float *mean = carve(&c, N), *rstd = carve(&c, N);
+    if (d->head_rows) {
+        float *max = carve(&c, N), *target = carve(&c, N);
+        double *sum = (double *)carve(&c, 2 * N);
+        if (net)
+            net->head_rows = (gpt_head_rows){max, sum, target};
+    }
     void *dres = carve_act(&c, N * C), *dsmall = carve_act(&c, N * C), *dbig = carve_act(&c, N * 4 * C);
     float *datt = carve(&c, att_state);
     if (net) {
@@ -158,6 +166,7 @@ strata_status gpt_net_create(const gpt_dims *d, int batch, int seq, gpt_act_mode
 {
     *out = NULL;
     if (batch < 1 || seq < 1 || seq > d->seq || gpt_dims_check(d) || !ops || !mem ||
+        (d->head_rows && !ops->head_tile) ||
         (mode != GPT_ACT_KEEP && mode != GPT_ACT_CHECKPOINT && mode != GPT_ACT_OFFLOAD) ||
         (mode == GPT_ACT_OFFLOAD) != (keeper != NULL) ||
         mem_bytes < gpt_activation_bytes(d, batch, seq, mode, ops->acts))
@@ -302,7 +311,8 @@ strata_status gpt_net_forward(gpt_net *net, int module, void **w)
     const gpt_ops *o = net->ops;
     int L = net->d.layers, N = net->B * net->T, C = net->d.hidden;
     if (module == 0) {
-        o->embed_forward(o->ctx, net->encoded, net->tokens, w[GPT_WTE], w[GPT_WPE], N, net->T, C);
+        if (!net->d.head_rows) /* else the tiles write it (gpt_net_embed_tile) */
+            o->embed_forward(o->ctx, net->encoded, net->tokens, w[GPT_WTE], w[GPT_WPE], N, net->T, C);
     } else if (module <= L) {
         int l = module - 1;
         if (net->mode == GPT_ACT_OFFLOAD && net->backward_follows) {
@@ -358,7 +368,35 @@ strata_status gpt_net_backward(gpt_net *net, int module, void **w, float **g)
     } else if (module >= 1) {
         block_backward(net, module - 1, w, g, block_input(net, module - 1));
     } else {
-        o->embed_backward(o->ctx, g[GPT_WTE], g[GPT_WPE], net->dres, net->tokens, N, net->T, C);
+        /* In tiles, dwte is the tiles' (gpt_net_embed_tile) and module 0 has no gradient buffer for it. */
+        o->embed_backward(o->ctx, net->d.head_rows ? NULL : g[GPT_WTE], g[GPT_WPE], net->dres, net->tokens, N, net->T,
+                          C);
     }
     return STRATA_OK;
+}
+
+void gpt_net_embed_tile(gpt_net *net, int tile, bool backward, void **w, float **g)
+{
+    const gpt_ops *o = net->ops;
+    int N = net->B * net->T, C = net->d.hidden, v0, v1;
+    gpt_head_tile_rows(&net->d, tile, &v0, &v1);
+    if (backward)
+        o->embed_tile_backward(o->ctx, g[GPT_WTE], net->dres, net->tokens, N, C, v0, v1);
+    else
+        o->embed_tile_forward(o->ctx, net->encoded, net->tokens, w[GPT_WTE], w[GPT_WPE], N, net->T, C, v0, v1);
+}
+
+void gpt_net_head_tile(gpt_net *net, int tile, gpt_head_pass pass, void **w, float *dwte, float grad_scale)
+{
+    const gpt_ops *o = net->ops;
+    int N = net->B * net->T, v0, v1;
+    gpt_head_tile_rows(&net->d, tile, &v0, &v1);
+    o->head_tile(o->ctx, pass, &net->head_rows, net->dsmall, dwte, net->logits, net->lnf, w[GPT_WTE], net->targets, N,
+                 net->d.hidden, v0, v1, N < HEAD_CHUNK ? N : HEAD_CHUNK, grad_scale / (float)N);
+}
+
+void gpt_net_head_end(gpt_net *net)
+{
+    const gpt_ops *o = net->ops;
+    o->head_rows_loss(o->ctx, &net->head_rows, net->row_loss, net->B * net->T);
 }

@@ -67,6 +67,23 @@ static inline size_t gpt_ops_workspace_bytes(gpt_act_format f)
     return f == GPT_ACTS_BF16 ? (size_t)32 << 20 : 0;
 }
 
+/* The head's products are made GPT_HEAD_PIECE vocabulary rows at a time, tiled or not: OpenBLAS gives a column of a
+ * product other bits when the product's other columns change (its kernels for a block's last columns add in
+ * another order), so a tile of whole pieces keeps the untiled head's bits only if the untiled head makes the same
+ * calls. A multiple of GEMM_ROWS, so the pieces of dwte's product fall on its row pieces too. Vocabulary tiles
+ * (gpt_dims.head_rows) are whole pieces. */
+#define GPT_HEAD_PIECE 2048
+
+/* The tied head over vocabulary tiles makes three passes over all of them in order (head_tile below): the rows'
+ * largest logit, their sum of exponentials and target logit, then the gradient. What a row carries from tile to
+ * tile (device memory of the table's backend, fp32 / double whatever the activation format): */
+typedef enum gpt_head_pass { GPT_HEAD_MAX, GPT_HEAD_SUM, GPT_HEAD_GRAD } gpt_head_pass;
+typedef struct gpt_head_rows {
+    float *max;    /* N: the row's largest logit so far */
+    double *sum;   /* N: its sum of exp(logit - max) so far, in vocabulary order */
+    float *target; /* N: its target's logit - max */
+} gpt_head_rows;
+
 typedef struct gpt_ops {
     const char *name; /* "host", "cuda" or "cuda-bf16", for messages */
     gpt_act_format acts;
@@ -98,6 +115,23 @@ typedef struct gpt_ops {
      * scale * sum(row_loss). */
     void (*head_loss)(void *ctx, void *dx, float *dwte, void *logits, double *row_loss, const void *x, const void *wte,
                       const int32_t *targets, int N, int C, int V, int chunk, float scale);
+
+    /* The embeddings and the head with wte in vocabulary tiles (wte, dwte: rows [v0, v1) of the token embedding; v0
+     * a multiple of GPT_HEAD_PIECE, v1 one too or V). NULL in a table that computes them only whole (the CUDA ones,
+     * for now): gpt_model_prepare refuses a tiled model there. embed_tile_forward writes the rows of out whose token
+     * lies in the tile; embed_tile_backward adds those tokens' gradient rows, in row order (embed_backward with dwte
+     * NULL gives dwpe); over all the tiles they are embed_forward's and embed_backward's bit for bit. head_tile is
+     * one tile's pass (logits: chunk x (v1 - v0) scratch; the first tile's passes start the rows' state; the
+     * gradient pass writes dx at v0 = 0 and adds after, and adds into dwte); head_rows_loss then writes row_loss.
+     * Over the three passes they give head_loss's losses, dx and dwte bit for bit. */
+    void (*embed_tile_forward)(void *ctx, void *out, const int32_t *tok, const void *wte, const void *wpe, int N,
+                               int T, int C, int v0, int v1);
+    void (*embed_tile_backward)(void *ctx, float *dwte, const void *dout, const int32_t *tok, int N, int C, int v0,
+                                int v1);
+    void (*head_tile)(void *ctx, gpt_head_pass pass, gpt_head_rows *rows, void *dx, float *dwte, void *logits,
+                      const void *x, const void *wte, const int32_t *targets, int N, int C, int v0, int v1, int chunk,
+                      float scale);
+    void (*head_rows_loss)(void *ctx, const gpt_head_rows *rows, double *row_loss, int N);
 
     /* out = a + b on fp32 parameter gradients (whatever the activation format). */
     void (*add_f32)(void *ctx, float *out, const float *a, const float *b, size_t n);

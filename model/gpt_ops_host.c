@@ -65,6 +65,9 @@ enum {
     P_GELU_B,
     P_RESIDUAL,
     P_HEAD_LOSS,
+    P_EMBED_TILE_F,
+    P_EMBED_TILE_B,
+    P_HEAD_TILE,
     P_ZERO,
     P_COUNT
 };
@@ -80,6 +83,9 @@ static const char *const prof_name[P_COUNT] = {"embed_forward",
                                                "gelu_backward",
                                                "residual_forward",
                                                "head_loss",
+                                               "embed_tile_forward",
+                                               "embed_tile_backward",
+                                               "head_tile",
                                                "zero"};
 /* The table's entries take the format-neutral pointer types of gpt_ops.h; the host's activations and weights are fp32,
  * so each entry h_<kernel> hands its pointers to the typed kernel (and p_<kernel>, under STRATA_MODEL_PROFILE, also
@@ -139,6 +145,23 @@ ENTRY(k_head_loss, P_HEAD_LOSS,
       (void *c, void *dx, float *dwte, void *l, double *rl, const void *x, const void *wte, const int32_t *t, int N,
        int C, int V, int chunk, float scale),
       (c, dx, dwte, l, rl, x, wte, t, N, C, V, chunk, scale))
+ENTRY(k_embed_tile_forward, P_EMBED_TILE_F,
+      (void *c, void *o, const int32_t *t, const void *e, const void *p, int N, int T, int C, int v0, int v1),
+      (c, o, t, e, p, N, T, C, v0, v1))
+ENTRY(k_embed_tile_backward, P_EMBED_TILE_B,
+      (void *c, float *de, const void *g, const int32_t *t, int N, int C, int v0, int v1),
+      (c, de, g, t, N, C, v0, v1))
+ENTRY(k_head_tile, P_HEAD_TILE,
+      (void *c, gpt_head_pass pass, gpt_head_rows *st, void *dx, float *dwte, void *l, const void *x, const void *wte,
+       const int32_t *t, int N, int C, int v0, int v1, int chunk, float scale),
+      (c, pass, st, dx, dwte, l, x, wte, t, N, C, v0, v1, chunk, scale))
+
+static void h_head_rows_loss(void *ctx, const gpt_head_rows *st, double *row_loss, int N)
+{
+    (void)ctx;
+    k_head_rows_loss(st, row_loss, N);
+}
+
 ENTRY(h_zero, P_ZERO, (void *c, void *p, size_t bytes), (c, p, bytes))
 
 static const gpt_ops host_ops = {
@@ -156,6 +179,10 @@ static const gpt_ops host_ops = {
     .gelu_backward = h_k_gelu_backward,
     .residual_forward = h_k_residual_forward,
     .head_loss = h_k_head_loss,
+    .embed_tile_forward = h_k_embed_tile_forward,
+    .embed_tile_backward = h_k_embed_tile_backward,
+    .head_tile = h_k_head_tile,
+    .head_rows_loss = h_head_rows_loss,
     .add_f32 = k_residual_forward,
     .zero = h_h_zero,
     .to_f32 = h_to_f32,
@@ -209,6 +236,9 @@ static void pick_table(void)
     profiled_ops.gelu_backward = p_k_gelu_backward;
     profiled_ops.residual_forward = p_k_residual_forward;
     profiled_ops.head_loss = p_k_head_loss;
+    profiled_ops.embed_tile_forward = p_k_embed_tile_forward;
+    profiled_ops.embed_tile_backward = p_k_embed_tile_backward;
+    profiled_ops.head_tile = p_k_head_tile;
     profiled_ops.zero = p_h_zero;
     atexit(prof_print);
     host_table = &profiled_ops;

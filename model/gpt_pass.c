@@ -46,7 +46,7 @@ strata_status gpt_pass_create(const gpt_dims *d, int batch, int seq, int count, 
                               gpt_pass **out)
 {
     *out = NULL;
-    if (count < 1 || !mem)
+    if (count < 1 || !mem || (count > 1 && d->head_rows)) /* the kept head gradients would be wte whole */
         return STRATA_EINVAL;
     gpt_pass_size size = gpt_pass_bytes(d, batch, seq, count, mode, ops->acts);
     if (mem_bytes < size.total)
@@ -87,12 +87,50 @@ void gpt_pass_destroy(gpt_pass *p)
     free(p);
 }
 
+/* The source's module of the token embedding's tile t (gpt_source). */
+static int tile_module(const gpt_dims *d, int t)
+{
+    return d->layers + 2 + t;
+}
+
+/* The embeddings' token tiles, each fetched, used and released in turn: forward inside module 0's acquisition (wpe
+ * held), backward after it finishes (each tile's share of the embeddings' gradient, after dwpe). */
+static strata_status embed_tiles(gpt_net *net, const gpt_source *src, bool backward, void **w, float **g)
+{
+    const gpt_dims *d = gpt_net_dims(net);
+    for (int t = 0; t < gpt_head_tiles(d); t++) {
+        TRY(src->acquire(src->ctx, tile_module(d, t), backward, w, g));
+        gpt_net_embed_tile(net, t, backward, w, g);
+        TRY(src->finish(src->ctx, tile_module(d, t), backward));
+    }
+    return STRATA_OK;
+}
+
 static strata_status forward(gpt_pass *p, int count, const gpt_source *src, int module, void **w, float **g)
 {
     TRY(src->acquire(src->ctx, module, false, w, g));
     for (int j = 0; j < count; j++)
         TRY(gpt_net_forward(p->nets[j], module, w));
+    if (module == 0 && gpt_net_dims(p->nets[0])->head_rows)
+        TRY(embed_tiles(p->nets[0], src, false, w, g)); /* a pass of one micro-batch (gpt_pass_create) */
     return src->finish(src->ctx, module, false);
+}
+
+/* The head over the token embedding's tiles: every tile once per pass (gpt_head_pass), the last pass only with
+ * backward, in which each tile's gradient is handed over when its acquisition finishes. */
+static strata_status head_tiles(gpt_net *net, const gpt_source *src, bool backward, float grad_scale, void **w,
+                                float **g)
+{
+    const gpt_dims *d = gpt_net_dims(net);
+    for (int pass = GPT_HEAD_MAX; pass <= (backward ? GPT_HEAD_GRAD : GPT_HEAD_SUM); pass++)
+        for (int t = 0; t < gpt_head_tiles(d); t++) {
+            bool grad = pass == GPT_HEAD_GRAD;
+            TRY(src->acquire(src->ctx, tile_module(d, t), grad, w, g));
+            gpt_net_head_tile(net, t, (gpt_head_pass)pass, w, grad ? g[GPT_WTE] : NULL, grad_scale);
+            TRY(src->finish(src->ctx, tile_module(d, t), grad));
+        }
+    gpt_net_head_end(net);
+    return STRATA_OK;
 }
 
 /* The head of every micro-batch while the embeddings are held. Micro-batch 0's gradient goes into the source's
@@ -102,6 +140,8 @@ static strata_status forward(gpt_pass *p, int count, const gpt_source *src, int 
 static strata_status head(gpt_pass *p, int count, const gpt_source *src, bool backward, float grad_scale, void **w,
                           float **g)
 {
+    if (gpt_net_dims(p->nets[0])->head_rows)
+        return head_tiles(p->nets[0], src, backward, grad_scale, w, g);
     TRY(src->acquire(src->ctx, 0, backward, w, g));
     const gpt_dims *d = gpt_net_dims(p->nets[0]);
     for (int j = 0; j < count; j++) {
@@ -131,7 +171,10 @@ static strata_status backward(gpt_pass *p, int count, const gpt_source *src, int
         }
         TRY(gpt_net_backward(p->nets[j], module, w, g));
     }
-    return src->finish(src->ctx, module, true);
+    TRY(src->finish(src->ctx, module, true));
+    if (module == 0 && gpt_net_dims(p->nets[0])->head_rows)
+        TRY(embed_tiles(p->nets[0], src, true, w, g));
+    return STRATA_OK;
 }
 
 strata_status gpt_pass_step(gpt_pass *p, int count, const gpt_source *src, const int32_t *tokens,

@@ -25,7 +25,8 @@ gpt_pass_size gpt_pass_bytes(const gpt_dims *d, int batch, int seq, int count, g
 
 /* A pass of count micro-batches of batch x seq tokens, each net in mode (with keeper: gpt_net_create), in the caller's
  * block mem (device memory of ops's backend, at least gpt_pass_bytes(...).total; the pass does not free it). ops must
- * outlive the pass. */
+ * outlive the pass. With the token embedding in tiles (d->head_rows) count must be 1: the head gradients a pass
+ * keeps would each be the whole of wte. */
 strata_status gpt_pass_create(const gpt_dims *d, int batch, int seq, int count, gpt_act_mode mode,
                               const gpt_keeper *keeper, const gpt_ops *ops, void *mem, size_t mem_bytes,
                               gpt_pass **out);

@@ -198,9 +198,11 @@ strata_status gpt_model_load_weights(gpt_model *m, const char *path, gpt_weights
                            name, t.file, got, mod, gpt_param_name(d, module, k), want,
                            transposed ? " (Conv1D's [in, out])" : "");
             }
-            st = strata_param_load(e, gpt_model_param(m, module, k), w, name, transposed ? STRATA_LOAD_TRANSPOSE : 0);
-            if (st != STRATA_OK)
-                return say(rep, st, "%s", strata_last_error(e));
+            const strata_param_id *parts; /* the token embedding's tiles each read their rows of the tensor */
+            int nparts = gpt_model_param_parts(m, module, k, &parts);
+            for (int i = 0; i < nparts; i++)
+                if ((st = strata_param_load(e, parts[i], w, name, transposed ? STRATA_LOAD_TRANSPOSE : 0)) != STRATA_OK)
+                    return say(rep, st, "%s", strata_last_error(e));
             rep->loaded++;
         }
     }

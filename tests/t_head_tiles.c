@@ -44,8 +44,8 @@ static void check(int N, int C, int V, int chunk, const int *bounds, int tiles)
 
     gpt_head_rows st = {malloc((size_t)N * sizeof(float)), malloc((size_t)N * sizeof(double)),
                         malloc((size_t)N * sizeof(float))};
-    for (int n = 0; n < N; n++)
-        st.max[n] = -INFINITY, st.sum[n] = 0;
+    for (int n = 0; n < N; n++) /* the first tile's passes start the state: what is there must not matter */
+        st.max[n] = 1e30f, st.sum[n] = 1e300;
     for (int pass = GPT_HEAD_MAX; pass <= GPT_HEAD_GRAD; pass++)
         for (int t = 0; t < tiles; t++) {
             int v0 = bounds[t], v1 = bounds[t + 1];

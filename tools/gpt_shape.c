@@ -37,7 +37,7 @@ const char *gpt_preset_names(void)
 
 gpt_dims gpt_shape_dims(const gpt_shape *s)
 {
-    return (gpt_dims){s->layers, s->heads, s->hidden, s->vocab, s->seq};
+    return (gpt_dims){.layers = s->layers, .heads = s->heads, .hidden = s->hidden, .vocab = s->vocab, .seq = s->seq};
 }
 
 /* The parameter layout itself lives with the model (model/gpt_layout.c), so estimate and train agree. */
