@@ -34,6 +34,7 @@ typedef struct args {
     long long steps, warmup, save_every, seed;
     double lr, min_lr;
     bool delayed, quiet, step_in_backward, norm_pass, checkpointing;
+    size_t whole_embedding_need; /* the least device memory with the token embedding whole (gpt_engine_head_rows) */
     trainer_opts topts;
 } args;
 
@@ -273,6 +274,14 @@ static int build_config(args *a, strata_config *cfg)
     t->act_mode = cfg->offload_activations != STRATA_TIER_DEVICE ? GPT_ACT_OFFLOAD
                   : a->checkpointing                              ? GPT_ACT_CHECKPOINT
                                                                   : GPT_ACT_KEEP;
+    t->dims.head_rows = gpt_engine_head_rows(&t->dims, t->batch, t->seq, t->act_mode, cfg, &a->whole_embedding_need);
+    if (t->dims.head_rows && trainer_pass_micro_batches(t) > 1) {
+        train_err("--schedule layerwise: with the token embedding whole the plan needs at least %.2f MiB of the device "
+                  "budget's %.2f MiB, and the layer-wise schedule cannot compute it in tiles (each micro-batch's head "
+                  "gradient would be kept whole); use --schedule ordinary, or raise --device-budget",
+                  (double)a->whole_embedding_need / 1048576, (double)cfg->device_budget_bytes / 1048576);
+        return CLI_EXIT_USAGE;
+    }
     gpt_engine_reserve(&t->dims, t->batch, t->seq, trainer_pass_micro_batches(t), t->act_mode, cfg);
     gpt_act_format acts;
     const char *why;
@@ -288,9 +297,11 @@ static int build_config(args *a, strata_config *cfg)
     return 0;
 }
 
-/* What the schedule costs in activation memory (the model's reserve adds fp32 conversion buffers for bf16/fp16). */
-static void print_schedule(const trainer_opts *t, const strata_config *cfg)
+/* The token embedding's tiles, if any, and what the schedule costs in activation memory (the model's reserve adds
+ * fp32 conversion buffers for bf16/fp16). */
+static void print_schedule(const args *a, const strata_config *cfg)
 {
+    const trainer_opts *t = &a->topts;
     int held = trainer_pass_micro_batches(t);
     gpt_act_format fmt = gpt_engine_config_acts(cfg);
     gpt_pass_size size = gpt_pass_bytes(&t->dims, t->batch, t->seq, held, t->act_mode, fmt);
@@ -303,6 +314,16 @@ static void print_schedule(const trainer_opts *t, const strata_config *cfg)
                (double)full / mib, t->act_mode == GPT_ACT_OFFLOAD ? "; the block inputs are offloaded "
                                                                     "(strata.offload_activations), two on the device"
                                                                   : "");
+    }
+    if (t->dims.head_rows) {
+        int v0, v1;
+        gpt_head_tile_rows(&t->dims, gpt_head_tiles(&t->dims) - 1, &v0, &v1);
+        printf("  token embedding in %d vocabulary tiles of %d rows (the last %d), %.2f MiB each: whole it needs at "
+               "least %.2f MiB of the %.2f MiB device budget; each tile is fetched for the embeddings, three times for "
+               "the head (max, sum, gradient) and once for their backward, with the whole embedding's results\n",
+               gpt_head_tiles(&t->dims), t->dims.head_rows, v1 - v0,
+               (double)t->dims.head_rows * t->dims.hidden * (double)strata_dtype_bytes(cfg->param_dtype) / mib,
+               (double)a->whole_embedding_need / mib, (double)cfg->device_budget_bytes / mib);
     }
     if (held == 1) {
         printf("  schedule %s: one micro-batch at a time through all modules; activations %.2f MiB\n",
@@ -349,7 +370,7 @@ static void print_setup(const args *a, const strata_config *cfg, const trainer_o
     char decay[512];
     decay_recipe_describe(d, &t->decay, cfg, decay, sizeof decay);
     printf("  %s\n", decay);
-    print_schedule(t, cfg);
+    print_schedule(a, cfg);
     /* ZeRO's accounting of model states: parameters and gradients in the device dtype, fp32 master weights and the
      * moments in their form (12, 8 or 6 bytes of optimizer state an element). */
     size_t pbytes = strata_dtype_bytes(cfg->param_dtype);

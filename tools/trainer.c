@@ -195,6 +195,8 @@ static int run_open(run *r, const trainer_opts *o, strata_config *cfg)
     } agreed[] = {{"--steps", (double)o->steps}, {"--grad-accum", o->grad_accum}, {"--batch", o->batch},
                   {"--seq", o->seq}, {"--seed", (double)o->seed}, {"--lr", o->lr}, {"--min-lr", o->min_lr},
                   {"--warmup", (double)o->warmup}, {"--schedule layerwise", o->layerwise},
+                  /* chosen from each rank's own --device-budget */
+                  {"embedding tile rows (--device-budget)", o->dims.head_rows},
                   /* an environment variable, which mpirun does not carry to other hosts unless told (-x) */
                   {"STRATA_MODEL_ACTS=bf16", gpt_engine_config_acts(cfg) == GPT_ACTS_BF16}};
     for (size_t i = 0; i < sizeof agreed / sizeof agreed[0]; i++)
