@@ -157,7 +157,7 @@ static size_t least_device_bytes(size_t big, size_t activations)
 }
 
 int gpt_engine_head_rows(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, const strata_config *cfg,
-                         size_t *whole_need)
+                         gpt_head_need *need)
 {
     gpt_dims t = *d;
     t.head_rows = 0;
@@ -166,23 +166,24 @@ int gpt_engine_head_rows(const gpt_dims *d, int batch, int seq, gpt_act_mode mod
     for (int m = 1; m < gpt_modules(d); m++)
         block = gpt_module_numel(d, m) > block ? gpt_module_numel(d, m) : block;
     size_t emb = gpt_module_numel(d, 0);
-    *whole_need = least_device_bytes((emb > block ? emb : block) * pb,
+    need->whole = least_device_bytes((emb > block ? emb : block) * pb,
                                      gpt_engine_activation_bytes(&t, batch, seq, 1, mode, fmt, cfg->param_dtype));
+    need->tiled = 0;
     size_t budget = cfg->device_budget_bytes;
-    if (!budget || *whole_need <= budget || emb <= block || d->vocab <= GPT_HEAD_PIECE)
+    if (!budget || need->whole <= budget || emb <= block || d->vocab <= GPT_HEAD_PIECE)
         return 0; /* no budget given (all free device memory), or the embedding is not what does not fit */
     /* Tiles no larger than a block (smaller ones would not lower the plan's largest module), and as large as the
      * budget allows; one piece at the least (the plan then says what does not fit). */
     int pieces = (int)(block / C / GPT_HEAD_PIECE), most = (d->vocab - 1) / GPT_HEAD_PIECE;
     pieces = pieces < most ? pieces : most;
-    for (; pieces > 1; pieces--) {
-        t.head_rows = pieces * GPT_HEAD_PIECE;
+    for (;; pieces--) {
+        t.head_rows = (pieces > 1 ? pieces : 1) * GPT_HEAD_PIECE;
         size_t tile = (size_t)t.head_rows * C;
         size_t acts = gpt_engine_activation_bytes(&t, batch, seq, 1, mode, fmt, cfg->param_dtype);
-        if (least_device_bytes((tile > block ? tile : block) * pb, acts) <= budget)
-            break;
+        need->tiled = least_device_bytes((tile > block ? tile : block) * pb, acts);
+        if (pieces <= 1 || need->tiled <= budget)
+            return t.head_rows;
     }
-    return (pieces > 1 ? pieces : 1) * GPT_HEAD_PIECE;
 }
 
 static strata_status keeper_push(void *ctx, const void *src, size_t bytes, uint64_t *handle)

@@ -47,13 +47,18 @@ void gpt_engine_offload_bytes(const gpt_dims *d, int batch, int seq, int micro_b
 void gpt_engine_reserve(const gpt_dims *d, int batch, int seq, int micro_batches, gpt_act_mode mode,
                         strata_config *cfg);
 
+/* The least device memory the plan needs for a model (the largest module's parameters twice, in use and fetched
+ * ahead, its gradients, and the activations): with the token embedding whole, and in the chosen tiles (0: whole). */
+typedef struct {
+    size_t whole, tiled;
+} gpt_head_need;
+
 /* The token embedding's tiles (gpt_dims.head_rows) for a model of d (its head_rows ignored) trained in micro-batches
  * of batch x seq one at a time in mode on an engine of cfg: 0 (whole) when it fits cfg's device budget, when no
  * budget is set (all free device memory) or when it is not the largest module; else tiles of whole GPT_HEAD_PIECEs,
- * at most a block's size, as large as the budget holds. *whole_need is the least device memory the plan needs with
- * the embedding whole (its parameters twice, in use and fetched ahead, its gradients, and the activations). */
+ * at most a block's size, as large as the budget holds. */
 int gpt_engine_head_rows(const gpt_dims *d, int batch, int seq, gpt_act_mode mode, const strata_config *cfg,
-                         size_t *whole_need);
+                         gpt_head_need *need);
 
 /* Adds the model's modules and parameters (with GPT-2 initial values from seed) to an engine that is not
  * finalized yet: a strata module per module of gpt.h, and with d->head_rows the token embedding's tiles each a module

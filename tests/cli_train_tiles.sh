@@ -4,6 +4,7 @@
 # run ends with the losses and weights, bit for bit, of a budget that fits everything: parameters on the host and on
 # NVMe, activations checkpointed to NVMe, bf16, the step in backward with clipping, and two ranks at stage 3. A
 # checkpoint saved tiled resumes untiled and one saved untiled resumes tiled, each ending where the straight run ends.
+# A budget below what even the tiles need is refused by the plan, the header saying what is still fetched whole.
 # The layer-wise schedule, which would keep each micro-batch's head gradient whole, is refused naming the way out.
 # The corpus's byte-level tokens all fall in the first tile; tests/t_model_tiles.c looks up tokens in every tile.
 set -u
@@ -22,6 +23,12 @@ mkdir -p "$scratch/nvme"
 
 check "header, tiled" 0 "token embedding in 4 vocabulary tiles of 2048 rows (the last 2048), 0.50 MiB each: whole it \
 needs at least 7.38 MiB of the 4.00 MiB device budget" -- "$bin" "${model[@]}" --steps 1 --offload host "${tiled[@]}"
+out=$("$bin" "${model[@]}" --steps 1 --offload host "${tiled[@]}" 2>&1)
+grep -q "still needs" <<<"$out" && { fail "a budget the tiles fit says they still do not:"; echo "$out"; } || ok
+# At 2 MiB even one-piece tiles (0.5 MiB, 3 of them and the activations) do not fit: the header says why, the plan
+# refuses.
+check "tiles that do not fit" 1 "tiled it still needs at least 2.08 MiB: each tile (0.50 MiB, one 2048-row piece at \
+the least) is fetched whole" -- "$bin" "${model[@]}" --steps 1 --offload host --device-budget 2MiB
 out=$("$bin" "${model[@]}" --steps 1 --offload host "${whole[@]}" 2>&1)
 grep -q "vocabulary tiles" <<<"$out" && { fail "a budget that holds the embedding tiled it:"; echo "$out"; } || ok
 check "layerwise refused" 2 "--schedule layerwise: with the token embedding whole the plan needs at least" -- \

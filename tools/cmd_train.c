@@ -34,7 +34,7 @@ typedef struct args {
     long long steps, warmup, save_every, seed;
     double lr, min_lr;
     bool delayed, quiet, step_in_backward, norm_pass, checkpointing;
-    size_t whole_embedding_need; /* the least device memory with the token embedding whole (gpt_engine_head_rows) */
+    gpt_head_need embedding_need; /* the least device memory, embedding whole and tiled (gpt_engine_head_rows) */
     trainer_opts topts;
 } args;
 
@@ -274,12 +274,12 @@ static int build_config(args *a, strata_config *cfg)
     t->act_mode = cfg->offload_activations != STRATA_TIER_DEVICE ? GPT_ACT_OFFLOAD
                   : a->checkpointing                              ? GPT_ACT_CHECKPOINT
                                                                   : GPT_ACT_KEEP;
-    t->dims.head_rows = gpt_engine_head_rows(&t->dims, t->batch, t->seq, t->act_mode, cfg, &a->whole_embedding_need);
+    t->dims.head_rows = gpt_engine_head_rows(&t->dims, t->batch, t->seq, t->act_mode, cfg, &a->embedding_need);
     if (t->dims.head_rows && trainer_pass_micro_batches(t) > 1) {
         train_err("--schedule layerwise: with the token embedding whole the plan needs at least %.2f MiB of the device "
                   "budget's %.2f MiB, and the layer-wise schedule cannot compute it in tiles (each micro-batch's head "
                   "gradient would be kept whole); use --schedule ordinary, or raise --device-budget",
-                  (double)a->whole_embedding_need / 1048576, (double)cfg->device_budget_bytes / 1048576);
+                  (double)a->embedding_need.whole / 1048576, (double)cfg->device_budget_bytes / 1048576);
         return CLI_EXIT_USAGE;
     }
     gpt_engine_reserve(&t->dims, t->batch, t->seq, trainer_pass_micro_batches(t), t->act_mode, cfg);
@@ -318,12 +318,25 @@ static void print_schedule(const args *a, const strata_config *cfg)
     if (t->dims.head_rows) {
         int v0, v1;
         gpt_head_tile_rows(&t->dims, gpt_head_tiles(&t->dims) - 1, &v0, &v1);
+        double pb = (double)strata_dtype_bytes(cfg->param_dtype), budget = (double)cfg->device_budget_bytes;
+        double tile = (double)t->dims.head_rows * t->dims.hidden * pb;
+        double block = (double)gpt_module_numel(&t->dims, 1) * pb;
         printf("  token embedding in %d vocabulary tiles of %d rows (the last %d), %.2f MiB each: whole it needs at "
                "least %.2f MiB of the %.2f MiB device budget; each tile is fetched for the embeddings, three times for "
                "the head (max, sum, gradient) and once for their backward, with the whole embedding's results\n",
-               gpt_head_tiles(&t->dims), t->dims.head_rows, v1 - v0,
-               (double)t->dims.head_rows * t->dims.hidden * (double)strata_dtype_bytes(cfg->param_dtype) / mib,
-               (double)a->whole_embedding_need / mib, (double)cfg->device_budget_bytes / mib);
+               gpt_head_tiles(&t->dims), t->dims.head_rows, v1 - v0, tile / mib, (double)a->embedding_need.whole / mib,
+               budget / mib);
+        /* The tiles lower what the embedding needs, down to one piece; the largest module is still fetched whole. */
+        if ((double)a->embedding_need.tiled > budget) {
+            if (block >= tile)
+                printf("  tiled it still needs at least %.2f MiB: each block (%.2f MiB) is fetched whole",
+                       (double)a->embedding_need.tiled / mib, block / mib);
+            else
+                printf("  tiled it still needs at least %.2f MiB: each tile (%.2f MiB, one %d-row piece at the least) "
+                       "is fetched whole", (double)a->embedding_need.tiled / mib, tile / mib, GPT_HEAD_PIECE);
+            printf(", with the next one ahead and its gradients (a narrower model, or --activation-checkpointing, "
+                   "needs less)\n");
+        }
     }
     if (held == 1) {
         printf("  schedule %s: one micro-batch at a time through all modules; activations %.2f MiB\n",
